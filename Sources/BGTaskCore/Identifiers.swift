@@ -1,0 +1,49 @@
+// Typed identities for apps, leases and events, so a raw integer can never be passed in the wrong place.
+
+/// The identity of one registration of an app: unique for the life of the daemon, never reused.
+///
+/// Names are unique only among *live* apps; a name can register again after its app ended, so
+/// actions and timers refer to apps by this identity, never by name or PID.
+public struct AppID: Hashable, Comparable, Sendable, CustomStringConvertible {
+    /// The raw value; positive.
+    public var rawValue: Int64
+
+    /// Wraps a raw value previously read from `rawValue` (state files, tests).
+    public init(rawValue: Int64) {
+        self.rawValue = rawValue
+    }
+
+    public var description: String { "app#\(rawValue)" }
+
+    public static func < (lhs: AppID, rhs: AppID) -> Bool { lhs.rawValue < rhs.rawValue }
+}
+
+/// A background-task lease (`UIBackgroundTaskIdentifier`): positive, never reused while the daemon runs.
+public struct TaskID: Hashable, Comparable, Sendable, CustomStringConvertible {
+    /// The raw value; positive. Zero is never issued (it plays `UIBackgroundTaskInvalid` on the client side).
+    public var rawValue: Int64
+
+    /// Wraps a raw value received from a client.
+    public init(rawValue: Int64) {
+        self.rawValue = rawValue
+    }
+
+    public var description: String { "task#\(rawValue)" }
+
+    public static func < (lhs: TaskID, rhs: TaskID) -> Bool { lhs.rawValue < rhs.rawValue }
+}
+
+/// An event sent to an app, acknowledged by this id.
+public struct EventID: Hashable, Comparable, Sendable, CustomStringConvertible {
+    /// The raw value; positive, increasing in the order events are created.
+    public var rawValue: Int64
+
+    /// Wraps a raw value received from a client.
+    public init(rawValue: Int64) {
+        self.rawValue = rawValue
+    }
+
+    public var description: String { "event#\(rawValue)" }
+
+    public static func < (lhs: EventID, rhs: EventID) -> Bool { lhs.rawValue < rhs.rawValue }
+}

@@ -1,0 +1,76 @@
+// The tunable numbers of the lifecycle policy, with DESIGN's defaults and where each comes from.
+
+/// The per-app policy: the `[Policy]` section of `bgtaskd.conf`, overridable per app in `apps.d/NAME.conf`.
+///
+/// A registration resolves its policy once, when it registers; a reload affects registrations made after it.
+public struct AppPolicy: Hashable, Sendable {
+    /// `BackgroundTimeSec`: the background time budget shared by all of an app's leases, counted from
+    /// entering background and reset on return to the foreground. 600 s is the original iOS
+    /// (iOS 4–6) `backgroundTimeRemaining` allowance; modern iOS grants about 30 s.
+    public var backgroundTime: Duration = .seconds(600)
+
+    /// `ExpirationWarningSec`: how long before the budget ends the app gets `backgroundTaskExpiring`.
+    /// iOS calls expiration handlers "shortly before" the end; 5 s leaves room for a save to disk.
+    public var expirationWarning: Duration = .seconds(5)
+
+    /// `EnterBackgroundGraceSec`: the time to acknowledge `didEnterBackground` (or a wake-up event).
+    /// iOS gives `applicationDidEnterBackground(_:)` "approximately five seconds".
+    public var enterBackgroundGrace: Duration = .seconds(5)
+
+    /// `WillTerminateGraceSec`: from `willTerminate` to SIGKILL. iOS also allows about 5 s for
+    /// `applicationWillTerminate(_:)`; systemd's stop timeout is longer because services flush more.
+    public var willTerminateGrace: Duration = .seconds(5)
+
+    /// `LaunchTimeoutSec`: a managed app must register this soon after launch. 5 s is far above a
+    /// healthy start (tens of ms) yet short enough that a hung launch does not hold memory for long.
+    public var launchTimeout: Duration = .seconds(5)
+
+    /// `LockedSuspendGraceSec`: how long an app holding a file lock may keep it before it is
+    /// terminated instead of frozen. 2 s: a lock held across a suspension is a bug; iOS kills at once
+    /// (`0xdead10cc`), we allow a short window for a write in flight to finish.
+    public var lockedSuspendGrace: Duration = .seconds(2)
+
+    /// `BackgroundBudgetPerDaySec`: cap on time spent running in background over a rolling 24 h;
+    /// zero turns it off (the default, as DESIGN §2 specifies).
+    public var backgroundBudgetPerDay: Duration = .zero
+
+    /// `ExitsOnSuspend`: terminate (with `willTerminate`) instead of suspending, like iOS's
+    /// `UIApplicationExitsOnSuspend`. Off by default, as on iOS.
+    public var exitsOnSuspend: Bool = false
+
+    /// The defaults of DESIGN §9.
+    public init() {}
+}
+
+/// Daemon-wide limits and switches the core needs. The rest of the configuration (sockets, memory
+/// thresholds, access) belongs to the shell.
+public struct CorePolicy: Hashable, Sendable {
+    /// Policy for apps without an override.
+    public var defaultAppPolicy = AppPolicy()
+
+    /// Per-app overrides by app name (`apps.d/NAME.conf`), already merged over the defaults.
+    public var appPolicies: [String: AppPolicy] = [:]
+
+    /// `TasksPerAppMax`: open leases per app. 64 matches the `LimitExceeded` bound of DESIGN §2;
+    /// a real app rarely holds more than a handful, so hitting it means a leak.
+    public var tasksPerAppMax: Int = 64
+
+    /// Events kept for one suspended app under the `hold` behaviour; the oldest are dropped past it.
+    /// 64 bounds a suspended app's cost to the daemon while covering a burst of distinct notifications.
+    public var heldEventsPerAppMax: Int = 64
+
+    /// `HistorySize`: audit entries kept, and also how many ended apps stay visible to `GetApp`.
+    public var historySize: Int = 1000
+
+    /// `ReclaimForeground`: whether memory reclamation may choose active or inactive apps as a last
+    /// band. Off by default: killing what the user is looking at is worse than the OOM killer.
+    public var reclaimForeground: Bool = false
+
+    /// The defaults of DESIGN §9.
+    public init() {}
+
+    /// The policy that applies to the app registering under `name`.
+    public func appPolicy(for name: String) -> AppPolicy {
+        appPolicies[name] ?? defaultAppPolicy
+    }
+}
