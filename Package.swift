@@ -10,5 +10,8 @@ let package = Package(
     targets: [
         // The lifecycle and lease policy: a pure state machine, standard library only.
         .target(name: "BGTaskCore"),
+        // Test helpers shared by every test target: manual clock and loop, fakes, harnesses.
+        .target(name: "BGTaskTestSupport", dependencies: ["BGTaskCore"]),
+        .testTarget(name: "BGTaskCoreTests", dependencies: ["BGTaskCore", "BGTaskTestSupport"]),
     ]
 )

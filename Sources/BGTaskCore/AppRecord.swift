@@ -1,0 +1,131 @@
+// The policy's private bookkeeping for one registration, and the rolling ledger behind the daily budget.
+
+/// The deadlines an app can have pending. When several fall due at once they are handled in this order.
+enum DeadlineKind: Int, CaseIterable {
+    /// A launched managed app must register by now (`LaunchTimeoutSec`).
+    case launch
+    /// SIGKILL after `willTerminate` (`WillTerminateGraceSec`).
+    case kill
+    /// `didEnterBackground` or a wake-up event must be acknowledged by now (`EnterBackgroundGraceSec`).
+    case acknowledgement
+    /// A lock holder must have dropped its lock by now (`LockedSuspendGraceSec`).
+    case lockGrace
+    /// Send `backgroundTaskExpiring` (`ExpirationWarningSec` before the budget ends).
+    case expirationWarning
+    /// The background budget ends.
+    case budget
+}
+
+/// The pending deadlines of one app, one slot per kind.
+struct PendingDeadlines: Sendable {
+    private var slots: [DeadlineOrder?] = Array(repeating: nil, count: DeadlineKind.allCases.count)
+
+    subscript(kind: DeadlineKind) -> DeadlineOrder? {
+        get { slots[kind.rawValue] }
+        set { slots[kind.rawValue] = newValue }
+    }
+
+    /// The earliest pending deadline; among equal ones, the first scheduled.
+    var earliest: (kind: DeadlineKind, order: DeadlineOrder)? {
+        var best: (kind: DeadlineKind, order: DeadlineOrder)?
+        for kind in DeadlineKind.allCases {
+            if let order = slots[kind.rawValue], best.map({ order < $0.order }) ?? true {
+                best = (kind, order)
+            }
+        }
+        return best
+    }
+
+    /// Whether nothing is pending.
+    var isEmpty: Bool { earliest == nil }
+}
+
+/// An event waiting for a suspended app, with how it was posted.
+struct QueuedEvent: Sendable {
+    var event: AppEvent
+    var behavior: DeliveryBehavior
+}
+
+/// One open lease.
+struct TaskRecord: Sendable {
+    var app: AppID
+    var name: String?
+    var began: MonotonicInstant
+}
+
+/// Everything the policy tracks about one registration.
+struct AppRecord: Sendable {
+    let id: AppID
+    let name: String
+    var pid: Int32
+    var uid: UInt32
+    let isManaged: Bool
+    /// Resolved once at registration: defaults, the app's override file, then the registration's own request.
+    let policy: AppPolicy
+    var state: AppState
+    /// An event stream is attached (false while a launched app has not registered, and after it closed).
+    var isRegistered: Bool
+    /// The shell reported the process gone.
+    var isProcessGone = false
+    /// Open leases, ascending (ids only grow, so appending keeps the order).
+    var openTasks: [TaskID] = []
+    /// When the shared background budget ends; set while in background or suspended.
+    var budgetEnd: MonotonicInstant?
+    /// Start of the current stretch of running in background, for the daily ledger.
+    var runningInBackgroundSince: MonotonicInstant?
+    /// The event whose acknowledgement is awaited (`didEnterBackground` or a wake-up).
+    var pendingAcknowledgement: EventID?
+    /// Whether the awaited acknowledgement is for a wake-up (a timeout then suspends again, not terminates).
+    var acknowledgementIsForWake = false
+    /// `backgroundTaskExpiring` was sent in this background stretch.
+    var expirationWarned = false
+    /// Suspension was refused because of a file lock and the grace is running.
+    var lockGraceActive = false
+    /// The last `.suspend` was the one after the lock grace: another refusal terminates.
+    var suspensionIsFinalAttempt = false
+    /// Events waiting while suspended, oldest first.
+    var queue: [QueuedEvent] = []
+    var deadlines = PendingDeadlines()
+    var exitReason: TerminationReason?
+    /// When it was last in the foreground (registration counts): the reclamation tie-break, oldest first.
+    var lastForeground: MonotonicInstant
+
+    /// Whether this registration holds its name: it is registered and running or suspended, or it is a
+    /// launched app still within its launch timeout.
+    var holdsName: Bool {
+        switch state {
+        case .active, .inactive, .background, .suspended: true
+        case .notRunning: deadlines[.launch] != nil
+        case .terminated: false
+        }
+    }
+}
+
+/// Background time an app has used over the last 24 hours, by app name (a relaunch must not reset it).
+struct UsageLedger: Sendable {
+    /// The rolling window of `BackgroundBudgetPerDaySec`.
+    static let window: Duration = .seconds(24 * 60 * 60)
+
+    /// Closed stretches of running in background, oldest first, none ending before the window.
+    private(set) var stretches: [(start: MonotonicInstant, end: MonotonicInstant)] = []
+
+    /// Adds a closed stretch and forgets those that left the window.
+    mutating func add(from start: MonotonicInstant, to end: MonotonicInstant) {
+        guard end > start else { return }
+        stretches.append((start, end))
+        let horizon = end - Self.window
+        if let first = stretches.firstIndex(where: { $0.end > horizon }), first > 0 {
+            stretches.removeFirst(first)
+        }
+    }
+
+    /// Time used within the window ending at `now`.
+    func used(at now: MonotonicInstant) -> Duration {
+        let horizon = now - Self.window
+        var total: Int64 = 0
+        for stretch in stretches where stretch.end > horizon {
+            total += (stretch.end - max(stretch.start, horizon)).nanosecondCount
+        }
+        return .nanoseconds(total)
+    }
+}

@@ -1,0 +1,151 @@
+// Events sent to apps, actions for the shell to carry out, and audit records of what the policy decided.
+
+/// An event on an app's event stream (the `Event` type of the interface).
+public struct AppEvent: Hashable, Sendable {
+    /// Acknowledged by this id; increasing in creation order across the daemon.
+    public var id: EventID
+    /// What happened.
+    public var kind: EventKind
+    /// For `backgroundTaskExpiring`: the open tasks whose expiration handlers must run, ascending.
+    public var taskIDs: [TaskID]?
+    /// For `notification`: the posted name.
+    public var name: String?
+    /// For `notification`: the payload as JSON text. The core never looks inside it.
+    public var payloadJSON: String?
+    /// For a coalesced notification: how many posts were merged into it.
+    public var count: Int?
+    /// For `memoryWarning`: whether this app is among the likeliest victims.
+    public var likelyVictim: Bool?
+    /// For `memoryWarning` to a likely victim: its place in the reclamation order, from 1.
+    public var rank: Int?
+
+    /// Creates an event; the optional details default to absent.
+    public init(
+        id: EventID, kind: EventKind, taskIDs: [TaskID]? = nil, name: String? = nil, payloadJSON: String? = nil,
+        count: Int? = nil, likelyVictim: Bool? = nil, rank: Int? = nil
+    ) {
+        self.id = id
+        self.kind = kind
+        self.taskIDs = taskIDs
+        self.name = name
+        self.payloadJSON = payloadJSON
+        self.count = count
+        self.likelyVictim = likelyVictim
+        self.rank = rank
+    }
+}
+
+/// Something the shell must do. The core decides; the shell only switches on these.
+public enum Action: Hashable, Sendable {
+    /// Deliver `event` on the app's event stream now.
+    case send(AppEvent, to: AppID)
+    /// Freeze (or stop) the app. Before freezing, the shell checks whether the app holds a file lock and,
+    /// if it does, does not freeze it and reports `suspensionRefused(_:now:)` instead.
+    case suspend(AppID)
+    /// Thaw (or continue) a suspended app. Always comes before any event sent to it.
+    case resume(AppID)
+    /// SIGKILL the app's processes now and release their memory.
+    case kill(AppID, reason: TerminationReason)
+    /// Arm the single timer at this instant (`nil`: disarm). Emitted only when the earliest deadline changes.
+    case armTimer(at: MonotonicInstant?)
+    /// Record this in the history, the watch stream and the journal.
+    case record(AuditRecord)
+}
+
+/// What an audit record reports.
+public enum AuditKind: String, Sendable, CaseIterable {
+    /// An app registered (or was launched, for a managed app).
+    case registered
+    /// An app's registration re-attached to its existing record.
+    case reattached
+    /// An app changed state; `state` is the new state.
+    case stateChanged
+    /// A lease began; `taskID` and `taskName` say which.
+    case taskBegan
+    /// A lease ended; `taskID` and `taskEnd` say which and how.
+    case taskEnded
+    /// `backgroundTaskExpiring` was sent; `taskIDs` lists the tasks.
+    case expirationWarning
+    /// Suspension was put off because the app holds a file lock.
+    case suspensionDeferred
+    /// A memory warning was sent; `rank` is set for likely victims.
+    case memoryWarning
+    /// The policy ended the app (or saw it end); `reason` says why.
+    case terminated
+    /// The app's processes were sent SIGKILL; `reason` says why.
+    case killed
+    /// The app's process is gone; `reason` is its final exit reason.
+    case processExited
+    /// An app's registration closed while its process may live on; it no longer holds its name.
+    case unregistered
+}
+
+/// One entry of the audit trail: history, `Watch`, journal.
+public struct AuditRecord: Hashable, Sendable {
+    /// When it happened (monotonic; the shell adds wall-clock time).
+    public var time: MonotonicInstant
+    /// Which registration.
+    public var app: AppID
+    /// The app's name.
+    public var appName: String
+    /// What happened.
+    public var kind: AuditKind
+    /// The new state, for `stateChanged`.
+    public var state: AppState?
+    /// Why the app ended, for `terminated`, `killed`, `processExited`.
+    public var reason: TerminationReason?
+    /// The lease concerned, for `taskBegan` and `taskEnded`.
+    public var taskID: TaskID?
+    /// The lease's name, for `taskBegan` and `taskEnded`.
+    public var taskName: String?
+    /// How the lease ended, for `taskEnded`.
+    public var taskEnd: TaskEndCause?
+    /// The tasks listed in an expiration warning.
+    public var taskIDs: [TaskID]?
+    /// The app's reclamation band and memory, for memory-related records.
+    public var band: ReclamationBand?
+    /// The memory reading behind a reclamation or warning.
+    public var memoryBytes: UInt64?
+    /// The reclamation rank of a memory warning.
+    public var rank: Int?
+
+    /// Creates a record; the details default to absent.
+    public init(
+        time: MonotonicInstant, app: AppID, appName: String, kind: AuditKind, state: AppState? = nil,
+        reason: TerminationReason? = nil, taskID: TaskID? = nil, taskName: String? = nil,
+        taskEnd: TaskEndCause? = nil, taskIDs: [TaskID]? = nil, band: ReclamationBand? = nil,
+        memoryBytes: UInt64? = nil, rank: Int? = nil
+    ) {
+        self.time = time
+        self.app = app
+        self.appName = appName
+        self.kind = kind
+        self.state = state
+        self.reason = reason
+        self.taskID = taskID
+        self.taskName = taskName
+        self.taskEnd = taskEnd
+        self.taskIDs = taskIDs
+        self.band = band
+        self.memoryBytes = memoryBytes
+        self.rank = rank
+    }
+}
+
+/// Why a request to the policy was refused. Each case maps to a typed Varlink error.
+public enum LifecycleError: Error, Hashable, Sendable {
+    /// No app by that name (or identity) is known.
+    case noSuchApp(String)
+    /// A live app already holds that name and the caller is not its process.
+    case appExists(String)
+    /// The task id is unknown, already ended, or belongs to another app.
+    case noSuchTask(app: String, task: TaskID)
+    /// The app is in background with no time left (`UIBackgroundTaskInvalid`).
+    case backgroundTimeExhausted(app: String)
+    /// The request does not fit the app's state (or asks for a state that cannot be requested).
+    case invalidState(app: String, state: String)
+    /// A bound was hit: `limit` is the configuration key, `max` its value.
+    case limitExceeded(limit: String, max: Int)
+    /// The event id was never issued.
+    case noSuchEvent(app: String, event: EventID)
+}

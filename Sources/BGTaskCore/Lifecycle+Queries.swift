@@ -1,0 +1,92 @@
+// Read-only views of the policy state: app snapshots for `GetApp`/`ListApps`, lookups and counts.
+
+/// A lease as shown to clients.
+public struct TaskSnapshot: Hashable, Sendable {
+    /// The task id.
+    public var id: TaskID
+    /// The name given at `BeginBackgroundTask`.
+    public var name: String?
+    /// When it began.
+    public var began: MonotonicInstant
+}
+
+/// An app as shown to clients (the `App` type of the interface, less what the shell measures).
+public struct AppSnapshot: Hashable, Sendable {
+    /// The registration.
+    public var id: AppID
+    /// The app's name.
+    public var name: String
+    /// Its state.
+    public var state: AppState
+    /// Its process id.
+    public var pid: Int32
+    /// Its user id.
+    public var uid: UInt32
+    /// Whether the daemon launched it.
+    public var isManaged: Bool
+    /// Open leases, ascending.
+    public var tasks: [TaskSnapshot]
+    /// `nil` (unlimited) in the foreground; otherwise what is left of the shared budget.
+    public var backgroundTimeRemaining: Duration?
+    /// Why it ended, once terminated.
+    public var exitReason: TerminationReason?
+    /// Events waiting for it to run again.
+    public var queuedEvents: Int
+    /// Whether its event stream is attached.
+    public var isRegistered: Bool
+    /// The policy it registered with.
+    public var policy: AppPolicy
+}
+
+extension Lifecycle {
+    /// The app holding `name`, else the latest ended registration of that name still remembered.
+    public func appID(named name: String) -> AppID? {
+        liveNames[name] ?? endedNames[name]
+    }
+
+    /// The live registration holding `name`, if any.
+    public func liveAppID(named name: String) -> AppID? {
+        liveNames[name]
+    }
+
+    /// A snapshot of one registration (live, unregistered or ended but remembered).
+    public func snapshot(of id: AppID, now: MonotonicInstant) -> AppSnapshot? {
+        guard let app = apps[id] else { return nil }
+        let taskSnapshots = app.openTasks.compactMap { task in
+            tasks[task].map { TaskSnapshot(id: task, name: $0.name, began: $0.began) }
+        }
+        return AppSnapshot(
+            id: id, name: app.name, state: app.state, pid: app.pid, uid: app.uid, isManaged: app.isManaged,
+            tasks: taskSnapshots, backgroundTimeRemaining: remaining(of: app, now: now), exitReason: app.exitReason,
+            queuedEvents: app.queue.count, isRegistered: app.isRegistered, policy: app.policy)
+    }
+
+    /// Snapshots of every app still tracked (holding a name, or whose process is not yet gone), by identity;
+    /// with `includeEnded`, also the ended registrations still remembered.
+    public func snapshots(now: MonotonicInstant, includeEnded: Bool = false) -> [AppSnapshot] {
+        apps.values
+            .filter { includeEnded || ($0.state != .terminated && !$0.isProcessGone) }
+            .map(\.id)
+            .sorted()
+            .compactMap { snapshot(of: $0, now: now) }
+    }
+
+    /// Identities of registrations whose process the shell must keep watching (not yet reported gone).
+    public var trackedApps: [AppID] {
+        apps.values.filter { !$0.isProcessGone }.map(\.id).sorted()
+    }
+
+    /// Number of apps holding a name.
+    public var liveAppCount: Int { liveNames.count }
+
+    /// Number of suspended apps.
+    public var suspendedAppCount: Int { apps.values.lazy.filter { $0.state == .suspended }.count }
+
+    /// Number of open leases across all apps.
+    public var openTaskCount: Int { tasks.count }
+
+    /// The owner of an open lease, if it is open.
+    public func owner(of task: TaskID) -> AppID? {
+        tasks[task]?.app
+    }
+}

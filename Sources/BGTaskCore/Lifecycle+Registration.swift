@@ -1,0 +1,146 @@
+// Inputs that create, attach and detach registrations.
+
+/// The process behind a registration, as identified by the shell from the peer's credentials.
+public struct ProcessIdentity: Hashable, Sendable {
+    /// The app's process id (the shell holds a pidfd; the id is for display and PID-reuse checks).
+    public var pid: Int32
+    /// The app's user id; app calls are accepted from it or root.
+    public var uid: UInt32
+
+    /// Creates an identity.
+    public init(pid: Int32, uid: UInt32) {
+        self.pid = pid
+        self.uid = uid
+    }
+}
+
+/// The state a registration starts in.
+public enum InitialState: Sendable {
+    /// The usual start, in the foreground.
+    case active
+    /// Launched for background work: gets `didEnterBackground` and its grace at once.
+    case background
+}
+
+/// The outcome of `Lifecycle.register`.
+public struct Registration: Sendable {
+    /// The registration's identity.
+    public var app: AppID
+    /// Whether an existing registration of the same process was re-attached instead of a new one created.
+    public var isReattached: Bool
+    /// What the shell must do.
+    public var actions: [Action]
+}
+
+extension Lifecycle {
+    /// An app's process asks to register under `name` (the `Register` call).
+    ///
+    /// A live name is refused with `appExists` unless the caller is that app's own process, in which case the
+    /// registration re-attaches (after a daemon restart, or a reconnecting client); a managed app launched
+    /// under this name binds to its launch record.
+    public mutating func register(
+        name: String, process: ProcessIdentity, exitsOnSuspend: Bool? = nil, initialState: InitialState = .active,
+        now: MonotonicInstant
+    ) throws(LifecycleError) -> Registration {
+        var actions: [Action] = []
+        if let existing = liveNames[name] {
+            let app = record(existing)
+            guard app.pid == process.pid else { throw .appExists(name) }
+            if app.state == .notRunning {
+                // A launched app registering: it is now running.
+                clearDeadline(.launch, of: existing)
+                modify(existing) {
+                    $0.isRegistered = true
+                    $0.uid = process.uid
+                }
+                start(existing, in: initialState, now: now, into: &actions)
+            } else {
+                modify(existing) { $0.isRegistered = true }
+                audit(.reattached, existing, now: now, into: &actions) { $0.state = app.state }
+            }
+            finish(&actions)
+            return Registration(app: existing, isReattached: app.state != .notRunning, actions: actions)
+        }
+        let id = createRecord(name: name, process: process, isManaged: false, exitsOnSuspend: exitsOnSuspend, now: now)
+        modify(id) { $0.isRegistered = true }
+        audit(.registered, id, now: now, into: &actions)
+        start(id, in: initialState, now: now, into: &actions)
+        finish(&actions)
+        return Registration(app: id, isReattached: false, actions: actions)
+    }
+
+    /// The daemon launched a managed app's process under `name`; it must register within `LaunchTimeoutSec`.
+    public mutating func appLaunched(
+        name: String, process: ProcessIdentity, exitsOnSuspend: Bool? = nil, now: MonotonicInstant
+    ) throws(LifecycleError) -> (app: AppID, actions: [Action]) {
+        guard liveNames[name] == nil else { throw .appExists(name) }
+        var actions: [Action] = []
+        let id = createRecord(name: name, process: process, isManaged: true, exitsOnSuspend: exitsOnSuspend, now: now)
+        setDeadline(.launch, of: id, at: now + record(id).policy.launchTimeout)
+        audit(.registered, id, now: now, into: &actions) { $0.state = .notRunning }
+        finish(&actions)
+        return (id, actions)
+    }
+
+    /// The app's event stream closed: its registration and every lease end; a suspended app is resumed
+    /// so nothing stays stopped. The process may live on; `processExited` marks it ended.
+    public mutating func registrationClosed(_ id: AppID, now: MonotonicInstant) -> [Action] {
+        guard let app = apps[id], app.isRegistered else { return [] }
+        var actions: [Action] = []
+        modify(id) { $0.isRegistered = false }
+        guard app.state != .terminated else {
+            finish(&actions)
+            return actions
+        }
+        endAllTasks(of: id, cause: .appEnded, now: now, into: &actions)
+        if app.state == .suspended {
+            actions.append(.resume(id))
+        }
+        closeBackgroundStretch(of: id, now: now)
+        clearDeadlines(DeadlineKind.allCases, of: id)
+        modify(id) {
+            $0.queue.removeAll()
+            $0.budgetEnd = nil
+            $0.pendingAcknowledgement = nil
+            $0.lockGraceActive = false
+        }
+        if liveNames[app.name] == id { liveNames[app.name] = nil }
+        changeState(id, to: .notRunning, now: now, into: &actions)
+        audit(.unregistered, id, now: now, into: &actions)
+        finish(&actions)
+        return actions
+    }
+
+    func resolvedPolicy(for name: String, exitsOnSuspend: Bool?) -> AppPolicy {
+        var resolved = policy.appPolicy(for: name)
+        if let exitsOnSuspend { resolved.exitsOnSuspend = exitsOnSuspend }
+        return resolved
+    }
+
+    mutating func createRecord(
+        name: String, process: ProcessIdentity, isManaged: Bool, exitsOnSuspend: Bool?, now: MonotonicInstant
+    ) -> AppID {
+        let id = AppID(rawValue: nextAppID)
+        nextAppID += 1
+        if let ended = endedNames.removeValue(forKey: name) {
+            forgetEnded(ended)
+        }
+        apps[id] = AppRecord(
+            id: id, name: name, pid: process.pid, uid: process.uid, isManaged: isManaged,
+            policy: resolvedPolicy(for: name, exitsOnSuspend: exitsOnSuspend), state: .notRunning,
+            isRegistered: false, lastForeground: now)
+        liveNames[name] = id
+        return id
+    }
+
+    /// Puts a just-registered app in its first running state.
+    mutating func start(_ id: AppID, in initialState: InitialState, now: MonotonicInstant, into actions: inout [Action]) {
+        switch initialState {
+        case .active:
+            changeState(id, to: .active, now: now, into: &actions)
+        case .background:
+            modify(id) { $0.state = .inactive }
+            enterBackground(id, now: now, into: &actions)
+        }
+    }
+}

@@ -1,0 +1,160 @@
+// Inputs and steps that end apps: policy and controller terminations, process exits, and forgetting ended apps.
+
+extension Lifecycle {
+    /// `Terminate` from a controller: `willTerminate`, then SIGKILL after `WillTerminateGraceSec`.
+    public mutating func terminate(_ id: AppID, now: MonotonicInstant) throws(LifecycleError) -> [Action] {
+        guard let app = apps[id] else { throw .noSuchApp(id.description) }
+        guard app.state != .terminated else { throw .invalidState(app: app.name, state: app.state.rawValue) }
+        var actions: [Action] = []
+        terminate(id, reason: .controller, now: now, into: &actions)
+        finish(&actions)
+        return actions
+    }
+
+    /// The shell saw the app's process end (pidfd readable). Ends whatever is left of the registration and
+    /// records the final reason: the policy's, if the daemon was ending it, else `exited` or `crashed`.
+    public mutating func processExited(_ id: AppID, how: ProcessEnd, now: MonotonicInstant) -> [Action] {
+        guard let app = apps[id], !app.isProcessGone else { return [] }
+        var actions: [Action] = []
+        if app.state != .terminated {
+            let reason: TerminationReason = how == .crashed ? .crashed : .exited
+            terminate(id, reason: reason, now: now, into: &actions, processGone: true)
+        }
+        clearDeadlines(DeadlineKind.allCases, of: id)
+        modify(id) {
+            $0.isProcessGone = true
+            $0.isRegistered = false
+        }
+        let finalReason = record(id).exitReason
+        audit(.processExited, id, now: now, into: &actions) { $0.reason = finalReason }
+        evictEnded()
+        finish(&actions)
+        return actions
+    }
+
+    /// Ends an app for `reason`: every lease ends, queued events are dropped, the name is released, and the
+    /// process gets `willTerminate` and a grace before SIGKILL — except when it cannot run handlers (not
+    /// registered, or reclaimed while suspended), which is killed at once with no notice.
+    mutating func terminate(
+        _ id: AppID, reason: TerminationReason, now: MonotonicInstant, into actions: inout [Action],
+        processGone: Bool = false, annotate: (inout AuditRecord) -> Void = { _ in }
+    ) {
+        let app = record(id)
+        guard app.state != .terminated else { return }
+        endAllTasks(of: id, cause: reason == .taskExpired ? .expired : .appEnded, now: now, into: &actions)
+        closeBackgroundStretch(of: id, now: now)
+        clearDeadlines(DeadlineKind.allCases, of: id)
+        modify(id) {
+            $0.exitReason = reason
+            $0.queue.removeAll()
+            $0.budgetEnd = nil
+            $0.pendingAcknowledgement = nil
+            $0.lockGraceActive = false
+        }
+        if liveNames[app.name] == id { liveNames[app.name] = nil }
+        endedNames[app.name] = id
+        endedOrder.append(id)
+        changeState(id, to: .terminated, now: now, into: &actions)
+        audit(.terminated, id, now: now, into: &actions) {
+            $0.reason = reason
+            annotate(&$0)
+        }
+        guard !processGone else { return }
+        let silent = !app.isRegistered || (reason == .memoryReclaim && app.state == .suspended)
+        if silent {
+            kill(id, reason: reason, now: now, into: &actions)
+        } else {
+            if app.state == .suspended { actions.append(.resume(id)) }
+            actions.append(.send(makeEvent(.willTerminate), to: id))
+            setDeadline(.kill, of: id, at: now + app.policy.willTerminateGrace)
+        }
+    }
+
+    mutating func kill(_ id: AppID, reason: TerminationReason, now: MonotonicInstant, into actions: inout [Action]) {
+        clearDeadline(.kill, of: id)
+        actions.append(.kill(id, reason: reason))
+        audit(.killed, id, now: now, into: &actions) { $0.reason = reason }
+    }
+
+    /// Forgets an ended registration whose name registered again (its process may still be dying: then the
+    /// record stays until it is gone, reachable by identity only).
+    mutating func forgetEnded(_ id: AppID) {
+        if let app = apps[id], app.isProcessGone, app.deadlines.isEmpty {
+            apps[id] = nil
+        }
+    }
+
+    /// Keeps at most `historySize` ended registrations, oldest forgotten first; one whose process is still
+    /// finishing its grace is kept until it is gone.
+    mutating func evictEnded() {
+        while endedOrder.count - endedOrderStart > policy.historySize {
+            let oldest = endedOrder[endedOrderStart]
+            if let app = apps[oldest], !app.isProcessGone { break }
+            endedOrderStart += 1
+            if let app = apps[oldest] {
+                if endedNames[app.name] == oldest { endedNames[app.name] = nil }
+                apps[oldest] = nil
+            }
+        }
+        if endedOrderStart > 64 && endedOrderStart * 2 > endedOrder.count {
+            endedOrder.removeFirst(endedOrderStart)
+            endedOrderStart = 0
+        }
+    }
+}
+
+extension Lifecycle {
+    /// The shell's timer fired: handles every deadline due at or before `now`, earliest first (same-instant
+    /// deadlines in the order they were scheduled).
+    public mutating func deadlineReached(now: MonotonicInstant) -> [Action] {
+        var actions: [Action] = []
+        while let (id, order) = deadlines.first, order.instant <= now {
+            // Safe: the queue only holds apps with a pending deadline, whose earliest is this one.
+            let kind = record(id).deadlines.earliest!.kind
+            modify(id) { $0.deadlines[kind] = nil }
+            refreshQueue(for: id)
+            handleDeadline(kind, of: id, at: order.instant, into: &actions)
+        }
+        // The shell's timer is spent: re-arm whatever is next, even if it did not move.
+        armedDeadline = nil
+        finish(&actions)
+        return actions
+    }
+
+    private mutating func handleDeadline(
+        _ kind: DeadlineKind, of id: AppID, at deadline: MonotonicInstant, into actions: inout [Action]
+    ) {
+        let app = record(id)
+        switch kind {
+        case .launch:
+            terminate(id, reason: .launchTimeout, now: deadline, into: &actions)
+        case .kill:
+            kill(id, reason: app.exitReason ?? .controller, now: deadline, into: &actions)
+        case .acknowledgement:
+            modify(id) { $0.pendingAcknowledgement = nil }
+            if app.acknowledgementIsForWake || !app.openTasks.isEmpty {
+                // A woken app is suspended again; an app holding a lease has claimed its time.
+                suspendIfIdle(id, now: deadline, into: &actions)
+            } else {
+                terminate(id, reason: .enterBackgroundTimeout, now: deadline, into: &actions)
+            }
+        case .lockGrace:
+            modify(id) {
+                $0.lockGraceActive = false
+                $0.suspensionIsFinalAttempt = true
+            }
+            suspendIfIdle(id, now: deadline, into: &actions)
+            if record(id).state != .suspended {
+                modify(id) { $0.suspensionIsFinalAttempt = false }
+            }
+        case .expirationWarning:
+            if !app.openTasks.isEmpty, !app.expirationWarned {
+                warnExpiration(of: id, now: deadline, into: &actions)
+            }
+        case .budget:
+            if !app.openTasks.isEmpty {
+                terminate(id, reason: .taskExpired, now: deadline, into: &actions)
+            }
+        }
+    }
+}

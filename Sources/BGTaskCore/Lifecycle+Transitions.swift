@@ -1,0 +1,177 @@
+// Inputs that move an app between the foreground and the background, and the suspension step.
+
+/// A state a controller may ask for (`SetState`).
+public enum RequestedState: String, Sendable, CaseIterable {
+    /// Foreground, receiving input.
+    case active
+    /// Foreground, not receiving input.
+    case inactive
+    /// Background (a suspended app stays suspended).
+    case background
+}
+
+extension Lifecycle {
+    /// A controller moves an app (the `SetState` call). Moving from `active` to `background` passes through
+    /// `inactive`, and from the background to `active` through `inactive`, sending both events in order.
+    /// Asking for the state the app is in changes nothing.
+    public mutating func setState(
+        _ id: AppID, to requested: RequestedState, now: MonotonicInstant
+    ) throws(LifecycleError) -> [Action] {
+        guard let app = apps[id] else { throw .noSuchApp(id.description) }
+        var actions: [Action] = []
+        switch (app.state, requested) {
+        case (.notRunning, _), (.terminated, _):
+            throw .invalidState(app: app.name, state: app.state.rawValue)
+        case (.active, .active), (.inactive, .inactive), (.background, .background), (.suspended, .background):
+            return []
+        case (.active, .inactive):
+            resignActive(id, now: now, into: &actions)
+        case (.active, .background):
+            resignActive(id, now: now, into: &actions)
+            enterBackground(id, now: now, into: &actions)
+        case (.inactive, .active):
+            becomeActive(id, now: now, into: &actions)
+        case (.inactive, .background):
+            enterBackground(id, now: now, into: &actions)
+        case (.background, .inactive), (.suspended, .inactive):
+            enterForeground(id, now: now, into: &actions)
+        case (.background, .active), (.suspended, .active):
+            enterForeground(id, now: now, into: &actions)
+            becomeActive(id, now: now, into: &actions)
+        }
+        finish(&actions)
+        return actions
+    }
+
+    mutating func resignActive(_ id: AppID, now: MonotonicInstant, into actions: inout [Action]) {
+        changeState(id, to: .inactive, now: now, into: &actions)
+        let event = makeEvent(.willResignActive)
+        deliver(event, to: id, behavior: .coalesce, into: &actions)
+    }
+
+    mutating func becomeActive(_ id: AppID, now: MonotonicInstant, into actions: inout [Action]) {
+        changeState(id, to: .active, now: now, into: &actions)
+        modify(id) { $0.lastForeground = now }
+        let event = makeEvent(.didBecomeActive)
+        deliver(event, to: id, behavior: .coalesce, into: &actions)
+    }
+
+    /// inactive → background: a fresh budget, `didEnterBackground`, and its acknowledgement deadline.
+    mutating func enterBackground(_ id: AppID, now: MonotonicInstant, into actions: inout [Action]) {
+        let app = record(id)
+        var budgetEnd = now + app.policy.backgroundTime
+        let dailyCap = app.policy.backgroundBudgetPerDay
+        if dailyCap > .zero {
+            let used = ledgers[app.name]?.used(at: now) ?? .zero
+            let available = used < dailyCap ? dailyCap - used : .zero
+            budgetEnd = min(budgetEnd, now + available)
+        }
+        let event = makeEvent(.didEnterBackground)
+        modify(id) {
+            $0.lastForeground = now
+            $0.budgetEnd = budgetEnd
+            $0.runningInBackgroundSince = now
+            $0.expirationWarned = false
+            $0.lockGraceActive = false
+            $0.pendingAcknowledgement = event.id
+            $0.acknowledgementIsForWake = false
+        }
+        changeState(id, to: .background, now: now, into: &actions)
+        deliver(event, to: id, behavior: .coalesce, into: &actions)
+        setDeadline(.acknowledgement, of: id, at: now + app.policy.enterBackgroundGrace)
+        armBudgetDeadlines(of: id, now: now, into: &actions)
+    }
+
+    /// background or suspended → inactive, resuming first if suspended; the budget resets.
+    mutating func enterForeground(_ id: AppID, now: MonotonicInstant, into actions: inout [Action]) {
+        if record(id).state == .suspended {
+            resume(id, now: now, into: &actions)
+        }
+        closeBackgroundStretch(of: id, now: now)
+        clearDeadlines([.acknowledgement, .lockGrace, .expirationWarning, .budget], of: id)
+        modify(id) {
+            $0.budgetEnd = nil
+            $0.pendingAcknowledgement = nil
+            $0.expirationWarned = false
+            $0.lockGraceActive = false
+            $0.suspensionIsFinalAttempt = false
+            $0.lastForeground = now
+        }
+        changeState(id, to: .inactive, now: now, into: &actions)
+        let event = makeEvent(.willEnterForeground)
+        deliver(event, to: id, behavior: .coalesce, into: &actions)
+    }
+
+    /// Arms the expiration warning and budget deadlines when the app runs in background with leases open;
+    /// acts at once on those already due.
+    mutating func armBudgetDeadlines(of id: AppID, now: MonotonicInstant, into actions: inout [Action]) {
+        let app = record(id)
+        guard app.state == .background, !app.openTasks.isEmpty, let budgetEnd = app.budgetEnd else { return }
+        if budgetEnd <= now {
+            if !app.expirationWarned { warnExpiration(of: id, now: now, into: &actions) }
+            terminate(id, reason: .taskExpired, now: now, into: &actions)
+            return
+        }
+        if !app.expirationWarned {
+            let warnAt = budgetEnd - app.policy.expirationWarning
+            if warnAt <= now {
+                warnExpiration(of: id, now: now, into: &actions)
+            } else if app.deadlines[.expirationWarning] == nil {
+                setDeadline(.expirationWarning, of: id, at: warnAt)
+            }
+        }
+        if app.deadlines[.budget] == nil {
+            setDeadline(.budget, of: id, at: budgetEnd)
+        }
+    }
+
+    /// Sends `backgroundTaskExpiring` listing every open task.
+    mutating func warnExpiration(of id: AppID, now: MonotonicInstant, into actions: inout [Action]) {
+        clearDeadline(.expirationWarning, of: id)
+        modify(id) { $0.expirationWarned = true }
+        let taskIDs = record(id).openTasks
+        var event = makeEvent(.backgroundTaskExpiring)
+        event.taskIDs = taskIDs
+        deliver(event, to: id, behavior: .coalesce, into: &actions)
+        audit(.expirationWarning, id, now: now, into: &actions) { $0.taskIDs = taskIDs }
+    }
+
+    /// Suspends an app in background whose work is done: no lease, nothing left to acknowledge.
+    /// `ExitsOnSuspend` apps are terminated instead.
+    mutating func suspendIfIdle(_ id: AppID, now: MonotonicInstant, into actions: inout [Action]) {
+        let app = record(id)
+        guard app.state == .background, app.openTasks.isEmpty, app.pendingAcknowledgement == nil,
+            !app.lockGraceActive
+        else { return }
+        if app.policy.exitsOnSuspend {
+            terminate(id, reason: .exitsOnSuspend, now: now, into: &actions)
+            return
+        }
+        closeBackgroundStretch(of: id, now: now)
+        clearDeadlines([.acknowledgement, .expirationWarning, .budget], of: id)
+        changeState(id, to: .suspended, now: now, into: &actions)
+        actions.append(.suspend(id))
+    }
+
+    /// The shell did not freeze the app because it holds a file lock. The first refusal starts
+    /// `LockedSuspendGraceSec`; a refusal after the grace terminates the app `suspended-holding-lock`.
+    public mutating func suspensionRefused(_ id: AppID, now: MonotonicInstant) -> [Action] {
+        guard let app = apps[id], app.state == .suspended else { return [] }
+        var actions: [Action] = []
+        if app.suspensionIsFinalAttempt {
+            modify(id) { $0.state = .background }
+            terminate(id, reason: .suspendedHoldingLock, now: now, into: &actions)
+        } else {
+            modify(id) {
+                $0.lockGraceActive = true
+                $0.runningInBackgroundSince = now
+            }
+            changeState(id, to: .background, now: now, into: &actions)
+            audit(.suspensionDeferred, id, now: now, into: &actions)
+            setDeadline(.lockGrace, of: id, at: now + app.policy.lockedSuspendGrace)
+            armBudgetDeadlines(of: id, now: now, into: &actions)
+        }
+        finish(&actions)
+        return actions
+    }
+}

@@ -1,0 +1,206 @@
+// The lifecycle and lease policy as a struct state machine: one method per input, each returning actions.
+
+/// The policy of DESIGN §1, §2 and §4 (ordering): apps, states, leases, budgets, deadlines, event queues.
+///
+/// Every input is a mutating method that carries `now` and returns the `Action`s the shell must carry out,
+/// in order. Nothing here reads a clock, touches the system or keeps global state, so a test can drive it
+/// through any timeline and the daemon can replay it. Requests the policy refuses throw `LifecycleError`
+/// and change nothing.
+///
+/// Deadlines live in one priority queue keyed by app (each app's earliest pending deadline), so the shell
+/// keeps a single timer: `.armTimer(at:)` is emitted whenever the earliest deadline changes, and the shell
+/// calls `deadlineReached(now:)` when it fires.
+public struct Lifecycle: Sendable {
+    /// The policy in force; see `updatePolicy(_:)`.
+    public private(set) var policy: CorePolicy
+
+    var apps: [AppID: AppRecord] = [:]
+    /// Apps holding their name (see `AppRecord.holdsName`).
+    var liveNames: [String: AppID] = [:]
+    /// The latest ended registration of each name still remembered, for `GetApp`.
+    var endedNames: [String: AppID] = [:]
+    /// Ended registrations in the order they ended; the oldest are forgotten past `historySize`.
+    var endedOrder: [AppID] = []
+    var endedOrderStart = 0
+    var tasks: [TaskID: TaskRecord] = [:]
+    var deadlines = DeadlineQueue<AppID>()
+    var armedDeadline: MonotonicInstant?
+    var ledgers: [String: UsageLedger] = [:]
+    var nextAppID: Int64 = 1
+    var nextTaskID: Int64 = 1
+    var nextEventID: Int64 = 1
+    var nextSequence: UInt64 = 0
+
+    /// Creates an empty policy state.
+    public init(policy: CorePolicy = CorePolicy()) {
+        self.policy = policy
+    }
+
+    /// Replaces the policy (configuration reload). Apps keep the per-app policy they registered with;
+    /// limits apply to the next request.
+    public mutating func updatePolicy(_ policy: CorePolicy) {
+        self.policy = policy
+    }
+
+    /// The earliest pending deadline: the instant the shell's timer must be armed at.
+    public var nextDeadline: MonotonicInstant? {
+        deadlines.first?.order.instant
+    }
+}
+
+// MARK: - Internal helpers shared by the input methods
+
+extension Lifecycle {
+    /// Runs `body` on the record of `id`, which the caller has checked exists.
+    @inline(__always)
+    mutating func modify<Result>(_ id: AppID, _ body: (inout AppRecord) -> Result) -> Result {
+        guard apps[id] != nil else {
+            preconditionFailure("policy bookkeeping lost \(id)")
+        }
+        // Safe: checked just above, and nothing in between removes it.
+        return body(&apps[id]!)
+    }
+
+    /// The record of `id`, which the caller has checked exists.
+    func record(_ id: AppID) -> AppRecord {
+        guard let record = apps[id] else { preconditionFailure("policy bookkeeping lost \(id)") }
+        return record
+    }
+
+    mutating func makeEvent(_ kind: EventKind) -> AppEvent {
+        defer { nextEventID += 1 }
+        return AppEvent(id: EventID(rawValue: nextEventID), kind: kind)
+    }
+
+    mutating func audit(
+        _ kind: AuditKind, _ id: AppID, now: MonotonicInstant, into actions: inout [Action],
+        _ fill: (inout AuditRecord) -> Void = { _ in }
+    ) {
+        var entry = AuditRecord(time: now, app: id, appName: record(id).name, kind: kind)
+        fill(&entry)
+        actions.append(.record(entry))
+    }
+
+    /// Schedules (or replaces) one deadline of an app and refreshes the app's place in the queue.
+    mutating func setDeadline(_ kind: DeadlineKind, of id: AppID, at instant: MonotonicInstant) {
+        let order = DeadlineOrder(instant: instant, sequence: nextSequence)
+        nextSequence += 1
+        modify(id) { $0.deadlines[kind] = order }
+        refreshQueue(for: id)
+    }
+
+    /// Cancels one deadline of an app.
+    mutating func clearDeadline(_ kind: DeadlineKind, of id: AppID) {
+        guard record(id).deadlines[kind] != nil else { return }
+        modify(id) { $0.deadlines[kind] = nil }
+        refreshQueue(for: id)
+    }
+
+    /// Cancels several deadlines of an app at once.
+    mutating func clearDeadlines(_ kinds: [DeadlineKind], of id: AppID) {
+        var changed = false
+        modify(id) { app in
+            for kind in kinds where app.deadlines[kind] != nil {
+                app.deadlines[kind] = nil
+                changed = true
+            }
+        }
+        if changed { refreshQueue(for: id) }
+    }
+
+    mutating func refreshQueue(for id: AppID) {
+        if let earliest = record(id).deadlines.earliest {
+            deadlines.set(id, to: earliest.order)
+        } else {
+            deadlines.remove(id)
+        }
+    }
+
+    /// Appends `.armTimer` when the earliest deadline moved since the shell last armed its timer.
+    mutating func finish(_ actions: inout [Action]) {
+        let next = nextDeadline
+        if next != armedDeadline {
+            armedDeadline = next
+            actions.append(.armTimer(at: next))
+        }
+    }
+
+    /// Sends an event to a running app, or queues it (coalescing by kind and name) for a suspended one.
+    mutating func deliver(_ event: AppEvent, to id: AppID, behavior: DeliveryBehavior, into actions: inout [Action]) {
+        let app = record(id)
+        guard app.isRegistered else { return }
+        switch app.state {
+        case .active, .inactive, .background:
+            actions.append(.send(event, to: id))
+        case .suspended:
+            enqueue(event, for: id, behavior: behavior)
+        case .notRunning, .terminated:
+            break
+        }
+    }
+
+    /// Queues an event for a suspended app per its behaviour; returns whether it was kept.
+    @discardableResult
+    mutating func enqueue(_ event: AppEvent, for id: AppID, behavior: DeliveryBehavior) -> Bool {
+        let heldMax = policy.heldEventsPerAppMax
+        return modify(id) { app in
+            switch behavior {
+            case .drop, .wake:
+                return false
+            case .coalesce:
+                if let index = app.queue.firstIndex(where: {
+                    $0.behavior == .coalesce && $0.event.kind == event.kind && $0.event.name == event.name
+                }) {
+                    let merged = (app.queue[index].event.count ?? 1) + 1
+                    var replacement = event
+                    replacement.id = app.queue[index].event.id
+                    replacement.count = merged
+                    app.queue[index].event = replacement
+                } else {
+                    var first = event
+                    first.count = 1
+                    app.queue.append(QueuedEvent(event: first, behavior: .coalesce))
+                }
+                return true
+            case .hold:
+                app.queue.append(QueuedEvent(event: event, behavior: .hold))
+                let held = app.queue.lazy.filter { $0.behavior == .hold }.count
+                if held > heldMax, let oldest = app.queue.firstIndex(where: { $0.behavior == .hold }) {
+                    app.queue.remove(at: oldest)
+                }
+                return true
+            }
+        }
+    }
+
+    /// Resumes a suspended app and delivers what it missed, oldest first.
+    mutating func resume(_ id: AppID, now: MonotonicInstant, into actions: inout [Action]) {
+        actions.append(.resume(id))
+        let queued = modify(id) { app -> [QueuedEvent] in
+            defer { app.queue.removeAll() }
+            return app.queue
+        }
+        for entry in queued {
+            actions.append(.send(entry.event, to: id))
+        }
+    }
+
+    /// Closes the current stretch of running in background in the daily ledger.
+    mutating func closeBackgroundStretch(of id: AppID, now: MonotonicInstant) {
+        guard let since = record(id).runningInBackgroundSince else { return }
+        modify(id) { $0.runningInBackgroundSince = nil }
+        let app = record(id)
+        guard app.policy.backgroundBudgetPerDay > .zero else { return }
+        ledgers[app.name, default: UsageLedger()].add(from: since, to: now)
+    }
+
+    mutating func changeState(_ id: AppID, to state: AppState, now: MonotonicInstant, into actions: inout [Action]) {
+        modify(id) { $0.state = state }
+        audit(.stateChanged, id, now: now, into: &actions) { $0.state = state }
+    }
+
+    func remaining(of app: AppRecord, now: MonotonicInstant) -> Duration? {
+        guard let end = app.budgetEnd, app.state == .background || app.state == .suspended else { return nil }
+        return end > now ? end - now : .zero
+    }
+}
