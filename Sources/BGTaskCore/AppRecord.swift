@@ -16,20 +16,43 @@ enum DeadlineKind: Int, CaseIterable {
     case budget
 }
 
-/// The pending deadlines of one app, one slot per kind.
+/// The pending deadlines of one app, one slot per kind, stored inline (no allocation per app).
 struct PendingDeadlines: Sendable {
-    private var slots: [DeadlineOrder?] = Array(repeating: nil, count: DeadlineKind.allCases.count)
+    private var launch: DeadlineOrder?
+    private var kill: DeadlineOrder?
+    private var acknowledgement: DeadlineOrder?
+    private var lockGrace: DeadlineOrder?
+    private var expirationWarning: DeadlineOrder?
+    private var budget: DeadlineOrder?
 
     subscript(kind: DeadlineKind) -> DeadlineOrder? {
-        get { slots[kind.rawValue] }
-        set { slots[kind.rawValue] = newValue }
+        get {
+            switch kind {
+            case .launch: launch
+            case .kill: kill
+            case .acknowledgement: acknowledgement
+            case .lockGrace: lockGrace
+            case .expirationWarning: expirationWarning
+            case .budget: budget
+            }
+        }
+        set {
+            switch kind {
+            case .launch: launch = newValue
+            case .kill: kill = newValue
+            case .acknowledgement: acknowledgement = newValue
+            case .lockGrace: lockGrace = newValue
+            case .expirationWarning: expirationWarning = newValue
+            case .budget: budget = newValue
+            }
+        }
     }
 
     /// The earliest pending deadline; among equal ones, the first scheduled.
     var earliest: (kind: DeadlineKind, order: DeadlineOrder)? {
         var best: (kind: DeadlineKind, order: DeadlineOrder)?
         for kind in DeadlineKind.allCases {
-            if let order = slots[kind.rawValue], best.map({ order < $0.order }) ?? true {
+            if let order = self[kind], best.map({ order < $0.order }) ?? true {
                 best = (kind, order)
             }
         }
@@ -46,9 +69,10 @@ struct QueuedEvent: Sendable {
     var behavior: DeliveryBehavior
 }
 
-/// One open lease.
-struct TaskRecord: Sendable {
-    var app: AppID
+/// One open lease. Leases live in their app's record: every request naming a lease also names its app, and
+/// an app holds at most `TasksPerAppMax`, so no daemon-wide table (and no cache miss into one) is needed.
+struct OpenTask: Sendable {
+    var id: TaskID
     var name: String?
     var began: MonotonicInstant
 }
@@ -67,8 +91,8 @@ struct AppRecord: Sendable {
     var isRegistered: Bool
     /// The shell reported the process gone.
     var isProcessGone = false
-    /// Open leases, ascending (ids only grow, so appending keeps the order).
-    var openTasks: [TaskID] = []
+    /// Open leases, ascending by id (ids only grow, so appending keeps the order).
+    var openTasks: [OpenTask] = []
     /// When the shared background budget ends; set while in background or suspended.
     var budgetEnd: MonotonicInstant?
     /// Start of the current stretch of running in background, for the daily ledger.
@@ -89,6 +113,9 @@ struct AppRecord: Sendable {
     var exitReason: TerminationReason?
     /// When it was last in the foreground (registration counts): the reclamation tie-break, oldest first.
     var lastForeground: MonotonicInstant
+
+    /// The ids of the open leases, ascending.
+    var openTaskIDs: [TaskID] { openTasks.map(\.id) }
 
     /// Whether this registration holds its name: it is registered and running or suspended, or it is a
     /// launched app still within its launch timeout.

@@ -14,18 +14,21 @@ public struct DeadlineOrder: Hashable, Comparable, Sendable {
     }
 }
 
-/// A priority queue holding at most one deadline per key.
+/// A priority queue holding at most one deadline per app.
 ///
 /// The core keeps one entry per app (its earliest pending deadline), so the shell needs one timer, and the
-/// cost of every update is logarithmic in the number of apps with pending deadlines.
-struct DeadlineQueue<Key: Hashable & Sendable>: Sendable {
+/// cost of every update is logarithmic in the number of apps with pending deadlines. Heap positions are kept
+/// in an array indexed by the app's table slot, so moving an entry costs no hashing.
+struct DeadlineQueue: Sendable {
+    typealias Key = AppID
+
     private struct Entry: Sendable {
         var order: DeadlineOrder
         var key: Key
     }
 
     private var heap: [Entry] = []
-    private var positions: [Key: Int] = [:]
+    private var positions = SlotPositions()
 
     /// The number of keys with a deadline.
     var count: Int { heap.count }
@@ -106,5 +109,31 @@ struct DeadlineQueue<Key: Hashable & Sendable>: Sendable {
         }
         heap[parent] = entry
         positions[entry.key] = parent
+    }
+}
+
+/// Heap positions by app-table slot; -1 where the slot has no entry.
+private struct SlotPositions: Sendable {
+    private var storage: [Int32] = []
+
+    subscript(key: AppID) -> Int? {
+        get {
+            let slot = key.slot
+            guard slot < storage.count, storage[slot] >= 0 else { return nil }
+            return Int(storage[slot])
+        }
+        set {
+            let slot = key.slot
+            if slot >= storage.count {
+                guard newValue != nil else { return }
+                storage.append(contentsOf: repeatElement(-1, count: max(slot + 1 - storage.count, storage.count)))
+            }
+            storage[slot] = Int32(newValue ?? -1)
+        }
+    }
+
+    mutating func removeValue(forKey key: AppID) -> Int? {
+        defer { self[key] = nil }
+        return self[key]
     }
 }

@@ -10,37 +10,42 @@ extension Lifecycle {
     public mutating func beginBackgroundTask(
         _ id: AppID, name: String?, now: MonotonicInstant
     ) throws(LifecycleError) -> (task: TaskID, actions: [Action]) {
-        guard let app = apps[id] else { throw .noSuchApp(id.description) }
-        guard app.isRegistered, app.state.isRunning || app.state == .suspended else {
-            throw .invalidState(app: app.name, state: app.state.rawValue)
+        guard apps.contains(id) else { throw .noSuchApp(id.description) }
+        // Read in place: copying the whole record is the dominant cost of this hot path.
+        let (state, isRegistered, budgetEnd, openCount) = modify(id) {
+            ($0.state, $0.isRegistered, $0.budgetEnd, $0.openTasks.count)
         }
-        if app.state == .background || app.state == .suspended, let remaining = remaining(of: app, now: now),
-            remaining <= .zero
-        {
-            throw .backgroundTimeExhausted(app: app.name)
+        guard isRegistered, state.isRunning || state == .suspended else {
+            throw .invalidState(app: apps[id]?.name ?? "", state: state.rawValue)
         }
-        guard app.openTasks.count < policy.tasksPerAppMax else {
+        if state == .background || state == .suspended, let budgetEnd, budgetEnd <= now {
+            throw .backgroundTimeExhausted(app: apps[id]?.name ?? "")
+        }
+        guard openCount < policy.tasksPerAppMax else {
             throw .limitExceeded(limit: "TasksPerAppMax", max: policy.tasksPerAppMax)
         }
         var actions: [Action] = []
-        if app.state == .suspended {
+        if state == .suspended {
             wake(id, now: now, into: &actions)
         }
         let task = TaskID(rawValue: nextTaskID)
         nextTaskID += 1
-        tasks[task] = TaskRecord(app: id, name: name, began: now)
-        modify(id) { $0.openTasks.append(task) }
+        modify(id) { $0.openTasks.append(OpenTask(id: task, name: name, began: now)) }
+        openTaskCount += 1
         audit(.taskBegan, id, now: now, into: &actions) {
             $0.taskID = task
             $0.taskName = name
         }
-        if record(id).state == .background {
-            if record(id).lockGraceActive {
+        let (isBackground, lockGraceActive, expirationWarned) = modify(id) {
+            ($0.state == .background, $0.lockGraceActive, $0.expirationWarned)
+        }
+        if isBackground {
+            if lockGraceActive {
                 // Working again: the lock grace is moot; a later suspension gets a fresh one.
                 clearDeadline(.lockGrace, of: id)
                 modify(id) { $0.lockGraceActive = false }
             }
-            if record(id).expirationWarned {
+            if expirationWarned {
                 var event = makeEvent(.backgroundTaskExpiring)
                 event.taskIDs = [task]
                 deliver(event, to: id, behavior: .coalesce, into: &actions)
@@ -57,11 +62,13 @@ extension Lifecycle {
     public mutating func endBackgroundTask(
         _ id: AppID, task: TaskID, now: MonotonicInstant
     ) throws(LifecycleError) -> [Action] {
-        guard let app = apps[id] else { throw .noSuchApp(id.description) }
-        guard let lease = tasks[task], lease.app == id else { throw .noSuchTask(app: app.name, task: task) }
+        guard apps.contains(id) else { throw .noSuchApp(id.description) }
+        guard modify(id, { $0.openTasks.contains { $0.id == task } }) else {
+            throw .noSuchTask(app: apps[id]?.name ?? "", task: task)
+        }
         var actions: [Action] = []
-        endTask(task, cause: .ended, now: now, into: &actions)
-        if record(id).openTasks.isEmpty {
+        endTask(task, of: id, cause: .ended, now: now, into: &actions)
+        if modify(id, { $0.openTasks.isEmpty }) {
             clearDeadlines([.expirationWarning, .budget], of: id)
             suspendIfIdle(id, now: now, into: &actions)
         }
@@ -94,13 +101,17 @@ extension Lifecycle {
         return actions
     }
 
-    /// Ends one lease, recording how.
-    mutating func endTask(_ task: TaskID, cause: TaskEndCause, now: MonotonicInstant, into actions: inout [Action]) {
-        guard let lease = tasks.removeValue(forKey: task) else { return }
-        modify(lease.app) { app in
-            if let index = app.openTasks.firstIndex(of: task) { app.openTasks.remove(at: index) }
+    /// Ends one open lease of an app, recording how.
+    mutating func endTask(
+        _ task: TaskID, of id: AppID, cause: TaskEndCause, now: MonotonicInstant, into actions: inout [Action]
+    ) {
+        let removed = modify(id) { app -> OpenTask? in
+            guard let index = app.openTasks.firstIndex(where: { $0.id == task }) else { return nil }
+            return app.openTasks.remove(at: index)
         }
-        audit(.taskEnded, lease.app, now: now, into: &actions) {
+        guard let lease = removed else { return }
+        openTaskCount -= 1
+        audit(.taskEnded, id, now: now, into: &actions) {
             $0.taskID = task
             $0.taskName = lease.name
             $0.taskEnd = cause
@@ -109,8 +120,8 @@ extension Lifecycle {
 
     /// Ends every open lease of an app (it expired or the app ended).
     mutating func endAllTasks(of id: AppID, cause: TaskEndCause, now: MonotonicInstant, into actions: inout [Action]) {
-        for task in record(id).openTasks {
-            endTask(task, cause: cause, now: now, into: &actions)
+        for task in modify(id, { $0.openTaskIDs }) {
+            endTask(task, of: id, cause: cause, now: now, into: &actions)
         }
     }
 

@@ -52,9 +52,7 @@ extension Lifecycle {
     /// A snapshot of one registration (live, unregistered or ended but remembered).
     public func snapshot(of id: AppID, now: MonotonicInstant) -> AppSnapshot? {
         guard let app = apps[id] else { return nil }
-        let taskSnapshots = app.openTasks.compactMap { task in
-            tasks[task].map { TaskSnapshot(id: task, name: $0.name, began: $0.began) }
-        }
+        let taskSnapshots = app.openTasks.map { TaskSnapshot(id: $0.id, name: $0.name, began: $0.began) }
         return AppSnapshot(
             id: id, name: app.name, state: app.state, pid: app.pid, uid: app.uid, isManaged: app.isManaged,
             tasks: taskSnapshots, backgroundTimeRemaining: remaining(of: app, now: now), exitReason: app.exitReason,
@@ -82,11 +80,4 @@ extension Lifecycle {
     /// Number of suspended apps.
     public var suspendedAppCount: Int { apps.values.lazy.filter { $0.state == .suspended }.count }
 
-    /// Number of open leases across all apps.
-    public var openTaskCount: Int { tasks.count }
-
-    /// The owner of an open lease, if it is open.
-    public func owner(of task: TaskID) -> AppID? {
-        tasks[task]?.app
-    }
 }

@@ -120,15 +120,15 @@ extension Lifecycle {
     mutating func createRecord(
         name: String, process: ProcessIdentity, isManaged: Bool, exitsOnSuspend: Bool?, now: MonotonicInstant
     ) -> AppID {
-        let id = AppID(rawValue: nextAppID)
-        nextAppID += 1
+        let id = apps.makeID()
         if let ended = endedNames.removeValue(forKey: name) {
             forgetEnded(ended)
         }
-        apps[id] = AppRecord(
-            id: id, name: name, pid: process.pid, uid: process.uid, isManaged: isManaged,
-            policy: resolvedPolicy(for: name, exitsOnSuspend: exitsOnSuspend), state: .notRunning,
-            isRegistered: false, lastForeground: now)
+        apps.insert(
+            AppRecord(
+                id: id, name: name, pid: process.pid, uid: process.uid, isManaged: isManaged,
+                policy: resolvedPolicy(for: name, exitsOnSuspend: exitsOnSuspend), state: .notRunning,
+                isRegistered: false, lastForeground: now))
         liveNames[name] = id
         return id
     }

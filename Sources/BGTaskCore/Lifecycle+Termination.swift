@@ -80,7 +80,7 @@ extension Lifecycle {
     /// record stays until it is gone, reachable by identity only).
     mutating func forgetEnded(_ id: AppID) {
         if let app = apps[id], app.isProcessGone, app.deadlines.isEmpty {
-            apps[id] = nil
+            apps.remove(id)
         }
     }
 
@@ -93,7 +93,7 @@ extension Lifecycle {
             endedOrderStart += 1
             if let app = apps[oldest] {
                 if endedNames[app.name] == oldest { endedNames[app.name] = nil }
-                apps[oldest] = nil
+                apps.remove(oldest)
             }
         }
         if endedOrderStart > 64 && endedOrderStart * 2 > endedOrder.count {

@@ -105,22 +105,27 @@ extension Lifecycle {
     /// Arms the expiration warning and budget deadlines when the app runs in background with leases open;
     /// acts at once on those already due.
     mutating func armBudgetDeadlines(of id: AppID, now: MonotonicInstant, into actions: inout [Action]) {
-        let app = record(id)
-        guard app.state == .background, !app.openTasks.isEmpty, let budgetEnd = app.budgetEnd else { return }
+        let (isEligible, budgetEnd, warned, warning, warningArmed, budgetArmed) = modify(id) {
+            (
+                $0.state == .background && !$0.openTasks.isEmpty, $0.budgetEnd, $0.expirationWarned,
+                $0.policy.expirationWarning, $0.deadlines[.expirationWarning] != nil, $0.deadlines[.budget] != nil
+            )
+        }
+        guard isEligible, let budgetEnd else { return }
         if budgetEnd <= now {
-            if !app.expirationWarned { warnExpiration(of: id, now: now, into: &actions) }
+            if !warned { warnExpiration(of: id, now: now, into: &actions) }
             terminate(id, reason: .taskExpired, now: now, into: &actions)
             return
         }
-        if !app.expirationWarned {
-            let warnAt = budgetEnd - app.policy.expirationWarning
+        if !warned {
+            let warnAt = budgetEnd - warning
             if warnAt <= now {
                 warnExpiration(of: id, now: now, into: &actions)
-            } else if app.deadlines[.expirationWarning] == nil {
+            } else if !warningArmed {
                 setDeadline(.expirationWarning, of: id, at: warnAt)
             }
         }
-        if app.deadlines[.budget] == nil {
+        if !budgetArmed {
             setDeadline(.budget, of: id, at: budgetEnd)
         }
     }
@@ -129,7 +134,7 @@ extension Lifecycle {
     mutating func warnExpiration(of id: AppID, now: MonotonicInstant, into actions: inout [Action]) {
         clearDeadline(.expirationWarning, of: id)
         modify(id) { $0.expirationWarned = true }
-        let taskIDs = record(id).openTasks
+        let taskIDs = modify(id) { $0.openTaskIDs }
         var event = makeEvent(.backgroundTaskExpiring)
         event.taskIDs = taskIDs
         deliver(event, to: id, behavior: .coalesce, into: &actions)
@@ -139,11 +144,14 @@ extension Lifecycle {
     /// Suspends an app in background whose work is done: no lease, nothing left to acknowledge.
     /// `ExitsOnSuspend` apps are terminated instead.
     mutating func suspendIfIdle(_ id: AppID, now: MonotonicInstant, into actions: inout [Action]) {
-        let app = record(id)
-        guard app.state == .background, app.openTasks.isEmpty, app.pendingAcknowledgement == nil,
-            !app.lockGraceActive
-        else { return }
-        if app.policy.exitsOnSuspend {
+        let (isIdle, exitsOnSuspend) = modify(id) {
+            (
+                $0.state == .background && $0.openTasks.isEmpty && $0.pendingAcknowledgement == nil
+                    && !$0.lockGraceActive, $0.policy.exitsOnSuspend
+            )
+        }
+        guard isIdle else { return }
+        if exitsOnSuspend {
             terminate(id, reason: .exitsOnSuspend, now: now, into: &actions)
             return
         }

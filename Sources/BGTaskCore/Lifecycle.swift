@@ -14,7 +14,7 @@ public struct Lifecycle: Sendable {
     /// The policy in force; see `updatePolicy(_:)`.
     public private(set) var policy: CorePolicy
 
-    var apps: [AppID: AppRecord] = [:]
+    var apps = AppTable()
     /// Apps holding their name (see `AppRecord.holdsName`).
     var liveNames: [String: AppID] = [:]
     /// The latest ended registration of each name still remembered, for `GetApp`.
@@ -22,11 +22,11 @@ public struct Lifecycle: Sendable {
     /// Ended registrations in the order they ended; the oldest are forgotten past `historySize`.
     var endedOrder: [AppID] = []
     var endedOrderStart = 0
-    var tasks: [TaskID: TaskRecord] = [:]
-    var deadlines = DeadlineQueue<AppID>()
+    /// Open leases across all apps.
+    public internal(set) var openTaskCount = 0
+    var deadlines = DeadlineQueue()
     var armedDeadline: MonotonicInstant?
     var ledgers: [String: UsageLedger] = [:]
-    var nextAppID: Int64 = 1
     var nextTaskID: Int64 = 1
     var nextEventID: Int64 = 1
     var nextSequence: UInt64 = 0
@@ -54,7 +54,7 @@ extension Lifecycle {
     /// Runs `body` on the record of `id`, which the caller has checked exists.
     @inline(__always)
     mutating func modify<Result>(_ id: AppID, _ body: (inout AppRecord) -> Result) -> Result {
-        guard apps[id] != nil else {
+        guard apps.contains(id) else {
             preconditionFailure("policy bookkeeping lost \(id)")
         }
         // Safe: checked just above, and nothing in between removes it.
@@ -76,7 +76,7 @@ extension Lifecycle {
         _ kind: AuditKind, _ id: AppID, now: MonotonicInstant, into actions: inout [Action],
         _ fill: (inout AuditRecord) -> Void = { _ in }
     ) {
-        var entry = AuditRecord(time: now, app: id, appName: record(id).name, kind: kind)
+        var entry = AuditRecord(time: now, app: id, appName: modify(id) { $0.name }, kind: kind)
         fill(&entry)
         actions.append(.record(entry))
     }
@@ -91,7 +91,7 @@ extension Lifecycle {
 
     /// Cancels one deadline of an app.
     mutating func clearDeadline(_ kind: DeadlineKind, of id: AppID) {
-        guard record(id).deadlines[kind] != nil else { return }
+        guard apps[id]?.deadlines[kind] != nil else { return }
         modify(id) { $0.deadlines[kind] = nil }
         refreshQueue(for: id)
     }
@@ -109,7 +109,7 @@ extension Lifecycle {
     }
 
     mutating func refreshQueue(for id: AppID) {
-        if let earliest = record(id).deadlines.earliest {
+        if let earliest = apps[id]?.deadlines.earliest {
             deadlines.set(id, to: earliest.order)
         } else {
             deadlines.remove(id)

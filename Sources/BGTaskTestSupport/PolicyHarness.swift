@@ -24,6 +24,9 @@ public final class PolicyHarness {
     public private(set) var killed: Set<AppID> = []
     /// The instant the shell's single timer is armed at.
     public private(set) var armedDeadline: MonotonicInstant?
+    /// Shell-side contract breaches seen while executing actions (an event sent to a frozen app, a resume of an
+    /// app that was not stopped, a suspend of one already stopped).
+    public private(set) var violations: [String] = []
     /// Events sent to each app, in order.
     public private(set) var delivered: [AppID: [AppEvent]] = [:]
     private var timer: ManualEventLoop.Timer?
@@ -123,8 +126,10 @@ public final class PolicyHarness {
         execute(core.registrationClosed(app, now: now))
     }
 
-    /// The app's process ended.
+    /// The app's process ended. Like the daemon, the shell first releases whatever it held for the app: a
+    /// stopped app's freeze (other processes of its group or cgroup must not stay stopped).
     public func processExited(_ app: AppID, how: ProcessEnd = .exited) {
+        frozen.remove(app)
         execute(core.processExited(app, how: how, now: now))
     }
 
@@ -178,7 +183,7 @@ public final class PolicyHarness {
             actions.append(action)
             switch action {
             case .send(let event, let app):
-                precondition(!frozen.contains(app), "sent \(event.kind) to frozen \(app)")
+                if frozen.contains(app) { violations.append("sent \(event.kind) to frozen \(name(app))") }
                 delivered[app, default: []].append(event)
                 pendingEffects.append("\(name(app)) ← \(Self.describe(event))")
             case .suspend(let app):
@@ -186,11 +191,12 @@ public final class PolicyHarness {
                     pendingEffects.append("suspend \(name(app)) refused: lock")
                     deferredInputs.append { [unowned self] in self.core.suspensionRefused(app, now: self.now) }
                 } else {
+                    if frozen.contains(app) { violations.append("suspended \(name(app)) twice") }
                     frozen.insert(app)
                     pendingEffects.append("suspend \(name(app))")
                 }
             case .resume(let app):
-                frozen.remove(app)
+                if frozen.remove(app) == nil { violations.append("resumed \(name(app)), which was not stopped") }
                 pendingEffects.append("resume \(name(app))")
             case .kill(let app, let reason):
                 frozen.remove(app)

@@ -1,0 +1,34 @@
+// bgtask-bench: measures bgtaskd's costs. Build with `swift run -c release bgtask-bench MODE`.
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+let usage = """
+    usage: bgtask-bench MODE
+      core [--populations N,N,...]
+              policy core ns/op for lease begin+end and deadline processing at 100, 10k and 100k live leases
+    """
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+switch arguments.first {
+case "core":
+    var benchmark = CoreBenchmark()
+    if arguments.count == 3, arguments[1] == "--populations" {
+        let populations = arguments[2].split(separator: ",").compactMap { Int($0) }.filter { $0 > 0 }
+        guard !populations.isEmpty else {
+            FileDescriptorOutput.standardError.write("bgtask-bench: --populations takes positive integers\n")
+            exit(64)
+        }
+        benchmark.populations = populations
+    } else if arguments.count != 1 {
+        FileDescriptorOutput.standardError.write(usage + "\n")
+        exit(64)
+    }
+    for line in benchmark.run() { print(line) }
+case "-h", "--help", "help":
+    print(usage)
+default:
+    FileDescriptorOutput.standardError.write("bgtask-bench: unknown or missing mode\n\(usage)\n")
+    exit(64)
+}

@@ -1,0 +1,286 @@
+// A seeded randomized model test: thousands of random operation sequences, invariants checked after every step.
+
+@testable import BGTaskCore
+import BGTaskTestSupport
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Drives one random sequence and checks the invariants of the policy after each step.
+private struct ModelRun {
+    let seed: UInt64
+    var random: SeededGenerator
+    let h: PolicyHarness
+    let verbose: Bool
+    var log: [String] = []
+    var knownApps: [AppID] = []
+    /// Tasks seen beginning, and how often each ended.
+    var begun: Set<TaskID> = []
+    var endings: [TaskID: Int] = [:]
+    var processedActions = 0
+    /// The last remaining time seen for apps continuously in background or suspended.
+    var lastRemaining: [AppID: Duration] = [:]
+
+    static let names = ["a", "b", "c", "d", "e"]
+
+    init(seed: UInt64, verbose: Bool) {
+        self.seed = seed
+        self.verbose = verbose
+        random = SeededGenerator(seed: seed)
+        var policy = CorePolicy()
+        policy.defaultAppPolicy.backgroundTime = .milliseconds(Int64.random(in: 1_000...30_000, using: &random))
+        policy.defaultAppPolicy.expirationWarning = .milliseconds(Int64.random(in: 0...6_000, using: &random))
+        policy.defaultAppPolicy.enterBackgroundGrace = .milliseconds(Int64.random(in: 100...6_000, using: &random))
+        policy.defaultAppPolicy.willTerminateGrace = .milliseconds(Int64.random(in: 0...6_000, using: &random))
+        policy.defaultAppPolicy.launchTimeout = .milliseconds(Int64.random(in: 100...6_000, using: &random))
+        policy.defaultAppPolicy.lockedSuspendGrace = .milliseconds(Int64.random(in: 0...3_000, using: &random))
+        if random.chance(30) {
+            policy.defaultAppPolicy.backgroundBudgetPerDay = .milliseconds(Int64.random(in: 500...40_000, using: &random))
+        }
+        policy.tasksPerAppMax = Int.random(in: 1...4, using: &random)
+        policy.heldEventsPerAppMax = Int.random(in: 1...3, using: &random)
+        policy.historySize = Int.random(in: 1...4, using: &random)
+        policy.reclaimForeground = random.chance(50)
+        h = PolicyHarness(policy: policy)
+    }
+
+    /// Runs `steps` random operations; returns the first invariant violation, if any.
+    mutating func run(steps: Int) -> String? {
+        for step in 0..<steps {
+            let before = h.core.snapshots(now: h.now, includeEnded: true)
+            let description: String
+            var failed = false
+            do {
+                description = try performRandomOperation()
+            } catch {
+                description = "refused: \(error)"
+                failed = true
+            }
+            if verbose { print("[\(seed):\(step)] @\(h.now) \(description)") }
+            log.append("@\(h.now) \(description)")
+            if failed, h.core.snapshots(now: h.now, includeEnded: true) != before {
+                return "step \(step): a refused request changed the state (\(description))"
+            }
+            if let violation = checkInvariants() {
+                return "step \(step) (\(description)): \(violation)"
+            }
+        }
+        return nil
+    }
+
+    /// Mostly an app holding its name, sometimes any app ever seen (ended ones exercise the refusals).
+    mutating func randomApp() -> AppID? {
+        let live = knownApps.filter { h.core.apps[$0]?.holdsName == true }
+        if !live.isEmpty && random.chance(85) { return live.randomElement(using: &random) }
+        return knownApps.randomElement(using: &random)
+    }
+
+    /// Adds what this run's audit trail shows to the coverage tally.
+    func tally(into coverage: inout [String: Int]) {
+        for case .record(let entry) in h.actions {
+            coverage["kind \(entry.kind)", default: 0] += 1
+            if entry.kind == .terminated, let reason = entry.reason {
+                coverage["reason \(reason.rawValue)", default: 0] += 1
+            }
+            if entry.kind == .stateChanged, let state = entry.state {
+                coverage["state \(state)", default: 0] += 1
+            }
+        }
+    }
+
+    mutating func performRandomOperation() throws(LifecycleError) -> String {
+        let roll = Int.random(in: 0..<100, using: &random)
+        let app = randomApp()
+        switch roll {
+        case 0..<10:
+            let name = Self.names.randomElement(using: &random)!
+            let pid: Int32? = random.chance(20) ? Int32.random(in: 1...3, using: &random) : nil
+            let initial: InitialState = random.chance(20) ? .background : .active
+            let exits: Bool? = random.chance(10) ? true : nil
+            let id = try h.register(name, pid: pid, exitsOnSuspend: exits, initialState: initial)
+            if !knownApps.contains(id) { knownApps.append(id) }
+            return "register \(name) pid \(pid.map(String.init) ?? "default") \(initial) -> \(id)"
+        case 10..<12:
+            let name = Self.names.randomElement(using: &random)!
+            let id = try h.launch(name)
+            knownApps.append(id)
+            return "launch \(name) -> \(id)"
+        case 12..<27:
+            guard let app else { return "no app" }
+            let state = RequestedState.allCases.randomElement(using: &random)!
+            try h.setState(app, state)
+            return "setState \(app) \(state)"
+        case 27..<37:
+            guard let app else { return "no app" }
+            let task = try h.begin(app, "t")
+            return "begin \(app) -> \(task)"
+        case 37..<47:
+            guard let app else { return "no app" }
+            let open = h.core.snapshot(of: app, now: h.now)?.tasks.map(\.id) ?? []
+            let task =
+                random.chance(80) && !open.isEmpty
+                ? open.randomElement(using: &random)! : TaskID(rawValue: Int64.random(in: 1...40, using: &random))
+            try h.end(app, task)
+            return "end \(app) \(task)"
+        case 47..<55:
+            guard let app else { return "no app" }
+            let events = h.events(of: app)
+            let event =
+                random.chance(85) && !events.isEmpty
+                ? events.last!.id : EventID(rawValue: Int64.random(in: -1...60, using: &random))
+            try h.acknowledge(app, event)
+            return "ack \(app) \(event)"
+        case 55..<62:
+            let behavior = DeliveryBehavior.allCases.randomElement(using: &random)!
+            let target = random.chance(50) ? app : nil
+            let name = ["x", "y"].randomElement(using: &random)!
+            let result = try h.post(name, payload: "\(Int.random(in: 0...9, using: &random))", behavior: behavior, to: target)
+            return "post \(name) \(behavior) to \(target?.description ?? "all") -> \(result)"
+        case 62..<64:
+            guard let app else { return "no app" }
+            try h.terminate(app)
+            return "terminate \(app)"
+        case 64..<67:
+            guard let app else { return "no app" }
+            h.closeRegistration(app)
+            return "close \(app)"
+        case 67..<70:
+            guard let app else { return "no app" }
+            let how: ProcessEnd = random.chance(50) ? .exited : .crashed
+            h.processExited(app, how: how)
+            return "exit \(app) \(how)"
+        case 70..<74:
+            guard let app else { return "no app" }
+            if h.lockHolders.remove(app) == nil { h.lockHolders.insert(app) }
+            return "toggle lock \(app)"
+        case 74..<76:
+            var readings: [AppID: UInt64] = [:]
+            for id in knownApps where random.chance(80) { readings[id] = UInt64.random(in: 0...100, using: &random) }
+            h.memoryWarning(readings: readings, bytesToFree: UInt64.random(in: 0...150, using: &random))
+            return "memory warning \(readings.count) readings"
+        case 76..<78:
+            guard let app else { return "no app" }
+            try h.reclaim(app, memoryBytes: 10)
+            return "reclaim \(app)"
+        case 78..<88:
+            guard let next = h.armedDeadline else { fallthrough }
+            let target = random.chance(50) ? next : next - .nanoseconds(1)
+            let step = target > h.now ? target - h.now : .zero
+            h.advance(by: step)
+            return "advance to deadline (\(step))"
+        default:
+            let step = Duration.milliseconds(Int64.random(in: 0...8_000, using: &random))
+            h.advance(by: step)
+            return "advance \(step)"
+        }
+    }
+
+    /// The invariants of the issue, plus the shell contract; nil when all hold.
+    mutating func checkInvariants() -> String? {
+        let now = h.now
+        if let violation = h.violations.first { return "shell contract: \(violation)" }
+        // Each task ends exactly once.
+        let newActions = h.actions[processedActions...]
+        processedActions = h.actions.count
+        var leftForeground: Set<AppID> = []
+        for case .record(let entry) in newActions {
+            switch entry.kind {
+            case .taskBegan:
+                guard let task = entry.taskID, begun.insert(task).inserted else { return "task began twice" }
+            case .taskEnded:
+                guard let task = entry.taskID, begun.contains(task) else { return "unknown task ended" }
+                endings[task, default: 0] += 1
+                if endings[task]! > 1 { return "\(task) ended \(endings[task]!) times" }
+            case .stateChanged where entry.state?.isForeground == true || entry.state == .terminated
+                || entry.state == .notRunning:
+                leftForeground.insert(entry.app)
+            default:
+                break
+            }
+        }
+        let open = Set(h.core.apps.values.flatMap(\.openTaskIDs))
+        if open.count != h.core.openTaskCount { return "open task count \(h.core.openTaskCount) but \(open.count) open" }
+        let expectedOpen = begun.filter { endings[$0] == nil }
+        if open != expectedOpen { return "open tasks \(open.sorted()) but begun-and-not-ended \(expectedOpen.sorted())" }
+
+        for app in h.core.apps.values {
+            let id = app.id
+            // A suspended app has no open task, no queued wake event, and is stopped; nothing else is.
+            if app.state == .suspended {
+                if !app.openTasks.isEmpty { return "suspended \(id) holds tasks \(app.openTaskIDs)" }
+                if app.queue.contains(where: { $0.behavior == .wake }) { return "suspended \(id) has a wake event queued" }
+                if !h.frozen.contains(id) { return "suspended \(id) is not stopped" }
+            } else if h.frozen.contains(id) {
+                return "\(id) is stopped in state \(app.state)"
+            }
+            if app.state == .terminated && !app.openTasks.isEmpty { return "terminated \(id) holds tasks" }
+            // No app stays in background past its budget with an open task.
+            if app.state == .background && !app.openTasks.isEmpty {
+                guard let end = app.budgetEnd, end > now else { return "\(id) in background past its budget with tasks" }
+            }
+            // Remaining time never increases while in background.
+            let remaining = h.core.remaining(of: app, now: now)
+            if let remaining, !leftForeground.contains(id), let last = lastRemaining[id], remaining > last {
+                return "\(id) remaining time rose from \(last) to \(remaining)"
+            }
+            lastRemaining[id] = remaining
+        }
+        // The armed deadline equals the earliest pending one, and nothing due is left pending.
+        let earliest = h.core.apps.values.compactMap { $0.deadlines.earliest?.order.instant }.min()
+        if h.armedDeadline != earliest { return "armed \(String(describing: h.armedDeadline)) but earliest \(String(describing: earliest))" }
+        if h.core.nextDeadline != earliest { return "queue says \(String(describing: h.core.nextDeadline)) but earliest \(String(describing: earliest))" }
+        if let earliest, earliest <= now { return "deadline \(earliest) left pending at \(now)" }
+        if h.core.deadlines.count != h.core.apps.values.filter({ !$0.deadlines.isEmpty }).count {
+            return "deadline queue holds \(h.core.deadlines.count) apps"
+        }
+        return nil
+    }
+}
+
+@Suite("Randomized model (seeded)")
+struct ModelTests {
+    /// `BGTASK_MODEL_SEED=N` replays one sequence verbosely; `BGTASK_MODEL_SEQUENCES=N` changes the count.
+    static func environment(_ name: String) -> String? {
+        getenv(name).map { String(cString: $0) }
+    }
+
+    @Test("10,000 random sequences keep every invariant after every step")
+    func randomSequences() {
+        if let replay = Self.environment("BGTASK_MODEL_SEED").flatMap(UInt64.init) {
+            var run = ModelRun(seed: replay, verbose: true)
+            let failure = run.run(steps: 80)
+            #expect(failure == nil, "seed \(replay): \(failure ?? "")")
+            return
+        }
+        let count = Self.environment("BGTASK_MODEL_SEQUENCES").flatMap(Int.init) ?? 10_000
+        var failures = 0
+        var coverage: [String: Int] = [:]
+        for index in 0..<count {
+            let seed = 0x5EED_0000 + UInt64(index)
+            var run = ModelRun(seed: seed, verbose: false)
+            let steps = 20 + Int(seed % 61)
+            let failure = run.run(steps: steps)
+            run.tally(into: &coverage)
+            if let failure {
+                failures += 1
+                Issue.record(
+                    """
+                    invariant broken with seed \(seed) (replay: BGTASK_MODEL_SEED=\(seed) swift test --filter ModelTests): \
+                    \(failure)
+                    last steps:
+                    \(run.log.suffix(12).joined(separator: "\n"))
+                    """)
+                if failures >= 3 { break }
+            }
+        }
+        // The sequences must reach every outcome, or the invariants above were checked on too little.
+        let expected =
+            TerminationReason.allCases.map { "reason \($0.rawValue)" } + AuditKind.allCases.map { "kind \($0)" }
+            + AppState.allCases.filter { $0 != .notRunning }.map { "state \($0)" } + ["state notRunning"]
+        let missing = expected.filter { coverage[$0] == nil }
+        #expect(missing.isEmpty, "never reached: \(missing)")
+        print("model coverage: \(coverage.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))")
+    }
+}
