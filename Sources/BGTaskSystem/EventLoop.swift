@@ -146,7 +146,8 @@ public final class EventLoop {
         } > 0
     }
 
-    /// Runs until `exit(code:)` is called and returns that code (`sd_event_loop`).
+    /// Runs until `exit(code:)` is called and returns that code (`sd_event_loop`). A loop runs once: after
+    /// it exits, sd-event refuses new sources and further runs with `ESTALE`.
     public func run() throws(Errno) -> Int32 {
         try systemCall("sd_event_loop", convention: .returnsNegativeErrno) { sd_event_loop(event) }
     }

@@ -152,7 +152,11 @@ public struct ProcessStat: Hashable, Sendable {
             throw failure("bad pid \(quoted(pidText))")
         }
         let command = String(text[text.index(after: open)..<close])
-        let rest = fields(text[text.index(after: close)...].trimmingSuffix(while: { $0 == "\n" }))
+        // The kernel separates fields by exactly one space; splitting on runs of spaces would let an empty
+        // field shift every later one into the wrong place.
+        let tail = text[text.index(after: close)...].trimmingSuffix(while: { $0 == "\n" })
+        guard tail.first == " " else { throw failure("no space after the command in \(quoted(text))") }
+        let rest = tail.dropFirst().split(separator: " ", omittingEmptySubsequences: false)
         // Fields 3 through 22 are rest[0...19]; later kernels only ever append.
         guard rest.count >= 20 else { throw failure("only \(rest.count) fields after the command, need 20") }
         guard rest[0].count == 1, let letter = rest[0].first else {

@@ -84,40 +84,64 @@ public struct SpawnedProcess: Hashable, Sendable, CustomStringConvertible {
 
     /// Blocks until the child exits, reaps it (`waitid(P_PIDFD, WEXITED)`) and returns how it ended.
     public func waitForExit() throws(Errno) -> ExitStatus {
-        // Non-nil: without WNOHANG waitid returns only once the child has exited.
-        guard let status = try wait(options: WEXITED) else {
-            throw Errno(rawValue: ECHILD, operation: "waitid(P_PIDFD, \(pid))")
+        switch try wait(options: WEXITED) {
+        case .exited(let status)?: return status
+        default:
+            // Only WEXITED was asked for and WNOHANG was not: waitid reports an exit or fails.
+            throw Errno(rawValue: EPROTO, operation: "waitid(P_PIDFD, \(pid)) returned no exit")
         }
-        return status
     }
 
     /// Reaps the child if it has exited, without blocking (`WNOHANG`); nil while it runs. Use after the
     /// event loop reports the pidfd readable.
     public func exitStatusIfExited() throws(Errno) -> ExitStatus? {
-        try wait(options: WEXITED | WNOHANG)
+        switch try wait(options: WEXITED | WNOHANG) {
+        case .exited(let status)?: return status
+        default: return nil
+        }
     }
 
-    private func wait(options: Int32) throws(Errno) -> ExitStatus? {
+    /// Blocks until the child stops, continues or exits (`WSTOPPED | WCONTINUED | WEXITED`); an exit is
+    /// reaped. Confirms that a `SIGSTOP` or `SIGCONT` took effect, without looking at `/proc`.
+    public func waitForChange() throws(Errno) -> ProcessChange {
+        guard let change = try wait(options: WEXITED | WSTOPPED | WCONTINUED) else {
+            throw Errno(rawValue: EPROTO, operation: "waitid(P_PIDFD, \(pid)) returned no change")
+        }
+        return change
+    }
+
+    private func wait(options: Int32) throws(Errno) -> ProcessChange? {
         var code: Int32 = 0
         var status: Int32 = 0
-        var reapedPID: pid_t = 0
+        var reportedPID: pid_t = 0
         _ = try systemCall("waitid(P_PIDFD, \(pid))") {
-            bgtask_waitid_pidfd(pidFD.fileDescriptor.rawValue, options, &code, &status, &reapedPID)
+            bgtask_waitid_pidfd(pidFD.fileDescriptor.rawValue, options, &code, &status, &reportedPID)
         }
-        if reapedPID == 0 { return nil }
-        switch code {
-        case Int32(CLD_EXITED):
-            return .exited(status)
-        case Int32(CLD_KILLED), Int32(CLD_DUMPED):
+        if reportedPID == 0 { return nil }  // WNOHANG and nothing happened yet.
+        func signal() throws(Errno) -> Signal {
             guard let signal = Signal(rawValue: status) else {
                 throw Errno(rawValue: EPROTO, operation: "waitid(P_PIDFD, \(pid)) reported signal \(status)")
             }
-            return .signaled(signal)
-        default:
-            // Only WEXITED was asked for, so stop/continue codes cannot arrive.
-            throw Errno(rawValue: EPROTO, operation: "waitid(P_PIDFD, \(pid)) reported code \(code)")
+            return signal
+        }
+        switch code {
+        case Int32(CLD_EXITED): return .exited(.exited(status))
+        case Int32(CLD_KILLED), Int32(CLD_DUMPED): return .exited(.signaled(try signal()))
+        case Int32(CLD_STOPPED), Int32(CLD_TRAPPED): return .stopped(try signal())
+        case Int32(CLD_CONTINUED): return .continued
+        default: throw Errno(rawValue: EPROTO, operation: "waitid(P_PIDFD, \(pid)) reported code \(code)")
         }
     }
+}
+
+/// A state change of a child, as `waitid` reports it.
+public enum ProcessChange: Hashable, Sendable {
+    /// It ended (and was reaped).
+    case exited(ExitStatus)
+    /// A signal stopped it (`SIGSTOP`, `SIGTSTP`, ...).
+    case stopped(Signal)
+    /// `SIGCONT` resumed it.
+    case continued
 }
 
 /// Starts programs with `posix_spawnp(3)` (a vfork-like clone: cheap even for a large daemon).
