@@ -27,7 +27,7 @@ public final class EventLoop {
 
     deinit {
         // Each source holds a reference to the sd_event, so they go first.
-        for source in Array(sources.values) { source.cancel() }
+        cancelAllSources()
         sd_event_unref(event)
     }
 
@@ -165,6 +165,12 @@ public final class EventLoop {
     /// Asks the loop to stop after the current iteration; `run()` returns `code`.
     public func exit(code: Int32) throws(Errno) {
         _ = try systemCall("sd_event_exit", convention: .returnsNegativeErrno) { sd_event_exit(event, code) }
+    }
+
+    /// Cancels every source. Handlers that capture the loop keep it alive through its own sources; after
+    /// `run()` returns, this breaks those cycles so the loop and its descriptors are released.
+    public func cancelAllSources() {
+        for source in Array(sources.values) { source.cancel() }
     }
 
     /// The number of live (not cancelled) sources.

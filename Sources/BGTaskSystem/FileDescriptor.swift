@@ -188,22 +188,22 @@ public struct FileDescriptor: RawRepresentable, Hashable, Sendable, CustomString
     /// `CLOCK_MONOTONIC`, so the bound holds however often the process is signalled.
     public func poll(for events: IOEvents, timeout: Duration?) throws(Errno) -> IOEvents {
         let deadline = timeout.map { MonotonicClock.now() &+ max(0, $0.nanosecondsClamped) }
-        while true {
-            var entry = pollfd(fd: rawValue, events: Int16(truncatingIfNeeded: events.rawValue), revents: 0)
+        var entry = pollfd(fd: rawValue, events: Int16(truncatingIfNeeded: events.rawValue), revents: 0)
+        // The helper calls this again after EINTR, and each call waits only for what is left.
+        _ = try systemCall("poll(fd \(rawValue))") { () -> Int32 in
             var milliseconds: Int32 = -1
             if let deadline {
                 let remaining = max(0, deadline - MonotonicClock.now())
                 // Round up so a wait never ends before the deadline, then clamp to what poll accepts.
                 milliseconds = Int32(clamping: (remaining + 999_999) / 1_000_000)
             }
-            let count = Glibc.poll(&entry, 1, milliseconds)
-            if count == -1 && errno == EINTR { continue }
-            _ = try systemCall("poll(fd \(rawValue))", retryOnInterrupt: false) { count }
-            if entry.revents & Int16(POLLNVAL) != 0 {
-                preconditionFailure("poll(fd \(rawValue)): not an open descriptor (a programmer error)")
-            }
-            return IOEvents(rawValue: UInt32(UInt16(bitPattern: entry.revents)))
+            entry.revents = 0
+            return Glibc.poll(&entry, 1, milliseconds)
         }
+        if entry.revents & Int16(POLLNVAL) != 0 {
+            preconditionFailure("poll(fd \(rawValue)): not an open descriptor (a programmer error)")
+        }
+        return IOEvents(rawValue: UInt32(UInt16(bitPattern: entry.revents)))
     }
 }
 

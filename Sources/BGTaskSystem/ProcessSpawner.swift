@@ -248,6 +248,7 @@ public enum ProcessSpawner {
 /// Calls `body` with a NULL-terminated `char *[]` built from `strings`, valid only during the call.
 func withCStringArray<Result>(_ strings: [String], _ body: ([UnsafeMutablePointer<CChar>?]) -> Result) -> Result {
     // strdup copies each string into C memory that stays put for the whole call; freed right after.
+    // It returns nil only when malloc fails, where Swift's own allocations already trap.
     var pointers: [UnsafeMutablePointer<CChar>?] = strings.map { strdup($0) }
     pointers.append(nil)
     defer { for pointer in pointers { free(pointer) } }

@@ -72,7 +72,11 @@ private func run(_ loop: EventLoop, limit: Duration = .seconds(20)) throws -> In
         }
         #expect(try run(second) == 0)
         #expect(order == ["rearmer", "quiet"])
-        _ = timer
+        // The handlers capture their loops: cancelling the sources breaks the cycles.
+        #expect(loop.sourceCount == 1 && !timer.isCancelled)
+        loop.cancelAllSources()
+        second.cancelAllSources()
+        #expect(loop.sourceCount == 0 && timer.isCancelled)
     }
 
     @Test func ioReadinessAndTogglingWritable() throws {
@@ -151,6 +155,7 @@ private func run(_ loop: EventLoop, limit: Duration = .seconds(20)) throws -> In
         try loop.addExit { _ in log.append("exit") }
         #expect(try run(loop) == 5)
         #expect(log == ["defer", "post", "timer", "exit"])
+        loop.cancelAllSources()
     }
 
     @Test func cancelFromInsideItsOwnCallbackReleasesTheSource() throws {
