@@ -6,15 +6,29 @@ let package = Package(
     name: "bgtaskd",
     products: [
         .library(name: "BGTaskCore", targets: ["BGTaskCore"]),
+        .library(name: "BGTaskSystem", targets: ["BGTaskSystem"]),
+        .library(name: "BGTaskConfig", targets: ["BGTaskConfig"]),
         .executable(name: "bgtask-bench", targets: ["bgtask-bench"]),
     ],
     targets: [
         // The lifecycle and lease policy: a pure state machine, standard library only.
         .target(name: "BGTaskCore"),
+        // libsystemd (sd-daemon, sd-event, sd-journal) plus inline wrappers for syscalls Swift cannot call.
+        .systemLibrary(
+            name: "CSystemd",
+            pkgConfig: "libsystemd",
+            providers: [.apt(["libsystemd-dev"])]
+        ),
+        // The typed Linux layer: descriptors, pidfds, sockets, procfs, the sd-event loop, sd_notify, journal.
+        .target(name: "BGTaskSystem", dependencies: ["CSystemd"]),
+        // bgtaskd.conf: systemd value syntax, INI parsing, the typed configuration, loading and --dump-config.
+        .target(name: "BGTaskConfig", dependencies: ["BGTaskCore"]),
         // Test helpers shared by every test target: manual clock and loop, fakes, harnesses.
         .target(name: "BGTaskTestSupport", dependencies: ["BGTaskCore"]),
         // Benchmarks; build with `-c release`.
         .executableTarget(name: "bgtask-bench", dependencies: ["BGTaskCore"]),
         .testTarget(name: "BGTaskCoreTests", dependencies: ["BGTaskCore", "BGTaskTestSupport"]),
+        .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem"]),
+        .testTarget(name: "BGTaskConfigTests", dependencies: ["BGTaskConfig", "BGTaskCore"]),
     ]
 )

@@ -1,0 +1,73 @@
+// Descriptors: bounded polls, closeAfter on every path, non-blocking mode and short reads.
+import BGTaskSystem
+import Glibc
+import Testing
+
+private struct BodyFailed: Error {}
+
+/// Whether `fd` is open, asked of the kernel directly (F_GETFD fails with EBADF on a closed number).
+private func isOpen(_ fd: FileDescriptor) -> Bool {
+    fcntl(fd.rawValue, F_GETFD) != -1
+}
+
+@Suite struct FileDescriptorTests {
+    @Test func pollWaitsAtLeastTheTimeoutAndReportsReadiness() throws {
+        let (readEnd, writeEnd) = try FileDescriptor.pipe()
+        defer { try? readEnd.close() }
+        let start = MonotonicClock.now()
+        #expect(try readEnd.poll(for: .readable, timeout: .milliseconds(30)).isEmpty)
+        #expect(MonotonicClock.now() - start >= 30_000_000)
+        #expect(try readEnd.poll(for: .readable, timeout: .zero).isEmpty)
+        try writeEnd.closeAfter {
+            #expect(try writeEnd.poll(for: .writable, timeout: nil) == .writable)
+            try writeEnd.writeAll([7])
+            #expect(try readEnd.poll(for: .readable, timeout: nil) == .readable)
+        }
+        #expect(try readEnd.read(upTo: 8) == [7])
+        // Not `.zero`: a child being spawned by a concurrent test holds a copy of the write end until its exec.
+        #expect(try readEnd.poll(for: .readable, timeout: .seconds(10)).contains(.hangUp))
+    }
+
+    @Test func closeAfterClosesOnSuccessAndOnError() throws {
+        let (first, second) = try FileDescriptor.pipe()
+        #expect(try first.closeAfter { 42 } == 42)
+        #expect(!isOpen(first))
+        #expect(throws: BodyFailed.self) { try second.closeAfter { throw BodyFailed() } }
+        #expect(!isOpen(second))
+    }
+
+    @Test func descriptorsAreCloseOnExecAndNonBlockingCanBeToggled() throws {
+        let (readEnd, writeEnd) = try FileDescriptor.pipe()
+        defer {
+            try? readEnd.close()
+            try? writeEnd.close()
+        }
+        #expect(fcntl(readEnd.rawValue, F_GETFD) & FD_CLOEXEC != 0)
+        let copy = try readEnd.duplicate()
+        defer { try? copy.close() }
+        #expect(fcntl(copy.rawValue, F_GETFD) & FD_CLOEXEC != 0)
+        #expect(try !readEnd.isNonBlocking)
+        try readEnd.setNonBlocking()
+        #expect(try readEnd.isNonBlocking)
+        #expect(throws: Errno.wouldBlock) { try readEnd.read(upTo: 1) }
+        try readEnd.setNonBlocking(false)
+        #expect(try !readEnd.isNonBlocking)
+    }
+
+    @Test func readToEndStopsAtTheLimit() throws {
+        let (readEnd, writeEnd) = try FileDescriptor.pipe()
+        defer { try? readEnd.close() }
+        try writeEnd.writeAll([UInt8](repeating: 1, count: 1000))
+        try writeEnd.close()
+        #expect(try readEnd.readToEnd(limit: 100).count == 100)
+    }
+
+    @Test func monotonicClockNeverGoesBackwards() {
+        var previous = MonotonicClock.now()
+        for _ in 0..<1000 {
+            let now = MonotonicClock.now()
+            #expect(now >= previous)
+            previous = now
+        }
+    }
+}

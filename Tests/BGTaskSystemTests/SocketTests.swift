@@ -1,0 +1,124 @@
+// Real Unix sockets: listen/accept/connect, stale socket files, peer credentials and peer pidfds.
+import BGTaskSystem
+import Glibc
+import Testing
+
+@Suite struct SocketTests {
+    @Test func listenAcceptConnectAndPeerCredentialsOfThisProcess() throws {
+        try withTemporaryDirectory { directory in
+            let path = directory.path + "/bgtaskd.sock"
+            let listener = try UnixSocket.listen(path: path, mode: 0o666)
+            defer { try? listener.close() }
+            var status = stat()
+            #expect(lstat(path, &status) == 0)
+            #expect(status.st_mode & S_IFMT == S_IFSOCK)
+            #expect(status.st_mode & 0o777 == 0o666)
+            #expect(try listener.isNonBlocking)
+            #expect(try UnixSocket.accept(listener) == nil)
+
+            let client = try UnixSocket.connect(path: path)
+            defer { try? client.close() }
+            #expect(try !client.isNonBlocking)
+            #expect(try !listener.poll(for: .readable, timeout: .seconds(10)).isEmpty)
+            let server = try #require(try UnixSocket.accept(listener))
+            defer { try? server.close() }
+            #expect(try server.isNonBlocking)
+            #expect(try UnixSocket.accept(listener) == nil)
+
+            let credentials = try UnixSocket.peerCredentials(of: server)
+            #expect(credentials == PeerCredentials(pid: getpid(), uid: getuid(), gid: getgid()))
+
+            try client.writeAll(Array("ping".utf8))
+            #expect(try !server.poll(for: .readable, timeout: .seconds(10)).isEmpty)
+            #expect(try server.read(upTo: 16) == Array("ping".utf8))
+            #expect(shutdown(client.rawValue, Int32(SHUT_WR)) == 0)
+            #expect(try server.poll(for: [.readable, .readHangUp], timeout: .seconds(10)).contains(.readHangUp))
+            #expect(try server.read(upTo: 16).isEmpty)
+        }
+    }
+
+    @Test func peerOfAChildProcessHasTheChildsPidAndAPidfdThatSeesItExit() throws {
+        try withTemporaryDirectory { directory in
+            let path = directory.path + "/peer.sock"
+            let listener = try UnixSocket.listen(path: path)
+            defer { try? listener.close() }
+            let script = """
+                import socket, sys
+                s = socket.socket(socket.AF_UNIX); s.settimeout(30); s.connect(sys.argv[1]); s.recv(1)
+                """
+            try withChild([python, "-c", script, path]) { child in
+                #expect(try !listener.poll(for: .readable, timeout: .seconds(20)).isEmpty)
+                let server = try #require(try UnixSocket.accept(listener))
+                defer { try? server.close() }
+                let credentials = try UnixSocket.peerCredentials(of: server)
+                #expect(credentials.pid == child.pid)
+                #expect(credentials.uid == getuid())
+
+                let peer = try #require(try UnixSocket.peerPidFD(of: server))
+                defer { try? peer.close() }
+                #expect(peer.pid == child.pid)
+                // The kernel's own record of which process the pidfd names.
+                let fdinfo = try ProcFS().read("self/fdinfo/\(peer.fileDescriptor.rawValue)")
+                #expect(fdinfo.split(separator: "\n").contains("Pid:\t\(child.pid)"))
+                #expect(try !peer.hasExited)
+                try peer.sendSignal(.kill)
+                #expect(try peer.waitForExit(timeout: .seconds(10)))
+                #expect(try child.waitForExit() == .signaled(.kill))
+            }
+        }
+    }
+
+    @Test func staleSocketFileIsReplacedButALiveListenerIsNot() throws {
+        try withTemporaryDirectory { directory in
+            let path = directory.path + "/stale.sock"
+            let first = try UnixSocket.listen(path: path)
+            let error = #expect(throws: Errno.self) { try UnixSocket.listen(path: path) }
+            #expect(error == .addressInUse)
+            try first.close()  // The file stays behind, like after a crash.
+            var status = stat()
+            #expect(lstat(path, &status) == 0)
+            let second = try UnixSocket.listen(path: path)
+            defer { try? second.close() }
+            let client = try UnixSocket.connect(path: path)
+            try client.close()
+        }
+    }
+
+    @Test func aRegularFileAtThePathIsLeftAlone() throws {
+        try withTemporaryDirectory { directory in
+            let path = try directory.write("not-a-socket", "keep me")
+            #expect(throws: Errno.addressInUse) { try UnixSocket.listen(path: path) }
+            #expect(try ProcFS(root: directory.path).read("not-a-socket") == "keep me")
+        }
+    }
+
+    @Test func tooLongPathIsAClearError() throws {
+        let path = "/" + String(repeating: "x", count: UnixSocket.maximumPathLength)
+        let error = #expect(throws: Errno.self) { try UnixSocket.listen(path: path) }
+        #expect(error == .nameTooLong)
+        #expect(error?.description.contains("the limit is \(UnixSocket.maximumPathLength)") == true)
+        #expect(throws: Errno.nameTooLong) { try UnixSocket.connect(path: path) }
+        #expect(throws: Errno.invalidArgument) { try UnixSocket.connect(path: "") }
+        // The longest legal path gets past the length check (and fails later, for a missing directory).
+        let longest = "/" + String(repeating: "y", count: UnixSocket.maximumPathLength - 1)
+        #expect(throws: Errno.noSuchFileOrDirectory) { try UnixSocket.connect(path: longest) }
+    }
+
+    @Test func socketPairCarriesBytesCredentialsAndBufferSizes() throws {
+        let (first, second) = try UnixSocket.pair()
+        defer {
+            try? first.close()
+            try? second.close()
+        }
+        #expect(try UnixSocket.peerCredentials(of: second).pid == getpid())
+        try first.writeAll(Array("hello".utf8))
+        #expect(try second.read(upTo: 5) == Array("hello".utf8))
+
+        let requested: Int32 = 256 * 1024
+        try UnixSocket.setSendBufferSize(first, bytes: requested)
+        try UnixSocket.setReceiveBufferSize(first, bytes: requested)
+        // Linux doubles the value for its own bookkeeping, capped by wmem_max/rmem_max (root may exceed).
+        #expect(try UnixSocket.sendBufferSize(first) >= requested)
+        #expect(try UnixSocket.receiveBufferSize(first) >= requested)
+    }
+}
