@@ -52,6 +52,8 @@ struct ConfigurationBuilder {
 
     /// Applies `bgtaskd.conf` or one of its drop-ins.
     mutating func applyMainFile(_ file: INIFile) {
+        let firstDiagnostic = diagnostics.endIndex
+        defer { sortByLine(from: firstDiagnostic) }
         diagnostics += file.diagnostics
         for section in file.sections
         where ConfigurationSection(rawValue: section.name) == nil && !Self.isExtension(section.name) {
@@ -101,6 +103,8 @@ struct ConfigurationBuilder {
     }
 
     private mutating func applyAppFile(_ file: INIFile, appName: String) {
+        let firstDiagnostic = diagnostics.endIndex
+        defer { sortByLine(from: firstDiagnostic) }
         diagnostics += file.diagnostics
         let policySection = ConfigurationSection.policy.rawValue
         for section in file.sections where section.name != policySection && !Self.isExtension(section.name) {
@@ -162,7 +166,8 @@ struct ConfigurationBuilder {
     private mutating func validate() {
         let memory = configuration.memory
         if memory.criticalPercent > memory.warnPercent {
-            let location = origins[DaemonKey.memoryCriticalPercent.rawValue]
+            let location =
+                origins[DaemonKey.memoryCriticalPercent.rawValue]
                 ?? origins[DaemonKey.memoryWarnPercent.rawValue]
             let message =
                 "MemoryCriticalPercent=\(memory.criticalPercent) exceeds MemoryWarnPercent=\(memory.warnPercent): "
@@ -187,7 +192,8 @@ struct ConfigurationBuilder {
     }
 
     /// Warns about policy values that work against each other. `origins` are searched in order for the
-    /// location to blame; with `comparedWith`, only problems that policy does not share are reported.
+    /// location to blame. With `base`, a problem is reported only if the policy's values behind it differ
+    /// from `base`'s: an app that inherits them shares the default policy's warning.
     private mutating func checkPolicy(
         _ policy: AppPolicy, comparedWith base: AppPolicy? = nil, origins: [[String: FileLocation]]
     ) {
@@ -199,17 +205,20 @@ struct ConfigurationBuilder {
             }
             return nil
         }
-        let expirationProblem = { (policy: AppPolicy) in policy.expirationWarning >= policy.backgroundTime }
-        if expirationProblem(policy), !(base.map(expirationProblem) ?? false) {
+        func inherited(_ keys: PolicyKey...) -> Bool {
+            guard let base else { return false }
+            return keys.allSatisfy { $0.field.isEqual(policy, base) }
+        }
+        if policy.expirationWarning >= policy.backgroundTime,
+            !inherited(.expirationWarningSec, .backgroundTimeSec)
+        {
             report(
                 .warning, location(.expirationWarningSec, .backgroundTimeSec),
                 "ExpirationWarningSec=\(SystemdSyntax.formatTimeSpan(policy.expirationWarning)) is not below "
                     + "BackgroundTimeSec=\(SystemdSyntax.formatTimeSpan(policy.backgroundTime)), so apps get "
                     + "backgroundTaskExpiring as soon as they enter background")
         }
-        let day = Duration.seconds(86_400)
-        let budgetProblem = { (policy: AppPolicy) in policy.backgroundBudgetPerDay > day }
-        if budgetProblem(policy), !(base.map(budgetProblem) ?? false) {
+        if policy.backgroundBudgetPerDay > .seconds(86_400), !inherited(.backgroundBudgetPerDaySec) {
             report(
                 .warning, location(.backgroundBudgetPerDaySec),
                 "BackgroundBudgetPerDaySec=\(SystemdSyntax.formatTimeSpan(policy.backgroundBudgetPerDay)) is longer "
@@ -229,6 +238,15 @@ struct ConfigurationBuilder {
 
     // MARK: Helpers
 
+    /// Puts one file's diagnostics (those from `start` on) in line order, file-wide ones first, keeping the
+    /// order of those on the same line: syntax, section and key problems are found in separate passes.
+    private mutating func sortByLine(from start: Int) {
+        let sorted = diagnostics[start...].enumerated().sorted { lhs, rhs in
+            (lhs.element.line ?? 0, lhs.offset) < (rhs.element.line ?? 0, rhs.offset)
+        }
+        diagnostics.replaceSubrange(start..., with: sorted.map(\.element))
+    }
+
     /// systemd ignores sections and keys starting with `X-`; so does bgtaskd.
     static func isExtension(_ name: String) -> Bool {
         name.hasPrefix("X-")
@@ -240,11 +258,13 @@ struct ConfigurationBuilder {
         let known: [(key: String, section: ConfigurationSection)] =
             PolicyKey.allCases.map { ($0.rawValue, .policy) } + DaemonKey.allCases.map { ($0.rawValue, $0.section) }
         if let match = known.first(where: { $0.key == entry.key }) {
-            message += inAppFile
+            message +=
+                inAppFile
                 ? " (apps.d files may set only [Policy] keys)"
                 : " (it belongs in [\(match.section.rawValue)])"
         } else if let match = known.first(where: { $0.key.lowercased() == entry.key.lowercased() }) {
-            message += " (did you mean \(match.key)"
+            message +=
+                " (did you mean \(match.key)"
                 + (match.section.rawValue == entry.section ? "?)" : " in [\(match.section.rawValue)]?)")
         }
         return message

@@ -88,22 +88,24 @@ public struct LocalFileSystem: ConfigurationFileSystem {
 
     /// Whether Foundation's error is ENOENT, the one failure that means "not there".
     private static func isNoSuchFile(_ error: any Error) -> Bool {
-        posixError(error)?.code == Int(ENOENT)
+        errno(of: error) == ENOENT
     }
 
     /// The system's own words ("Permission denied", "Is a directory") rather than Foundation's generic ones.
     private static func systemMessage(_ error: any Error) -> String {
-        posixError(error)?.localizedDescription ?? (error as NSError).localizedDescription
+        guard let code = errno(of: error) else { return (error as NSError).localizedDescription }
+        return String(cString: strerror(code))
     }
 
-    /// The POSIX error under a Foundation error, where there is one.
-    private static func posixError(_ error: any Error) -> NSError? {
+    /// The errno under a Foundation error, where there is one. On Linux the underlying error is a Swift
+    /// `POSIXError`, which only bridges to `NSError` through `any Error`.
+    private static func errno(of error: any Error) -> Int32? {
         let nsError = error as NSError
-        if nsError.domain == NSPOSIXErrorDomain { return nsError }
-        guard let underlying = nsError.userInfo[NSUnderlyingErrorKey] as? NSError,
-            underlying.domain == NSPOSIXErrorDomain
-        else { return nil }
-        return underlying
+        if nsError.domain == NSPOSIXErrorDomain { return Int32(nsError.code) }
+        guard let underlying = nsError.userInfo[NSUnderlyingErrorKey] as? any Error else { return nil }
+        let underlyingError = underlying as NSError
+        guard underlyingError.domain == NSPOSIXErrorDomain else { return nil }
+        return Int32(underlyingError.code)
     }
 }
 

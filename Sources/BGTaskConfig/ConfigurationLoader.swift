@@ -20,8 +20,9 @@ public struct ConfigurationLoader: Sendable {
     public var fileSystem: any ConfigurationFileSystem
 
     /// A loader for the main file at `path`, reading through `fileSystem`.
-    public init(path: String = ConfigurationLoader.defaultPath, fileSystem: any ConfigurationFileSystem = LocalFileSystem())
-    {
+    public init(
+        path: String = ConfigurationLoader.defaultPath, fileSystem: any ConfigurationFileSystem = LocalFileSystem()
+    ) {
         self.path = path
         self.fileSystem = fileSystem
     }

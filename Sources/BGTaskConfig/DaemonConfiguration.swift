@@ -153,7 +153,12 @@ extension DaemonConfiguration {
             }
         }
         flush(into: &builder)
-        return builder.finish(filesRead: [fileName])
+        var result = builder.finish(filesRead: [fileName])
+        // One file: line order, whichever pass found the problem (app blocks are applied last).
+        result.diagnostics = result.diagnostics.enumerated().sorted { lhs, rhs in
+            (lhs.element.line ?? 0, lhs.offset) < (rhs.element.line ?? 0, rhs.offset)
+        }.map(\.element)
+        return result
     }
 
     static let appMarkerPrefix = "# apps.d/"

@@ -90,8 +90,10 @@ public struct INIFile: Hashable, Sendable {
         if text.unicodeScalars.first == "[" {
             guard text.unicodeScalars.count >= 2, text.unicodeScalars.last == "]" else {
                 currentSection = .skipping
-                error(at: location, "invalid section header \(String(reflecting: text)): missing \"]\" at the end; "
-                    + "ignoring the lines up to the next section header")
+                error(
+                    at: location,
+                    "invalid section header \(String(reflecting: text)): missing \"]\" at the end; "
+                        + "ignoring the lines up to the next section header")
                 return
             }
             let name = String(text.unicodeScalars.dropFirst().dropLast())

@@ -27,12 +27,14 @@ func check<Value: Equatable & Sendable>(
         case .value(let wanted):
             #expect(value == wanted, "\(String(reflecting: input))", sourceLocation: sourceLocation)
         case .failure(let reason):
-            Issue.record("\(String(reflecting: input)) parsed as \(value), expected \(reason)", sourceLocation: sourceLocation)
+            Issue.record(
+                "\(String(reflecting: input)) parsed as \(value), expected \(reason)", sourceLocation: sourceLocation)
         }
     } catch {
         switch expected {
         case .value(let wanted):
-            Issue.record("\(String(reflecting: input)) failed (\(error)), expected \(wanted)", sourceLocation: sourceLocation)
+            Issue.record(
+                "\(String(reflecting: input)) failed (\(error)), expected \(wanted)", sourceLocation: sourceLocation)
         case .failure(let reason):
             #expect(sameReason(error.reason, reason), "\(error)", sourceLocation: sourceLocation)
             #expect(error.kind == kind, sourceLocation: sourceLocation)
@@ -196,7 +198,9 @@ func systemdTimeSpan(_ input: String) throws -> UInt64? {
 /// Every time span this parser accepts, systemd reads as the same number of microseconds; every one it
 /// rejects, systemd rejects too, unless the row says the strictness is deliberate.
 @Test(
-    .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/systemd-analyze"), "systemd-analyze is not installed"),
+    .enabled(
+        if: FileManager.default.isExecutableFile(atPath: "/usr/bin/systemd-analyze"), "systemd-analyze is not installed"
+    ),
     arguments: timeSpanRows.filter { !$0.input.unicodeScalars.contains("\u{0}") })
 func timeSpansAgreeWithSystemd(_ row: TimeSpanRow) throws {
     let systemd = try systemdTimeSpan(row.input)
@@ -358,17 +362,18 @@ func formatsSizesWithTheLargestExactSuffix(_ bytes: UInt64, _ text: String) {
 
 // MARK: Booleans, percentages, counts
 
-@Test(arguments: [
-    ("yes", Expected.value(true)), ("YES", .value(true)), ("Yes", .value(true)), ("y", .value(true)),
-    ("true", .value(true)), ("TRUE", .value(true)), ("t", .value(true)), ("on", .value(true)), ("On", .value(true)),
-    ("1", .value(true)), (" yes ", .value(true)),
-    ("no", .value(false)), ("NO", .value(false)), ("n", .value(false)), ("false", .value(false)),
-    ("False", .value(false)), ("f", .value(false)), ("off", .value(false)), ("OFF", .value(false)),
-    ("0", .value(false)),
-    ("", .failure(.empty)), (" ", .failure(.empty)), ("2", .failure(.notABoolean)), ("-1", .failure(.notABoolean)),
-    ("yess", .failure(.notABoolean)), ("oui", .failure(.notABoolean)), ("y e s", .failure(.notABoolean)),
-    ("\u{FF59}es", .failure(.notABoolean)), ("01", .failure(.notABoolean)), ("enabled", .failure(.notABoolean)),
-] as [(String, Expected<Bool>)])
+@Test(
+    arguments: [
+        ("yes", Expected.value(true)), ("YES", .value(true)), ("Yes", .value(true)), ("y", .value(true)),
+        ("true", .value(true)), ("TRUE", .value(true)), ("t", .value(true)), ("on", .value(true)), ("On", .value(true)),
+        ("1", .value(true)), (" yes ", .value(true)),
+        ("no", .value(false)), ("NO", .value(false)), ("n", .value(false)), ("false", .value(false)),
+        ("False", .value(false)), ("f", .value(false)), ("off", .value(false)), ("OFF", .value(false)),
+        ("0", .value(false)),
+        ("", .failure(.empty)), (" ", .failure(.empty)), ("2", .failure(.notABoolean)), ("-1", .failure(.notABoolean)),
+        ("yess", .failure(.notABoolean)), ("oui", .failure(.notABoolean)), ("y e s", .failure(.notABoolean)),
+        ("\u{FF59}es", .failure(.notABoolean)), ("01", .failure(.notABoolean)), ("enabled", .failure(.notABoolean)),
+    ] as [(String, Expected<Bool>)])
 func parsesBooleans(_ input: String, _ expected: Expected<Bool>) {
     check(input, expected, kind: .boolean, SystemdSyntax.parseBoolean)
 }
@@ -381,28 +386,31 @@ func parsesBooleans(_ input: String, _ expected: Expected<Bool>) {
     }
 }
 
-@Test(arguments: [
-    ("10", Expected.value(10)), ("10%", .value(10)), ("0", .value(0)), ("0%", .value(0)), ("100", .value(100)),
-    ("100%", .value(100)), (" 5% ", .value(5)), ("007", .value(7)),
-    ("", .failure(.empty)), ("%", .failure(.missingNumber(found: "%"))), ("101", .failure(.outOfRange(0...100))),
-    ("-5", .failure(.negative)), ("10.5%", .failure(.fractionNotAllowed)), ("10 %", .failure(.unexpected(" %"))),
-    ("10%%", .failure(.unexpected("%%"))), ("1e1", .failure(.unexpected("e1"))),
-    ("99999999999999999999999", .failure(.outOfRange(0...100))), ("\u{FF15}", .failure(.missingNumber(found: "\u{FF15}"))),
-    ("ten", .failure(.missingNumber(found: "ten"))), ("+5", .failure(.missingNumber(found: "+5"))),
-] as [(String, Expected<Int>)])
+@Test(
+    arguments: [
+        ("10", Expected.value(10)), ("10%", .value(10)), ("0", .value(0)), ("0%", .value(0)), ("100", .value(100)),
+        ("100%", .value(100)), (" 5% ", .value(5)), ("007", .value(7)),
+        ("", .failure(.empty)), ("%", .failure(.missingNumber(found: "%"))), ("101", .failure(.outOfRange(0...100))),
+        ("-5", .failure(.negative)), ("10.5%", .failure(.fractionNotAllowed)), ("10 %", .failure(.unexpected(" %"))),
+        ("10%%", .failure(.unexpected("%%"))), ("1e1", .failure(.unexpected("e1"))),
+        ("99999999999999999999999", .failure(.outOfRange(0...100))),
+        ("\u{FF15}", .failure(.missingNumber(found: "\u{FF15}"))),
+        ("ten", .failure(.missingNumber(found: "ten"))), ("+5", .failure(.missingNumber(found: "+5"))),
+    ] as [(String, Expected<Int>)])
 func parsesPercentages(_ input: String, _ expected: Expected<Int>) {
     check(input, expected, kind: .percentage, SystemdSyntax.parsePercentage)
 }
 
-@Test(arguments: [
-    ("64", 1...Int.max, Expected.value(64)), ("0", 0...Int.max, .value(0)),
-    ("9223372036854775807", 0...Int.max, .value(Int.max)),
-    ("0", 1...Int.max, .failure(.outOfRange(1...Int.max))),
-    ("9223372036854775808", 0...Int.max, .failure(.outOfRange(0...Int.max))),
-    ("1K", 0...Int.max, .failure(.unexpected("K"))), ("-1", 0...Int.max, .failure(.negative)),
-    ("+1", 0...Int.max, .failure(.missingNumber(found: "+1"))), ("1.0", 0...Int.max, .failure(.fractionNotAllowed)),
-    ("", 0...Int.max, .failure(.empty)), ("5%", 0...Int.max, .failure(.unexpected("%"))),
-] as [(String, ClosedRange<Int>, Expected<Int>)])
+@Test(
+    arguments: [
+        ("64", 1...Int.max, Expected.value(64)), ("0", 0...Int.max, .value(0)),
+        ("9223372036854775807", 0...Int.max, .value(Int.max)),
+        ("0", 1...Int.max, .failure(.outOfRange(1...Int.max))),
+        ("9223372036854775808", 0...Int.max, .failure(.outOfRange(0...Int.max))),
+        ("1K", 0...Int.max, .failure(.unexpected("K"))), ("-1", 0...Int.max, .failure(.negative)),
+        ("+1", 0...Int.max, .failure(.missingNumber(found: "+1"))), ("1.0", 0...Int.max, .failure(.fractionNotAllowed)),
+        ("", 0...Int.max, .failure(.empty)), ("5%", 0...Int.max, .failure(.unexpected("%"))),
+    ] as [(String, ClosedRange<Int>, Expected<Int>)])
 func parsesCounts(_ input: String, _ range: ClosedRange<Int>, _ expected: Expected<Int>) {
     check(input, expected, kind: .integer) { (text: String) throws(SyntaxError) in
         try SystemdSyntax.parseInteger(text, in: range)
