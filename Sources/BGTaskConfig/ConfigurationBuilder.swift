@@ -149,7 +149,8 @@ struct ConfigurationBuilder {
         do throws(FieldError) {
             try field.assign(entry.value, to: &root)
         } catch {
-            report(.error, at: entry.location, "\(entry.key): \(error); keeping \(entry.key)=\(previous)")
+            let kept = previous.isEmpty ? "leaving \(entry.key) unset" : "keeping \(entry.key)=\(previous)"
+            report(.error, at: entry.location, "\(entry.key): \(error); \(kept)")
             return
         }
         if let earlierLine = assignedLines[entry.key] {

@@ -230,14 +230,14 @@ enum Field<Root> {
             throw .constraint("group name \(String(reflecting: text)) starts with \"-\"")
         }
         let forbidden = text.unicodeScalars.first { scalar in
-            Scanner.isWhitespace(scalar) || scalar == ":" || scalar == "/" || scalar == ","
+            ValueScanner.isWhitespace(scalar) || scalar == ":" || scalar == "/" || scalar == ","
                 || scalar.properties.generalCategory == .control
         }
         if let forbidden {
             throw .constraint(
                 "group name \(String(reflecting: text)) contains \(String(reflecting: String(forbidden)))")
         }
-        if text.unicodeScalars.allSatisfy(Scanner.isDigit), UInt32(text) == nil {
+        if text.unicodeScalars.allSatisfy(ValueScanner.isDigit), UInt32(text) == nil {
             throw .constraint("gid \(text) is out of range (expected at most \(UInt32.max))")
         }
     }

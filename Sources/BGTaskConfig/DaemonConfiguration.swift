@@ -120,17 +120,24 @@ extension DaemonConfiguration {
     /// main file, and each such line starts the text of that app's file. Diagnostics name `fileName` with
     /// the line numbers of `text`.
     public static func parseRenderedINI(_ text: String, fileName: String) -> ConfigurationLoadResult {
+        /// Whose text the lines being gathered are.
+        enum Chunk {
+            case main
+            case app(String)
+            /// A block under a marker with an invalid name: dropped, never read as part of the main file.
+            case ignored
+        }
         var builder = ConfigurationBuilder(mainFile: fileName)
-        var chunkName: String?
+        var chunk = Chunk.main
         var chunkLines: [String] = []
         var chunkFirstLine = 1
         func flush(into builder: inout ConfigurationBuilder) {
             let file = INIFile(
                 parsing: chunkLines.joined(separator: "\n"), fileName: fileName, firstLineNumber: chunkFirstLine)
-            if let chunkName {
-                builder.addAppFile(file, appName: chunkName)
-            } else {
-                builder.applyMainFile(file)
+            switch chunk {
+            case .main: builder.applyMainFile(file)
+            case .app(let name): builder.addAppFile(file, appName: name)
+            case .ignored: break
             }
         }
         for (offset, line) in INIFile.lines(of: text).enumerated() {
@@ -139,17 +146,15 @@ extension DaemonConfiguration {
                 continue
             }
             flush(into: &builder)
-            chunkName = name
             chunkLines = []
             chunkFirstLine = offset + 2
             do throws(AppNameError) {
                 try ConfigurationLoader.validateAppName(name)
+                chunk = .app(name)
             } catch {
                 builder.report(
-                    .error, at: FileLocation(file: fileName, line: offset + 1),
-                    "\(error); ignoring this app's block")
-                chunkName = nil
-                chunkLines = []
+                    .error, at: FileLocation(file: fileName, line: offset + 1), "\(error); ignoring this app's block")
+                chunk = .ignored
             }
         }
         flush(into: &builder)

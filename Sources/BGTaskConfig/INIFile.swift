@@ -156,8 +156,8 @@ public struct INIFile: Hashable, Sendable {
     /// `text` without systemd's `WHITESPACE` (space, tab, newline, carriage return) at either end.
     static func trimmed(_ text: String) -> String {
         let scalars = text.unicodeScalars
-        guard let start = scalars.firstIndex(where: { !Scanner.isWhitespace($0) }),
-            let last = scalars.lastIndex(where: { !Scanner.isWhitespace($0) })
+        guard let start = scalars.firstIndex(where: { !ValueScanner.isWhitespace($0) }),
+            let last = scalars.lastIndex(where: { !ValueScanner.isWhitespace($0) })
         else { return "" }
         return String(scalars[start...last])
     }

@@ -88,6 +88,8 @@ public struct SyntaxError: Error, Hashable, Sendable, CustomStringConvertible {
             return "\(String(reflecting: component)) must not follow a component with an equal or smaller unit"
         case .tooLarge(let maximum):
             return "value is too large (the maximum is \(maximum))"
+        case .outOfRange(let range) where range.upperBound == Int.max:
+            return "expected a value of at least \(range.lowerBound)"
         case .outOfRange(let range):
             return "expected a value from \(range.lowerBound) to \(range.upperBound)"
         case .infinityNotAllowed:

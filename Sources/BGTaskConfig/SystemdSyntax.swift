@@ -56,7 +56,7 @@ public enum SystemdSyntax {
         func fail(_ reason: SyntaxError.Reason) -> SyntaxError {
             SyntaxError(kind: .timeSpan, input: text, reason: reason)
         }
-        var scanner = Scanner(text)
+        var scanner = ValueScanner(text)
         if scanner.isAtEnd { throw fail(.empty) }
         if scanner.remainder == "infinity" {
             if allowingInfinity { return nil }
@@ -149,7 +149,7 @@ public enum SystemdSyntax {
         func fail(_ reason: SyntaxError.Reason) -> SyntaxError {
             SyntaxError(kind: .size, input: text, reason: reason)
         }
-        var scanner = Scanner(text)
+        var scanner = ValueScanner(text)
         if scanner.isAtEnd { throw fail(.empty) }
         if scanner.remainder == "infinity" {
             if allowingInfinity { return nil }
@@ -218,7 +218,7 @@ public enum SystemdSyntax {
     /// Parses a boolean as systemd's `parse_boolean()` does, case-insensitively:
     /// `yes`, `y`, `true`, `t`, `on`, `1` are true; `no`, `n`, `false`, `f`, `off`, `0` are false.
     public static func parseBoolean(_ text: String) throws(SyntaxError) -> Bool {
-        let scanner = Scanner(text)
+        let scanner = ValueScanner(text)
         if scanner.isAtEnd { throw SyntaxError(kind: .boolean, input: text, reason: .empty) }
         // Lowercasing ASCII only: a Unicode case mapping could turn a lookalike into a match.
         let word = String(String.UnicodeScalarView(scanner.remainderScalars.map(asciiLowercased)))
@@ -250,7 +250,7 @@ public enum SystemdSyntax {
         func fail(_ reason: SyntaxError.Reason) -> SyntaxError {
             SyntaxError(kind: kind, input: text, reason: reason)
         }
-        var scanner = Scanner(text)
+        var scanner = ValueScanner(text)
         if scanner.isAtEnd { throw fail(.empty) }
         let number = try scanner.scanNumber(failing: fail)
         if !number.fractionDigits.isEmpty { throw fail(.fractionNotAllowed) }
@@ -271,7 +271,7 @@ public enum SystemdSyntax {
 }
 
 /// A cursor over the Unicode scalars of one value, with the surrounding whitespace already trimmed.
-struct Scanner {
+struct ValueScanner {
     /// A number as written: the whole part (nil if it overflows `UInt64`), the fraction digits, and its text.
     struct Number {
         var whole: UInt64?
@@ -285,9 +285,9 @@ struct Scanner {
     /// Scans `text` without the ASCII whitespace at either end, as systemd skips it.
     init(_ text: String) {
         var scalars = Array(text.unicodeScalars)
-        while let last = scalars.last, Scanner.isWhitespace(last) { scalars.removeLast() }
+        while let last = scalars.last, ValueScanner.isWhitespace(last) { scalars.removeLast() }
         self.scalars = scalars
-        self.index = scalars.firstIndex(where: { !Scanner.isWhitespace($0) }) ?? scalars.endIndex
+        self.index = scalars.firstIndex(where: { !ValueScanner.isWhitespace($0) }) ?? scalars.endIndex
     }
 
     /// systemd's `WHITESPACE`: space, tab, newline, carriage return. Other Unicode spaces are not skipped.
@@ -307,7 +307,7 @@ struct Scanner {
     var remainder: String { String(String.UnicodeScalarView(scalars[index...])) }
 
     mutating func skipWhitespace() {
-        while index < scalars.endIndex, Scanner.isWhitespace(scalars[index]) { index += 1 }
+        while index < scalars.endIndex, ValueScanner.isWhitespace(scalars[index]) { index += 1 }
     }
 
     /// Scans `digits` or `digits.digits`; anything else at this point is an error made by `fail`.
@@ -317,14 +317,14 @@ struct Scanner {
         if scalars[index] == "-" { throw fail(.negative) }
         // The run of digits and dots, to quote in full when it is malformed ("1.5.5", "3.", ".5").
         var runEnd = index
-        while runEnd < scalars.endIndex, Scanner.isDigit(scalars[runEnd]) || scalars[runEnd] == "." { runEnd += 1 }
+        while runEnd < scalars.endIndex, ValueScanner.isDigit(scalars[runEnd]) || scalars[runEnd] == "." { runEnd += 1 }
         let run = String(String.UnicodeScalarView(scalars[start..<runEnd]))
-        guard Scanner.isDigit(scalars[index]) else {
+        guard ValueScanner.isDigit(scalars[index]) else {
             if scalars[index] == "." { throw fail(.malformedNumber(run)) }
             throw fail(.missingNumber(found: remainder))
         }
         var whole: UInt64? = 0
-        while index < runEnd, Scanner.isDigit(scalars[index]) {
+        while index < runEnd, ValueScanner.isDigit(scalars[index]) {
             let digit = UInt64(scalars[index].value - 48)
             if let value = whole {
                 let (product, overflow) = value.multipliedReportingOverflow(by: 10)
@@ -337,7 +337,7 @@ struct Scanner {
         if index < runEnd {
             // scalars[index] is a dot: a fraction needs digits after it and no second dot.
             index += 1
-            while index < runEnd, Scanner.isDigit(scalars[index]) {
+            while index < runEnd, ValueScanner.isDigit(scalars[index]) {
                 fractionDigits.append(UInt8(scalars[index].value - 48))
                 index += 1
             }
@@ -351,7 +351,7 @@ struct Scanner {
         let start = index
         while index < scalars.endIndex {
             let scalar = scalars[index]
-            if Scanner.isWhitespace(scalar) || Scanner.isDigit(scalar) || scalar == "." { break }
+            if ValueScanner.isWhitespace(scalar) || ValueScanner.isDigit(scalar) || scalar == "." { break }
             index += 1
         }
         return String(String.UnicodeScalarView(scalars[start..<index]))

@@ -326,7 +326,7 @@ func validatesAppNames(_ name: String, _ expected: AppNameError?) {
     ("[Limits]\nMessageSizeMax=1K\n", "out of range"),
     ("[Limits]\nMessageSizeMax=17M\n", "out of range"),
     ("[Limits]\nMessageSizeMax=infinity\n", "infinity"),
-    ("[Limits]\nConnectionsPerUserMax=0\n", "from 1"),
+    ("[Limits]\nConnectionsPerUserMax=0\n", "at least 1"),
     ("[Memory]\nCgroupRoot=relative/path\n", "not an absolute path"),
     ("[Memory]\nCgroupRoot=/sys/fs/cgroup/../etc\n", "\"..\""),
     ("[Memory]\nMemoryWarnPercent=101\n", "from 0 to 100"),

@@ -149,8 +149,11 @@ let designKeys: [(section: String, keys: [String])] = [
         BackgroundTimeSec=soon
         # apps.d/.bad.conf
         [Policy]
+        BackgroundTimeSec=1s
         """
     let result = DaemonConfiguration.parseRenderedINI(text, fileName: "dump")
     #expect(places(result) == ["dump:6: error", "dump:7: error"])
     #expect(Set(result.configuration.core.appPolicies.keys) == ["mail"])
+    // The rejected block is dropped, not read as part of the main file.
+    #expect(result.configuration.core.defaultAppPolicy.backgroundTime == .seconds(600))
 }
