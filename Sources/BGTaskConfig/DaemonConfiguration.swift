@@ -1,0 +1,201 @@
+// The typed effective configuration of bgtaskd, with DESIGN §9's defaults and where each number comes from.
+
+import BGTaskCore
+
+/// Everything `bgtaskd.conf`, its drop-ins and `apps.d/` can set, after loading and validation.
+///
+/// The default value is the configuration of a host with no configuration files.
+public struct DaemonConfiguration: Hashable, Sendable {
+    /// The policy the core runs: `[Policy]` (and `apps.d/NAME.conf`), `[Limits] TasksPerAppMax` and
+    /// `HistorySize`, `[Memory] ReclaimForeground`.
+    public var core = CorePolicy()
+
+    /// `[Memory]`: reclamation thresholds and the cgroup location.
+    public var memory = Memory()
+
+    /// `[Limits]` that bound clients rather than policy.
+    public var limits = Limits()
+
+    /// `[Access]`: who may act as a controller.
+    public var access = Access()
+
+    /// The defaults of DESIGN §9.
+    public init() {}
+
+    /// `[Memory]` settings other than `ReclaimForeground` (which the core owns).
+    public struct Memory: Hashable, Sendable {
+        /// `AppsMemoryMax`: reclaim when the apps together use more than this many bytes; nil (`infinity`,
+        /// the default) turns this trigger off, leaving the host's free memory and PSI as the triggers.
+        /// It exists to make reclamation testable without starving the host.
+        public var appsMemoryMaxBytes: UInt64? = nil
+
+        /// `MemoryWarnPercent`: send `memoryWarning` when `MemAvailable` falls under this share of RAM.
+        /// 10 % is earlyoom's default first threshold (`-m 10`), where it starts sending SIGTERM.
+        public var warnPercent: Int = 10
+
+        /// `MemoryCriticalPercent`: reclaim at once under this share. 5 % is earlyoom's default SIGKILL
+        /// threshold (half the first one). Must not exceed `warnPercent`.
+        public var criticalPercent: Int = 5
+
+        /// `MemoryWarningGraceSec`: the wait between `memoryWarning` and re-measuring. 500 ms is ample for an
+        /// app to drop caches (the event arrives in well under a millisecond) yet short next to the seconds
+        /// in which a pressure stall turns into a kernel OOM kill.
+        public var warningGrace: Duration = .milliseconds(500)
+
+        /// `ReclaimDryRun`: log the reclamation decisions instead of killing. Off by default.
+        public var reclaimDryRun: Bool = false
+
+        /// `CgroupRoot`: the cgroup directory under which managed apps get their cgroups; nil (the default)
+        /// means the daemon's own delegated cgroup, found at start. Tests point it at a tree they own.
+        public var cgroupRoot: String? = nil
+
+        /// The defaults of DESIGN §9.
+        public init() {}
+    }
+
+    /// `[Limits]` settings other than `TasksPerAppMax` and `HistorySize` (which the core owns).
+    public struct Limits: Hashable, Sendable {
+        /// `ConnectionsPerUserMax`: open Varlink connections per uid. Each app holds two, so 256 covers a
+        /// hundred apps of one user plus controllers, while one user cannot exhaust the daemon's descriptors.
+        public var connectionsPerUserMax: Int = 256
+
+        /// `MessageSizeMax`: the largest Varlink message accepted, in bytes. 64 KiB is DESIGN §7's bound:
+        /// far above any call of the interface, small enough that a flood of them stays cheap.
+        public var messageSizeMaxBytes: Int = 64 * 1024
+
+        /// The defaults of DESIGN §9.
+        public init() {}
+    }
+
+    /// `[Access]` settings.
+    public struct Access: Hashable, Sendable {
+        /// `ControllerGroup`: members of this group (a name or a numeric gid) may make controller calls for
+        /// any app; nil (the default) leaves controller calls to root and each app's own uid.
+        public var controllerGroup: String? = nil
+
+        /// The defaults of DESIGN §9.
+        public init() {}
+    }
+}
+
+extension DaemonConfiguration {
+    /// The smallest `MessageSizeMax` accepted: one page. Below it a `Post` with a modest payload, or a
+    /// `Launch` with a long command line, would already be refused.
+    public static let messageSizeMinimumBytes = 4 * 1024
+
+    /// The largest `MessageSizeMax` accepted: 16 MiB, systemd's own Varlink buffer limit
+    /// (`VARLINK_BUFFER_MAX`). Past it a few hundred connections could pin gigabytes.
+    public static let messageSizeMaximumBytes = 16 * 1024 * 1024
+
+    /// `--dump-config`: every section and key with its value in force, in canonical syntax, then one
+    /// `[Policy]` block per app override (after an `# apps.d/NAME.conf` comment) holding the values that
+    /// differ from the default policy. `parseRenderedINI(_:fileName:)` reads it back to the same configuration.
+    public func renderINI() -> String {
+        var lines = ["# bgtaskd effective configuration: every key with the value in force."]
+        lines.append("[\(ConfigurationSection.policy.rawValue)]")
+        for key in PolicyKey.allCases {
+            lines.append("\(key.rawValue)=\(key.field.render(core.defaultAppPolicy))")
+        }
+        for section in ConfigurationSection.allCases where section != .policy {
+            lines.append("")
+            lines.append("[\(section.rawValue)]")
+            for key in DaemonKey.allCases where key.section == section {
+                lines.append("\(key.rawValue)=\(key.field.render(self))")
+            }
+        }
+        for name in core.appPolicies.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
+            // The key exists: the names come from the dictionary itself.
+            guard let policy = core.appPolicies[name] else { continue }
+            lines.append("")
+            lines.append("\(DaemonConfiguration.appMarkerPrefix)\(name)\(DaemonConfiguration.appMarkerSuffix)")
+            lines.append("[\(ConfigurationSection.policy.rawValue)]")
+            for key in PolicyKey.allCases where !key.field.isEqual(policy, core.defaultAppPolicy) {
+                lines.append("\(key.rawValue)=\(key.field.render(policy))")
+            }
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// Reads `renderINI()` output back: the text before the first `# apps.d/NAME.conf` line is read as the
+    /// main file, and each such line starts the text of that app's file. Diagnostics name `fileName` with
+    /// the line numbers of `text`.
+    public static func parseRenderedINI(_ text: String, fileName: String) -> ConfigurationLoadResult {
+        /// Whose text the lines being gathered are.
+        enum Chunk {
+            case main
+            case app(String)
+            /// A block under a marker with an invalid name: dropped, never read as part of the main file.
+            case ignored
+        }
+        var builder = ConfigurationBuilder(mainFile: fileName)
+        var chunk = Chunk.main
+        var chunkLines: [String] = []
+        var chunkFirstLine = 1
+        func flush(into builder: inout ConfigurationBuilder) {
+            let file = INIFile(
+                parsing: chunkLines.joined(separator: "\n"), fileName: fileName, firstLineNumber: chunkFirstLine)
+            switch chunk {
+            case .main: builder.applyMainFile(file)
+            case .app(let name): builder.addAppFile(file, appName: name)
+            case .ignored: break
+            }
+        }
+        for (offset, line) in INIFile.lines(of: text).enumerated() {
+            guard let name = appName(inMarker: line) else {
+                chunkLines.append(line)
+                continue
+            }
+            flush(into: &builder)
+            chunkLines = []
+            chunkFirstLine = offset + 2
+            do throws(AppNameError) {
+                try ConfigurationLoader.validateAppName(name)
+                chunk = .app(name)
+            } catch {
+                builder.report(
+                    .error, at: FileLocation(file: fileName, line: offset + 1), "\(error); ignoring this app's block")
+                chunk = .ignored
+            }
+        }
+        flush(into: &builder)
+        var result = builder.finish(filesRead: [fileName])
+        // One file: line order, whichever pass found the problem (app blocks are applied last).
+        result.diagnostics = result.diagnostics.enumerated().sorted { lhs, rhs in
+            (lhs.element.line ?? 0, lhs.offset) < (rhs.element.line ?? 0, rhs.offset)
+        }.map(\.element)
+        return result
+    }
+
+    static let appMarkerPrefix = "# apps.d/"
+    static let appMarkerSuffix = ".conf"
+
+    /// The app name in an `# apps.d/NAME.conf` line, or nil for any other line.
+    static func appName(inMarker line: String) -> String? {
+        guard line.hasPrefix(appMarkerPrefix), line.hasSuffix(appMarkerSuffix),
+            line.utf8.count >= appMarkerPrefix.utf8.count + appMarkerSuffix.utf8.count
+        else { return nil }
+        return String(line.dropFirst(appMarkerPrefix.count).dropLast(appMarkerSuffix.count))
+    }
+}
+
+/// Why a file name in `apps.d/` does not name an app.
+public enum AppNameError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// `apps.d/.conf`.
+    case empty
+    /// A `/` would make the name a path.
+    case containsSlash(String)
+    /// A leading `.` marks hidden and editor files, never apps.
+    case startsWithDot(String)
+    /// Control characters (a newline in a file name) would break the diagnostics and `--dump-config`.
+    case containsControlCharacter(String)
+
+    public var description: String {
+        switch self {
+        case .empty: return "invalid app name \"\": the name before .conf is empty"
+        case .containsSlash(let name): return "invalid app name \(String(reflecting: name)): it contains \"/\""
+        case .startsWithDot(let name): return "invalid app name \(String(reflecting: name)): it starts with \".\""
+        case .containsControlCharacter(let name):
+            return "invalid app name \(String(reflecting: name)): it contains a control character"
+        }
+    }
+}
