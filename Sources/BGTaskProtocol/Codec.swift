@@ -456,7 +456,8 @@ private struct ReplyReadWire<R: Decodable>: Decodable {
         do {
             reply = try container.decodeIfPresent(R.self, forKey: .parameters).map { .reply($0, continues: continues) }
         } catch {
-            throw VarlinkProtocolError.invalidReplyParameters(parameter: VarlinkCodec.parameterName(of: error, depth: 1))
+            throw VarlinkProtocolError.invalidReplyParameters(
+                parameter: VarlinkCodec.parameterName(of: error, depth: 1))
         }
     }
 }

@@ -25,6 +25,10 @@ public enum JSONValue: Hashable, Sendable {
 }
 
 extension JSONValue: Codable {
+    /// Decodes whatever JSON value comes next.
+    ///
+    /// Codable cannot ask which kind of value is next, so each container kind is tried in turn; a failed `try?`
+    /// here is the answer "not this kind", not a hidden error. Only the last attempt's error is reported.
     public init(from decoder: any Decoder) throws {
         guard decoder.codingPath.count <= JSONValue.maximumDepth else {
             throw DecodingError.dataCorrupted(
@@ -64,6 +68,7 @@ extension JSONValue: Codable {
         }
     }
 
+    /// Encodes the value as the JSON it stands for.
     public func encode(to encoder: any Encoder) throws {
         switch self {
         case .null:

@@ -25,19 +25,33 @@ public enum LifecycleCaller: String, Sendable, CaseIterable {
 
 /// The methods of `io.bgtask.Lifecycle`; the raw value is the method's name within the interface.
 public enum LifecycleMethod: String, CaseIterable, Sendable {
+    /// Registers the calling process as an app and streams its events (`more` required).
     case register = "Register"
+    /// Begins a background-task lease.
     case beginBackgroundTask = "BeginBackgroundTask"
+    /// Ends a background-task lease.
     case endBackgroundTask = "EndBackgroundTask"
+    /// Reads the app's remaining background time.
     case backgroundTimeRemaining = "BackgroundTimeRemaining"
+    /// Acknowledges an event.
     case acknowledge = "Acknowledge"
+    /// Lists every app the daemon knows.
     case listApps = "ListApps"
+    /// Describes one app.
     case getApp = "GetApp"
+    /// Moves an app to active, inactive or background.
     case setState = "SetState"
+    /// Starts a managed app.
     case launch = "Launch"
+    /// Terminates an app.
     case terminate = "Terminate"
+    /// Posts a notification event to one app or all.
     case post = "Post"
+    /// Reads the daemon's history.
     case history = "History"
+    /// Streams history entries as they are recorded (`more` required).
     case watch = "Watch"
+    /// Reports the daemon's version, backends and counts.
     case getStatus = "GetStatus"
 
     /// The method of a call whose interface is `io.bgtask.Lifecycle`; nil for other interfaces and unknown names.

@@ -13,7 +13,7 @@ public enum ProtocolDocumentation {
             # bgtaskd Varlink protocol
 
             <!-- Generated from Sources/BGTaskProtocol/*.varlink by ProtocolDocumentation.generate(); \
-            do not edit. Regenerate with: BGTASK_REGENERATE_DOCS=1 swift test --filter ProtocolDocumentation -->
+            do not edit. Regenerate with: BGTASK_REGENERATE_DOCS=1 swift test --filter protocolDocumentationIsInSync -->
 
             bgtaskd speaks [Varlink](https://varlink.org) on a Unix stream socket: every message is a JSON object \
             followed by a NUL byte, calls are answered in order, a call with `"more": true` gets replies with \
@@ -21,8 +21,9 @@ public enum ProtocolDocumentation {
             client can use it, for example `python3 -m varlink.cli call` or `varlinkctl call`.
 
             Errors are Varlink error replies: `{"error": "io.bgtask.Lifecycle.NoSuchApp", "parameters": \
-            {"app": "..."}}`. Malformed messages (over `MessageSizeMax`, 64 KiB by default; invalid UTF-8 or JSON, a missing or malformed \
-            `method`) close the connection; unknown methods and wrongly typed parameters get the \
+            {"app": "..."}}`. Malformed messages (over `MessageSizeMax`, 64 KiB by default; invalid UTF-8 or \
+            JSON; a missing or malformed `method`) close the connection; unknown methods and wrongly typed \
+            parameters get the \
             `org.varlink.service` errors `MethodNotFound`, `InterfaceNotFound` and `InvalidParameter`.
 
             Optional reply fields (`?type`) are always present, as `null` when they do not apply.
@@ -45,7 +46,8 @@ public enum ProtocolDocumentation {
             for method in interface.methods {
                 output += anchor(interface, method.name)
                 output += "#### \(method.name)\n\n"
-                output += "```\nmethod \(method.name)\(signature(method.parameters)) -> \(signature(method.reply))\n```\n\n"
+                output +=
+                    "```\nmethod \(method.name)\(signature(method.parameters)) -> \(signature(method.reply))\n```\n\n"
                 output += paragraph(method.documentation)
                 output += fieldTable("Parameters", method.parameters, in: interface)
                 output += fieldTable("Reply", method.reply, in: interface)

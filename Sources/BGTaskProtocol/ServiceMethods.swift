@@ -2,7 +2,9 @@
 
 /// The methods of `org.varlink.service`; the raw value is the method's name within the interface.
 public enum VarlinkServiceMethod: String, CaseIterable, Sendable {
+    /// Describes the service: vendor, product, version, URL and the interfaces served.
     case getInfo = "GetInfo"
+    /// Returns the IDL text of one served interface.
     case getInterfaceDescription = "GetInterfaceDescription"
 
     /// The method of a call whose interface is `org.varlink.service`; nil for other interfaces and unknown names.
@@ -94,7 +96,8 @@ public struct GetInterfaceDescriptionReply: Codable, Hashable, Sendable {
     public static func bgtaskd(interface: String) -> GetInterfaceDescriptionReply? {
         switch interface {
         case LifecycleInterface.name: GetInterfaceDescriptionReply(description: LifecycleInterface.description)
-        case VarlinkServiceInterface.name: GetInterfaceDescriptionReply(description: VarlinkServiceInterface.description)
+        case VarlinkServiceInterface.name:
+            GetInterfaceDescriptionReply(description: VarlinkServiceInterface.description)
         default: nil
         }
     }

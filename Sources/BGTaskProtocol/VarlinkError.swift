@@ -34,19 +34,28 @@ private func render(_ value: JSONValue) -> String {
     case .string(let string): return "\"\(string)\""
     case .array(let elements): return "[" + elements.map(render).joined(separator: ", ") + "]"
     case .object(let members):
-        return "{" + members.keys.sorted().map { "\($0): \(render(members[$0] ?? .null))" }.joined(separator: ", ") + "}"
+        return "{" + members.keys.sorted().map { "\($0): \(render(members[$0] ?? .null))" }.joined(separator: ", ")
+            + "}"
     }
 }
 
 /// The error names `io.bgtask.Lifecycle` declares, as they appear after the interface name.
 public enum LifecycleErrorName: String, CaseIterable, Sendable {
+    /// No live or remembered app has the name.
     case noSuchApp = "NoSuchApp"
+    /// A live app already has the name.
     case appExists = "AppExists"
+    /// The app has no open task with the id.
     case noSuchTask = "NoSuchTask"
+    /// No background time is left to begin a lease.
     case backgroundTimeExhausted = "BackgroundTimeExhausted"
+    /// The caller's credentials do not allow the call.
     case permissionDenied = "PermissionDenied"
+    /// The call does not fit the app's state.
     case invalidState = "InvalidState"
+    /// A configured limit was reached.
     case limitExceeded = "LimitExceeded"
+    /// The app was never sent an event with the id.
     case noSuchEvent = "NoSuchEvent"
 
     /// The fully qualified name, `io.bgtask.Lifecycle.<Name>`.
@@ -149,11 +158,17 @@ public enum LifecycleError: Error, Hashable, Sendable {
 
 /// The error names `org.varlink.service` declares, as they appear after the interface name.
 public enum VarlinkServiceErrorName: String, CaseIterable, Sendable {
+    /// The interface is not served.
     case interfaceNotFound = "InterfaceNotFound"
+    /// The interface has no such method.
     case methodNotFound = "MethodNotFound"
+    /// The method is declared but not implemented.
     case methodNotImplemented = "MethodNotImplemented"
+    /// A parameter is missing or wrongly typed.
     case invalidParameter = "InvalidParameter"
+    /// The caller may not use the service.
     case permissionDenied = "PermissionDenied"
+    /// The method must be called with `more: true`.
     case expectedMore = "ExpectedMore"
 
     /// The fully qualified name, `org.varlink.service.<Name>`.

@@ -35,16 +35,21 @@ struct CallDecodingTests {
     @Test func flagsAreRead() throws {
         let call = #"{"method":"io.bgtask.Lifecycle.Watch","more":true,"oneway":false,"upgrade":true}"#
         let header = try codec.decodeCallHeader(message(call))
-        #expect(header == VarlinkCallHeader(
-            method: try #require(VarlinkMethodName(qualified: "io.bgtask.Lifecycle.Watch")), more: true,
-            oneway: false, upgrade: true))
+        #expect(
+            header
+                == VarlinkCallHeader(
+                    method: try #require(VarlinkMethodName(qualified: "io.bgtask.Lifecycle.Watch")), more: true,
+                    oneway: false, upgrade: true))
         let oneway = try codec.decodeCallHeader(message(#"{"method":"a.b.C","oneway":true,"more":null}"#))
         #expect(oneway.oneway && !oneway.more)
     }
 
     @Test func missingOrNullParametersDecodeAsEmpty() throws {
         // Python's varlink client leaves `parameters` out of calls without arguments.
-        for call in [#"{"method":"io.bgtask.Lifecycle.History"}"#, #"{"method":"io.bgtask.Lifecycle.History","parameters":null}"#] {
+        for call in [
+            #"{"method":"io.bgtask.Lifecycle.History"}"#,
+            #"{"method":"io.bgtask.Lifecycle.History","parameters":null}"#,
+        ] {
             _ = try codec.decodeCallHeader(message(call))
             #expect(try codec.decodeParameters(HistoryParameters.self, from: message(call)) == HistoryParameters())
         }
@@ -100,17 +105,21 @@ struct CallDecodingTests {
         HostileRow("trailing garbage", #"{"method":"io.bgtask.Lifecycle.ListApps"} x"#, .invalidJSON),
         HostileRow("single quotes", #"{'method':'io.bgtask.Lifecycle.ListApps'}"#, .invalidJSON),
         HostileRow("bare word", "method", .invalidJSON),
-        HostileRow("lone surrogate escape in the method", #"{"method":"io.bgtask.Lifecycle.List\ud800Apps"}"#,
-                   .invalidJSON),
-        HostileRow("invalid UTF-8 in a field nobody reads",
-                   Array(#"{"method":"a.b.C","parameters":{"zzz":""#.utf8) + [0xC3, 0x28] + Array(#""}}"#.utf8),
-                   .invalidUTF8),
+        HostileRow(
+            "lone surrogate escape in the method", #"{"method":"io.bgtask.Lifecycle.List\ud800Apps"}"#,
+            .invalidJSON),
+        HostileRow(
+            "invalid UTF-8 in a field nobody reads",
+            Array(#"{"method":"a.b.C","parameters":{"zzz":""#.utf8) + [0xC3, 0x28] + Array(#""}}"#.utf8),
+            .invalidUTF8),
         HostileRow("60000 open brackets", String(repeating: "[", count: 60000), .invalidJSON),
-        HostileRow("30000 nested arrays, balanced",
-                   String(repeating: "[", count: 30000) + String(repeating: "]", count: 30000), .invalidJSON),
-        HostileRow("30000 nested objects in parameters",
-                   #"{"method":"a.b.C","parameters":"# + String(repeating: #"{"a":"#, count: 30000) + "1"
-                   + String(repeating: "}", count: 30001), .invalidJSON),
+        HostileRow(
+            "30000 nested arrays, balanced",
+            String(repeating: "[", count: 30000) + String(repeating: "]", count: 30000), .invalidJSON),
+        HostileRow(
+            "30000 nested objects in parameters",
+            #"{"method":"a.b.C","parameters":"# + String(repeating: #"{"a":"#, count: 30000) + "1"
+                + String(repeating: "}", count: 30001), .invalidJSON),
         HostileRow("invalid UTF-8: bad continuation", methodWith([0xC3, 0x28]), .invalidUTF8),
         HostileRow("invalid UTF-8: lone continuation", methodWith([0xA0, 0xA1]), .invalidUTF8),
         HostileRow("invalid UTF-8: truncated 3-byte", methodWith([0xE2, 0x82]), .invalidUTF8),
@@ -134,26 +143,35 @@ struct CallDecodingTests {
         HostileRow("method is an object", #"{"method":{}}"#, .methodNotString),
         HostileRow("method is a bool", #"{"method":true}"#, .methodNotString),
         HostileRow("method without interface", #"{"method":"ListApps"}"#, .invalidMethodName("ListApps")),
-        HostileRow("method with a one-label interface", #"{"method":"io.ListApps"}"#,
-                   .invalidMethodName("io.ListApps")),
+        HostileRow(
+            "method with a one-label interface", #"{"method":"io.ListApps"}"#,
+            .invalidMethodName("io.ListApps")),
         HostileRow("empty method", #"{"method":""}"#, .invalidMethodName("")),
-        HostileRow("method with empty member", #"{"method":"io.bgtask.Lifecycle."}"#,
-                   .invalidMethodName("io.bgtask.Lifecycle.")),
-        HostileRow("lowercase member", #"{"method":"io.bgtask.Lifecycle.listApps"}"#,
-                   .invalidMethodName("io.bgtask.Lifecycle.listApps")),
-        HostileRow("leading dot", #"{"method":".io.bgtask.Lifecycle.ListApps"}"#,
-                   .invalidMethodName(".io.bgtask.Lifecycle.ListApps")),
+        HostileRow(
+            "method with empty member", #"{"method":"io.bgtask.Lifecycle."}"#,
+            .invalidMethodName("io.bgtask.Lifecycle.")),
+        HostileRow(
+            "lowercase member", #"{"method":"io.bgtask.Lifecycle.listApps"}"#,
+            .invalidMethodName("io.bgtask.Lifecycle.listApps")),
+        HostileRow(
+            "leading dot", #"{"method":".io.bgtask.Lifecycle.ListApps"}"#,
+            .invalidMethodName(".io.bgtask.Lifecycle.ListApps")),
         HostileRow("empty label", #"{"method":"io..bgtask.ListApps"}"#, .invalidMethodName("io..bgtask.ListApps")),
-        HostileRow("label ending in dash", #"{"method":"io.bgtask-.ListApps"}"#,
-                   .invalidMethodName("io.bgtask-.ListApps")),
-        HostileRow("first label starting with a digit", #"{"method":"1io.bgtask.ListApps"}"#,
-                   .invalidMethodName("1io.bgtask.ListApps")),
-        HostileRow("space in the interface", #"{"method":"io.bg task.ListApps"}"#,
-                   .invalidMethodName("io.bg task.ListApps")),
-        HostileRow("dash in the member", #"{"method":"io.bgtask.Lifecycle.List-Apps"}"#,
-                   .invalidMethodName("io.bgtask.Lifecycle.List-Apps")),
-        HostileRow("NUL escape in the method", #"{"method":"io.bgtask.Lifecycle.List\u0000Apps"}"#,
-                   .invalidMethodName("io.bgtask.Lifecycle.List\u{0}Apps")),
+        HostileRow(
+            "label ending in dash", #"{"method":"io.bgtask-.ListApps"}"#,
+            .invalidMethodName("io.bgtask-.ListApps")),
+        HostileRow(
+            "first label starting with a digit", #"{"method":"1io.bgtask.ListApps"}"#,
+            .invalidMethodName("1io.bgtask.ListApps")),
+        HostileRow(
+            "space in the interface", #"{"method":"io.bg task.ListApps"}"#,
+            .invalidMethodName("io.bg task.ListApps")),
+        HostileRow(
+            "dash in the member", #"{"method":"io.bgtask.Lifecycle.List-Apps"}"#,
+            .invalidMethodName("io.bgtask.Lifecycle.List-Apps")),
+        HostileRow(
+            "NUL escape in the method", #"{"method":"io.bgtask.Lifecycle.List\u0000Apps"}"#,
+            .invalidMethodName("io.bgtask.Lifecycle.List\u{0}Apps")),
         HostileRow("more is a string", #"{"method":"a.b.C","more":"yes"}"#, .invalidField("more")),
         HostileRow("oneway is a number", #"{"method":"a.b.C","oneway":1}"#, .invalidField("oneway")),
         HostileRow("upgrade is an object", #"{"method":"a.b.C","upgrade":{}}"#, .invalidField("upgrade")),
@@ -193,7 +211,9 @@ struct CallDecodingTests {
             }
             if case .success = headerResult(Data(bytes)) {
                 // A mutation that kept the call well formed must still decode to a typed result.
-                _ = Result { () throws(VarlinkError) in try codec.decodeParameters(PostParameters.self, from: Data(bytes)) }
+                _ = Result { () throws(VarlinkError) in
+                    try codec.decodeParameters(PostParameters.self, from: Data(bytes))
+                }
             }
         }
     }

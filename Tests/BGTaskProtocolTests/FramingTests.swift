@@ -44,26 +44,35 @@ struct FramingTests {
 
     static let rows: [Row] = [
         Row(name: "one message in one read", chunks: [stream(["{}"])], messages: ["{}"]),
-        Row(name: "several messages in one read", chunks: [stream(["{\"a\":1}", "{}", "[]"])],
+        Row(
+            name: "several messages in one read", chunks: [stream(["{\"a\":1}", "{}", "[]"])],
             messages: ["{\"a\":1}", "{}", "[]"]),
         Row(name: "empty message", chunks: [[0]], messages: [""]),
-        Row(name: "empty messages between others", chunks: [Array("a".utf8) + [0, 0, 0] + Array("b".utf8) + [0]],
+        Row(
+            name: "empty messages between others", chunks: [Array("a".utf8) + [0, 0, 0] + Array("b".utf8) + [0]],
             messages: ["a", "", "", "b"]),
         Row(name: "no NUL yet", chunks: [Array("{\"method\":".utf8)], messages: [], leftover: 10),
-        Row(name: "message then partial", chunks: [stream(["{}"]) + Array("{\"x".utf8)], messages: ["{}"],
+        Row(
+            name: "message then partial", chunks: [stream(["{}"]) + Array("{\"x".utf8)], messages: ["{}"],
             leftover: 3),
         Row(name: "NUL arrives alone", chunks: [Array("{}".utf8), [0]], messages: ["{}"]),
-        Row(name: "exactly the limit", chunks: [stream([String(repeating: "x", count: 16)])],
+        Row(
+            name: "exactly the limit", chunks: [stream([String(repeating: "x", count: 16)])],
             messages: [String(repeating: "x", count: 16)]),
-        Row(name: "one over the limit with its NUL", chunks: [stream([String(repeating: "x", count: 17)])],
+        Row(
+            name: "one over the limit with its NUL", chunks: [stream([String(repeating: "x", count: 17)])],
             messages: [], isOversize: true),
-        Row(name: "over the limit before any NUL", chunks: [Array(repeating: UInt8(ascii: "x"), count: 17)],
+        Row(
+            name: "over the limit before any NUL", chunks: [Array(repeating: UInt8(ascii: "x"), count: 17)],
             messages: [], isOversize: true),
-        Row(name: "limit reached across reads", chunks: Array(repeating: Array("xxxxx".utf8), count: 4),
+        Row(
+            name: "limit reached across reads", chunks: Array(repeating: Array("xxxxx".utf8), count: 4),
             messages: [], isOversize: true),
-        Row(name: "good message then oversize", chunks: [stream(["{}", String(repeating: "y", count: 40)])],
+        Row(
+            name: "good message then oversize", chunks: [stream(["{}", String(repeating: "y", count: 40)])],
             messages: ["{}"], isOversize: true),
-        Row(name: "limit counts from the message start, not the read",
+        Row(
+            name: "limit counts from the message start, not the read",
             chunks: [stream([String(repeating: "a", count: 10)]) + Array("bbbbbbbbbb".utf8), stream(["cc"])],
             messages: [String(repeating: "a", count: 10), "bbbbbbbbbbcc"]),
     ]
