@@ -103,11 +103,12 @@ extension JSONValue: Codable {
     }
 }
 
-extension JSONValue: ExpressibleByNilLiteral, ExpressibleByBooleanLiteral, ExpressibleByIntegerLiteral,
+// Not ExpressibleByNilLiteral: `nil` must keep meaning Optional.none (write `.null` for JSON null), or closures
+// such as `compactMapValues { $0 == .null ? nil : $0 }` would silently produce `.null` instead of dropping.
+extension JSONValue: ExpressibleByBooleanLiteral, ExpressibleByIntegerLiteral,
     ExpressibleByFloatLiteral, ExpressibleByStringLiteral, ExpressibleByArrayLiteral,
     ExpressibleByDictionaryLiteral
 {
-    public init(nilLiteral: ()) { self = .null }
     public init(booleanLiteral value: Bool) { self = .bool(value) }
     public init(integerLiteral value: Int) { self = .number(Double(value)) }
     public init(floatLiteral value: Double) { self = .number(value) }

@@ -201,7 +201,7 @@ struct CallDecodingTests {
 
     @Test func randomMutationsOfAValidCallNeverCrash() throws {
         // Flip bytes of a real call: whatever comes out must be a typed result, never a crash or a hang.
-        let post = PostParameters(name: "sync", payload: ["list": [1, "two", nil]], behavior: .hold, app: "a.b")
+        let post = PostParameters(name: "sync", payload: ["list": [1, "two", .null]], behavior: .hold, app: "a.b")
         let call = unframed(try codec.encodeCall(post))
         var generator = SplitMix64(state: 42)
         for _ in 0..<2000 {

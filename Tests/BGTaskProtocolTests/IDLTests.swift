@@ -7,12 +7,10 @@ import Testing
 struct IDLTests {
     // MARK: The embedded interfaces
 
-    @Test(arguments: [
-        ("io.bgtask.Lifecycle.varlink", LifecycleInterface.description),
-        ("org.varlink.service.varlink", VarlinkServiceInterface.description),
-    ])
-    func embeddedTextEqualsTheFile(_ file: String, _ embedded: String) throws {
-        let url = packageRoot.appendingPathComponent("Sources/BGTaskProtocol").appendingPathComponent(file)
+    @Test(arguments: [LifecycleInterface.name, VarlinkServiceInterface.name])
+    func embeddedTextEqualsTheFile(_ interface: String) throws {
+        let embedded = try #require(GetInterfaceDescriptionReply.bgtaskd(interface: interface)?.description)
+        let url = packageRoot.appendingPathComponent("Sources/BGTaskProtocol/\(interface).varlink")
         #expect(Data(embedded.utf8) == (try Data(contentsOf: url)))
     }
 
@@ -230,8 +228,9 @@ struct IDLTests {
 
     // MARK: Python's varlink package
 
-    @Test(arguments: [LifecycleInterface.description, VarlinkServiceInterface.description])
-    func pythonVarlinkAcceptsTheDescription(_ description: String) throws {
+    @Test(arguments: [LifecycleInterface.name, VarlinkServiceInterface.name])
+    func pythonVarlinkAcceptsTheDescription(_ interface: String) throws {
+        let description = try #require(GetInterfaceDescriptionReply.bgtaskd(interface: interface)?.description)
         let result = try runPython("import varlink,sys; varlink.Interface(sys.stdin.read())", input: description)
         #expect(result.status == 0, "python: \(result.standardError)")
     }
@@ -322,7 +321,7 @@ struct IDLTests {
         #expect(try codec.decodeParameters(ListAppsParameters.self, from: lines[3]) == ListAppsParameters())
         #expect(
             try codec.decodeParameters(PostParameters.self, from: lines[4])
-                == PostParameters(name: "sync", payload: ["a": [1, 2.5, nil]], behavior: .hold))
+                == PostParameters(name: "sync", payload: ["a": [1, 2.5, .null]], behavior: .hold))
         #expect(try codec.decodeParameters(HistoryParameters.self, from: lines[5]) == HistoryParameters(limit: 3))
         #expect(try codec.decodeParameters(WatchParameters.self, from: lines[6]) == WatchParameters())
     }

@@ -55,7 +55,7 @@ enum Samples {
         case .post:
             [
                 PostParameters(
-                    name: "sync", payload: ["nested": ["a": [1, 2.5, nil, true]]], behavior: .wake,
+                    name: "sync", payload: ["nested": ["a": [1, 2.5, .null, true]]], behavior: .wake,
                     app: "org.example.mail"
                 ),
                 PostParameters(name: "sync"),

@@ -37,7 +37,7 @@ struct WireTypeTests {
 
     /// The object with every null member removed, recursively.
     private func stripNulls(_ members: [String: JSONValue]) -> [String: JSONValue] {
-        members.compactMapValues { value in
+        members.compactMapValues { (value: JSONValue) -> JSONValue? in
             switch value {
             case .null: nil
             case .object(let inner): .object(stripNulls(inner))
@@ -202,7 +202,7 @@ struct WireTypeTests {
 
     @Test func jsonValueRoundTripsAndKeepsIntegersWhole() throws {
         let value: JSONValue = [
-            "null": nil, "bool": false, "int": 42, "negative": -7, "big": 9_007_199_254_740_992, "float": 0.25,
+            "null": .null, "bool": false, "int": 42, "negative": -7, "big": 9_007_199_254_740_992, "float": 0.25,
             "string": "é \"quoted\" \\ / \u{1}", "array": [1, [2, [3]], [:]], "object": ["a": ["b": []]],
         ]
         let encoded = try JSONEncoder().encode(value)
