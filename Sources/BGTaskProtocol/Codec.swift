@@ -277,7 +277,10 @@ public struct VarlinkCodec: Sendable {
 
     private func encodeFramed<T: Encodable>(_ value: T) throws(VarlinkEncodingError) -> Data {
         do {
-            return VarlinkFrame.frame(try encoder.encode(value))
+            // Appending to the encoder's own buffer, which nothing else references, avoids copying the message.
+            var message = try encoder.encode(value)
+            message.append(VarlinkFrame.terminator)
+            return message
         } catch let EncodingError.invalidValue(value, context) {
             let path = context.codingPath.map(\.stringValue).joined(separator: ".")
             throw VarlinkEncodingError(description: "cannot encode \(value) at \(path): \(context.debugDescription)")

@@ -294,6 +294,8 @@ private struct IDLParser {
     private let text: String
     private var tokens: [Token] = []
     private var position = 0
+    /// Every use of a declared type's name, with where it was used, checked once all members are known.
+    private var references: [(name: String, token: Token)] = []
 
     init(text: String) {
         self.text = text
@@ -353,30 +355,21 @@ private struct IDLParser {
             }
         }
         guard !memberNames.isEmpty else { throw error(at: current, "the interface declares no member") }
-        try checkReferences(definition)
-        return definition
-    }
-
-    /// Every named type used anywhere must be declared with `type`.
-    private func checkReferences(_ definition: VarlinkInterfaceDefinition) throws(VarlinkIDLError) {
+        // Every named type used anywhere must be declared with `type`, before or after its use.
         let declared = Set(definition.types.map(\.name))
-        let used =
-            definition.types.flatMap(\.type.referencedTypeNames)
-            + definition.methods.flatMap { ($0.parameters + $0.reply).flatMap(\.type.referencedTypeNames) }
-            + definition.errors.flatMap { $0.parameters.flatMap(\.type.referencedTypeNames) }
-        if let missing = used.first(where: { !declared.contains($0) }) {
-            throw VarlinkIDLError(line: 1, column: 1, message: "type \(missing) is used but not declared")
+        if let missing = references.first(where: { !declared.contains($0.name) }) {
+            throw error(at: missing.token, "type \(missing.name) is used but not declared")
         }
+        return definition
     }
 
     /// `( name: T, ... )` of a method or error; an enum is refused there.
     private mutating func parseStruct(depth: Int) throws(VarlinkIDLError) -> [VarlinkField] {
         let start = current
-        switch try parseParenthesized(depth: depth) {
-        case .structure(let fields): return fields
-        case .enumeration(let names) where names.isEmpty: return []
-        default: throw error(at: start, "expected a struct of 'name: type' fields")
+        guard case .structure(let fields) = try parseParenthesized(depth: depth) else {
+            throw error(at: start, "expected a struct of 'name: type' fields")
         }
+        return fields
     }
 
     private mutating func parseType(depth: Int) throws(VarlinkIDLError) -> VarlinkType {
@@ -412,6 +405,7 @@ private struct IDLParser {
                 guard VarlinkMethodName.isValidMemberName(word.utf8) else {
                     throw error(at: start, "\(word.debugDescription) is not a type")
                 }
+                references.append((word, start))
                 return .named(word)
             }
         default:
