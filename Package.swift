@@ -8,6 +8,7 @@ let package = Package(
         .library(name: "BGTaskCore", targets: ["BGTaskCore"]),
         .library(name: "BGTaskSystem", targets: ["BGTaskSystem"]),
         .library(name: "BGTaskConfig", targets: ["BGTaskConfig"]),
+        .library(name: "BGTaskProtocol", targets: ["BGTaskProtocol"]),
         .executable(name: "bgtask-bench", targets: ["bgtask-bench"]),
     ],
     targets: [
@@ -23,6 +24,13 @@ let package = Package(
         .target(name: "BGTaskSystem", dependencies: ["CSystemd"]),
         // bgtaskd.conf: systemd value syntax, INI parsing, the typed configuration, loading and --dump-config.
         .target(name: "BGTaskConfig", dependencies: ["BGTaskCore"]),
+        // The Varlink wire protocol: framing, the interface's Codable types and errors, the IDL and its text.
+        // The `.varlink` files in the target are the source of truth; the plugin embeds them as strings.
+        .target(name: "BGTaskProtocol", plugins: ["EmbedInterface"]),
+        // Build-time tool behind the plugin: turns one `.varlink` file into a Swift string constant.
+        .executableTarget(name: "EmbedInterfaceTool"),
+        // Build-tool plugin: runs EmbedInterfaceTool on every `.varlink` file of the target that uses it.
+        .plugin(name: "EmbedInterface", capability: .buildTool(), dependencies: ["EmbedInterfaceTool"]),
         // Test helpers shared by every test target: manual clock and loop, fakes, harnesses.
         .target(name: "BGTaskTestSupport", dependencies: ["BGTaskCore"]),
         // Benchmarks; build with `-c release`.
@@ -30,5 +38,6 @@ let package = Package(
         .testTarget(name: "BGTaskCoreTests", dependencies: ["BGTaskCore", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem"]),
         .testTarget(name: "BGTaskConfigTests", dependencies: ["BGTaskConfig", "BGTaskCore"]),
+        .testTarget(name: "BGTaskProtocolTests", dependencies: ["BGTaskProtocol"]),
     ]
 )
