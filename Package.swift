@@ -9,6 +9,7 @@ let package = Package(
         .library(name: "BGTaskSystem", targets: ["BGTaskSystem"]),
         .library(name: "BGTaskConfig", targets: ["BGTaskConfig"]),
         .library(name: "BGTaskProtocol", targets: ["BGTaskProtocol"]),
+        .executable(name: "bgtaskd", targets: ["bgtaskd"]),
         .executable(name: "bgtask-bench", targets: ["bgtask-bench"]),
     ],
     targets: [
@@ -31,13 +32,27 @@ let package = Package(
         .executableTarget(name: "EmbedInterfaceTool"),
         // Build-tool plugin: runs EmbedInterfaceTool on every `.varlink` file of the target that uses it.
         .plugin(name: "EmbedInterface", capability: .buildTool(), dependencies: ["EmbedInterfaceTool"]),
+        // The daemon: the manager wiring the core to Linux, the Varlink server, the action executor.
+        .target(
+            name: "BGTaskDaemon",
+            dependencies: ["BGTaskCore", "BGTaskProtocol", "BGTaskSystem", "BGTaskConfig"]),
+        .executableTarget(name: "bgtaskd", dependencies: ["BGTaskDaemon", "BGTaskConfig", "BGTaskSystem"]),
         // Test helpers shared by every test target: manual clock and loop, fakes, harnesses.
-        .target(name: "BGTaskTestSupport", dependencies: ["BGTaskCore"]),
+        .target(
+            name: "BGTaskTestSupport", dependencies: ["BGTaskCore", "BGTaskSystem", "BGTaskProtocol"]),
+        // Test fixture: sends one raw Varlink call, for calls made as another user.
+        .executableTarget(name: "BGTaskRawCall", dependencies: ["BGTaskSystem"], path: "Tests/Fixtures/RawCall"),
         // Benchmarks; build with `-c release`.
         .executableTarget(name: "bgtask-bench", dependencies: ["BGTaskCore"]),
         .testTarget(name: "BGTaskCoreTests", dependencies: ["BGTaskCore", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem"]),
         .testTarget(name: "BGTaskConfigTests", dependencies: ["BGTaskConfig", "BGTaskCore"]),
         .testTarget(name: "BGTaskProtocolTests", dependencies: ["BGTaskProtocol"]),
+        .testTarget(
+            name: "BGTaskDaemonTests",
+            dependencies: [
+                "BGTaskDaemon", "BGTaskTestSupport", "BGTaskProtocol", "BGTaskConfig", "BGTaskCore", "BGTaskSystem",
+                "bgtaskd", "BGTaskRawCall",
+            ]),
     ]
 )
