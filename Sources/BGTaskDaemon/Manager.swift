@@ -102,6 +102,13 @@ public final class Manager {
             // A client that disappears mid-write must not kill the daemon.
             signal(SIGPIPE, SIG_IGN)
             try loop.addExit(name: "release-apps") { [unowned self] _ in self.releaseAllApps() }
+            // Made now, disabled, so the loop's timer descriptor exists from the start and the daemon's
+            // descriptor use does not grow with its first deadline.
+            timer = try loop.addTimer(at: .max, name: "policy-deadline") { [unowned self] _ in
+                self.perform(self.core.deadlineReached(now: self.now))
+                self.updateStatus()
+            }
+            try timer?.setEnabled(false)
             _ = try loop.enableWatchdog()
         } catch {
             throw StartupError(description: "cannot set up the event loop: \(error)")
@@ -440,14 +447,8 @@ public final class Manager {
             return
         }
         do {
-            if let timer {
-                try timer.rearm(at: instant.nanoseconds)
-            } else {
-                timer = try loop.addTimer(at: instant.nanoseconds, name: "policy-deadline") { [unowned self] _ in
-                    self.perform(self.core.deadlineReached(now: self.now))
-                    self.updateStatus()
-                }
-            }
+            // Safe: made in start(), before any input can reach the core.
+            try timer!.rearm(at: instant.nanoseconds)
         } catch {
             // Without its timer the policy would miss deadlines: that is fatal for a supervised daemon.
             logger.error("cannot arm the policy timer: \(error)")
