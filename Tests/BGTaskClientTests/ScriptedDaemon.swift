@@ -39,6 +39,11 @@ struct LogEntry: Sendable, CustomStringConvertible {
 
     var isNote: Bool { connection == 0 }
 
+    /// Whether this is a call of `method` whose parameter `name` is `value`.
+    func isCall(_ method: String, _ name: String, _ value: JSONValue) -> Bool {
+        self.method == method && parameters[name] == value
+    }
+
     var description: String {
         isNote ? "note \(method)" : "#\(connection) \(method)(\(parameters))"
     }
@@ -181,6 +186,21 @@ final class ScriptedDaemon: Sendable {
         return calls(method)[count - 1]
     }
 
+    /// Waits until the event `eventId` is acknowledged; records an issue on timeout.
+    @discardableResult
+    func waitForAcknowledgement(
+        of eventId: Int, timeout: Duration = .seconds(10), sourceLocation: SourceLocation = #_sourceLocation
+    ) -> LogEntry? {
+        let isIt = { (entry: LogEntry) in
+            entry.isCall(AcknowledgeParameters.methodName, "eventId", .number(Double(eventId)))
+        }
+        guard waitUntil(timeout: timeout, { $0.contains(where: isIt) }) else {
+            Issue.record("event \(eventId) was not acknowledged; log: \(log)", sourceLocation: sourceLocation)
+            return nil
+        }
+        return log.first(where: isIt)
+    }
+
     // MARK: Serving
 
     private func acceptLoop() {
@@ -210,8 +230,12 @@ final class ScriptedDaemon: Sendable {
         }
     }
 
+    /// The method logged when a client's connection ends.
+    static let connectionClosed = "(connection closed)"
+
     private func serve(_ connection: ServerConnection, number: Int) {
         defer {
+            append(connection: number, method: ScriptedDaemon.connectionClosed, header: nil, parameters: .null)
             state.withLock { state in
                 state.connections[number] = nil
                 if state.registerStream == number { state.registerStream = nil }
