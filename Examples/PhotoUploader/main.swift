@@ -40,7 +40,7 @@ func describe(_ seconds: TimeInterval) -> String {
 /// Uploads photos in chunks, under a background task so the work survives a move to background.
 final class PhotoUpload: Sendable {
     let photoCount: Int
-    let chunkInterval: Duration
+    let chunkInterval: TimeInterval
     private let state = Mutex(State())
 
     private struct State {
@@ -48,7 +48,7 @@ final class PhotoUpload: Sendable {
         var isCancelled = false
     }
 
-    init(photoCount: Int, chunkInterval: Duration) {
+    init(photoCount: Int, chunkInterval: TimeInterval) {
         self.photoCount = photoCount
         self.chunkInterval = chunkInterval
     }
@@ -83,10 +83,10 @@ final class PhotoUpload: Sendable {
                 return finish(application)
             }
             // Stands in for sending one photo over the network.
-            Thread.sleep(forTimeInterval: Double(chunkInterval.components.seconds)
-                + Double(chunkInterval.components.attoseconds) / 1e18)
-            say("uploaded photo \(photo)/\(photoCount), state \(application.applicationState), "
-                + "backgroundTimeRemaining \(describe(application.backgroundTimeRemaining))")
+            Thread.sleep(forTimeInterval: chunkInterval)
+            say(
+                "uploaded photo \(photo)/\(photoCount), state \(application.applicationState), "
+                    + "backgroundTimeRemaining \(describe(application.backgroundTimeRemaining))")
         }
         say("upload finished")
         endTask(in: application)
@@ -158,7 +158,7 @@ while let argument = arguments.popFirst() {
     }
 }
 
-let upload = PhotoUpload(photoCount: photoCount, chunkInterval: .milliseconds(chunkMilliseconds))
+let upload = PhotoUpload(photoCount: photoCount, chunkInterval: Double(chunkMilliseconds) / 1000)
 let delegate = UploaderDelegate(upload: upload)
 let application: BackgroundApplication
 do {

@@ -90,8 +90,9 @@ final class AppProcess {
         while true {
             let remaining = deadline - MonotonicClock.now()
             guard remaining > 0, let line = nextLine(timeout: .nanoseconds(remaining)) else {
-                Issue.record("no matching line from process \(pid); transcript:\n\(transcript.joined(separator: "\n"))",
-                             sourceLocation: sourceLocation)
+                Issue.record(
+                    "no matching line from process \(pid); transcript:\n\(transcript.joined(separator: "\n"))",
+                    sourceLocation: sourceLocation)
                 return nil
             }
             if condition(line) { return line }

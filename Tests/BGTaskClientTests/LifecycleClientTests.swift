@@ -39,7 +39,8 @@ private let sampleStatus = GetStatusReply(
 @Suite struct LifecycleClientTests {
     static let typedCalls: [TypedCallCase] = [
         TypedCallCase(
-            method: ListAppsParameters.methodName, sentExpectedParameters: { parameters($0, are: ListAppsParameters()) },
+            method: ListAppsParameters.methodName,
+            sentExpectedParameters: { parameters($0, are: ListAppsParameters()) },
             reply: ListAppsReply(apps: [sampleApp]), call: { try $0.listApps() == [sampleApp] }),
         TypedCallCase(
             method: GetAppParameters.methodName,
@@ -52,7 +53,8 @@ private let sampleStatus = GetStatusReply(
         TypedCallCase(
             method: LaunchParameters.methodName,
             sentExpectedParameters: {
-                parameters($0, are: LaunchParameters(name: "mail", argv: ["/usr/bin/mail", "-x"], exitsOnSuspend: true))
+                parameters(
+                    $0, are: LaunchParameters(name: "mail", argv: ["/usr/bin/mail", "-x"], exitsOnSuspend: true))
             },
             reply: LaunchReply(app: sampleApp),
             call: { try $0.launch(name: "mail", argv: ["/usr/bin/mail", "-x"], exitsOnSuspend: true) == sampleApp }),
@@ -178,9 +180,11 @@ private let sampleStatus = GetStatusReply(
             #expect(registration.app.state == .background)
             let register = daemon.calls(RegisterParameters.methodName).first
             #expect(register?.more == true)
-            #expect(register.map {
-                parameters($0.parameters, are: RegisterParameters(name: "mail", exitsOnSuspend: true, state: .background))
-            } == true)
+            #expect(
+                register.map {
+                    parameters(
+                        $0.parameters, are: RegisterParameters(name: "mail", exitsOnSuspend: true, state: .background))
+                } == true)
             let events = [
                 EventInfo(id: daemon.nextEventId(), kind: .didEnterBackground),
                 EventInfo(id: daemon.nextEventId(), kind: .notification, name: "n", payload: ["k": "v"], count: 3),

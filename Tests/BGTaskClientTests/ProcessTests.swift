@@ -10,12 +10,14 @@ import Testing
             try withAppProcess(fixtureCommand(socketPath: daemon.socketPath, lifetime: 30)) { app in
                 app.expectLine(startingWith: "ready pid=\(app.pid)")
                 #expect(app.run("state", expecting: "state") == "state unregistered")
-                #expect(app.run("register mail", expecting: "registered")?.hasPrefix("registered mail state=active")
-                    == true)
+                #expect(
+                    app.run("register mail", expecting: "registered")?.hasPrefix("registered mail state=active")
+                        == true)
                 #expect(app.run("register mail", expecting: "registered") == "error register: already registered")
                 #expect(app.run("begin upload", expecting: "began") == "began 1")
-                #expect(daemon.calls(BeginBackgroundTaskParameters.methodName).first?.parameters
-                    == ["app": "mail", "name": "upload"])
+                #expect(
+                    daemon.calls(BeginBackgroundTaskParameters.methodName).first?.parameters
+                        == ["app": "mail", "name": "upload"])
                 #expect(app.run("remaining", expecting: "remaining") == "remaining unlimited")
                 daemon.setRemainingSeconds(12.5)
                 #expect(app.run("remaining", expecting: "remaining") == "remaining 12.5")
@@ -37,7 +39,9 @@ import Testing
                     id: daemon.nextEventId(), kind: .notification, name: "sync", payload: ["b": [1, 2], "a": "x/y"],
                     count: 2)
                 daemon.push(posted)
-                app.expectLine { $0 == #"event notification id=\#(posted.id) name=sync payload={"a":"x/y","b":[1,2]} count=2"# }
+                app.expectLine {
+                    $0 == #"event notification id=\#(posted.id) name=sync payload={"a":"x/y","b":[1,2]} count=2"#
+                }
                 let warned = EventInfo(id: daemon.nextEventId(), kind: .memoryWarning, likelyVictim: true, rank: 1)
                 daemon.push(warned)
                 app.expectLine { $0 == "event memoryWarning id=\(warned.id) victim=1" }
@@ -78,8 +82,9 @@ import Testing
             try withAppProcess(fixtureCommand(socketPath: daemon.socketPath, lifetime: 30)) { app in
                 app.expectLine(startingWith: "ready")
                 app.run("register mail background exits-on-suspend", expecting: "registered")
-                #expect(daemon.calls(RegisterParameters.methodName).first?.parameters
-                    == ["name": "mail", "state": "background", "exitsOnSuspend": true])
+                #expect(
+                    daemon.calls(RegisterParameters.methodName).first?.parameters
+                        == ["name": "mail", "state": "background", "exitsOnSuspend": true])
                 let terminate = EventInfo(id: daemon.nextEventId(), kind: .willTerminate)
                 daemon.push(terminate)
                 app.expectLine { $0 == "event willTerminate id=\(terminate.id)" }
@@ -131,8 +136,9 @@ import Testing
                 let end = log.first { $0.isCall(EndBackgroundTaskParameters.methodName, "taskId", 1) }
                 #expect(begin != nil && acknowledged != nil && end != nil, "\(log)")
                 if let begin, let acknowledged, let end {
-                    #expect(begin.sequence < acknowledged.sequence && acknowledged.sequence < end.sequence,
-                            "the lease spans the move to background")
+                    #expect(
+                        begin.sequence < acknowledged.sequence && acknowledged.sequence < end.sequence,
+                        "the lease spans the move to background")
                 }
             }
         }
@@ -140,7 +146,8 @@ import Testing
 
     @Test func photoUploaderCancelsWhenTimeRunsOut() throws {
         try withScriptedDaemon { daemon in
-            try withAppProcess(photoUploaderCommand(socketPath: daemon.socketPath, photos: 1000, chunkMilliseconds: 50)) {
+            try withAppProcess(photoUploaderCommand(socketPath: daemon.socketPath, photos: 1000, chunkMilliseconds: 50))
+            {
                 app in
                 app.expectLine(startingWith: "upload started")
                 daemon.push(EventInfo(id: daemon.nextEventId(), kind: .didEnterBackground))
@@ -159,7 +166,8 @@ import Testing
 
     @Test func photoUploaderExitsOnWillTerminate() throws {
         try withScriptedDaemon { daemon in
-            try withAppProcess(photoUploaderCommand(socketPath: daemon.socketPath, photos: 1000, chunkMilliseconds: 50)) {
+            try withAppProcess(photoUploaderCommand(socketPath: daemon.socketPath, photos: 1000, chunkMilliseconds: 50))
+            {
                 app in
                 app.expectLine(startingWith: "upload started")
                 daemon.push(EventInfo(id: daemon.nextEventId(), kind: .willTerminate))

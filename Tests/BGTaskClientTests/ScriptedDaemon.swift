@@ -176,7 +176,8 @@ final class ScriptedDaemon: Sendable {
     /// Waits for the `count`-th call of `method` and returns it; records an issue on timeout.
     @discardableResult
     func waitForCall(
-        _ method: String, count: Int = 1, timeout: Duration = .seconds(10), sourceLocation: SourceLocation = #_sourceLocation
+        _ method: String, count: Int = 1, timeout: Duration = .seconds(10),
+        sourceLocation: SourceLocation = #_sourceLocation
     ) -> LogEntry? {
         let found = waitUntil(timeout: timeout) { log in log.filter { $0.method == method }.count >= count }
         guard found else {
@@ -247,7 +248,8 @@ final class ScriptedDaemon: Sendable {
             guard let header = try? codec.decodeCallHeader(message),  // A malformed call ends the connection.
                 let parameters = try? JSONDecoder().decode(CallParameters.self, from: message).parameters
             else { return }
-            let entry = append(connection: number, method: header.method.qualified, header: header, parameters: parameters)
+            let entry = append(
+                connection: number, method: header.method.qualified, header: header, parameters: parameters)
             let response = responder?(entry, self) ?? defaultResponse(to: entry, connection: number)
             if header.oneway { continue }
             switch response {
@@ -327,7 +329,8 @@ private struct CallParameters: Decodable {
     enum Key: String, CodingKey { case parameters }
 
     init(from decoder: any Decoder) throws {
-        parameters = try decoder.container(keyedBy: Key.self).decodeIfPresent(JSONValue.self, forKey: .parameters)
+        parameters =
+            try decoder.container(keyedBy: Key.self).decodeIfPresent(JSONValue.self, forKey: .parameters)
             ?? .object([:])
     }
 }

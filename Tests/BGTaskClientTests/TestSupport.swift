@@ -49,7 +49,9 @@ final class Recorder<Value: Sendable>: Sendable {
         defer { changed.unlock() }
         while !condition(all) {
             if !changed.wait(until: deadline) {
-                if !condition(all) { Issue.record("condition not met; recorded: \(all)", sourceLocation: sourceLocation) }
+                if !condition(all) {
+                    Issue.record("condition not met; recorded: \(all)", sourceLocation: sourceLocation)
+                }
                 return all
             }
         }

@@ -192,7 +192,9 @@ private let getApp = GetAppParameters.methodName
             defer { connection.close() }
             let stream = try connection.callStreaming(WatchParameters())
             #expect(try stream.next(timeout: .seconds(10))?.entry == entry)
-            #expect(throws: ClientError.permissionDenied(socketPath: daemon.socketPath, method: WatchParameters.methodName)) {
+            #expect(
+                throws: ClientError.permissionDenied(socketPath: daemon.socketPath, method: WatchParameters.methodName)
+            ) {
                 try stream.next(timeout: .seconds(10))
             }
             #expect(try stream.next(timeout: .seconds(1)) == nil)
@@ -270,8 +272,9 @@ private let getApp = GetAppParameters.methodName
     @Test func largeRepliesWithinTheLimitAreRead() throws {
         // 20,000 apps: about 4 MiB of JSON, far over the daemon's 64 KiB call limit.
         let apps = (0..<20_000).map { index in
-            AppInfo(name: "app-\(index)-" + String(repeating: "x", count: 100), state: .suspended, pid: index,
-                    uid: 1000, managed: true, tasks: [TaskInfo(id: index, name: "t", ageSec: 1.5)])
+            AppInfo(
+                name: "app-\(index)-" + String(repeating: "x", count: 100), state: .suspended, pid: index,
+                uid: 1000, managed: true, tasks: [TaskInfo(id: index, name: "t", ageSec: 1.5)])
         }
         try withScriptedDaemon(respond: { call, _ in
             call.method == ListAppsParameters.methodName ? .reply(ListAppsReply(apps: apps)) : nil

@@ -91,7 +91,9 @@ final class Fixture: Sendable {
     // MARK: Registration
 
     private func register(_ arguments: [String]) {
-        guard let name = arguments.first else { return Output.line("error usage: register NAME [background] [exits-on-suspend]") }
+        guard let name = arguments.first else {
+            return Output.line("error usage: register NAME [background] [exits-on-suspend]")
+        }
         let flags = Set(arguments.dropFirst())
         guard flags.isSubset(of: ["background", "exits-on-suspend"]) else {
             return Output.line("error register: unknown flag in \(flags.sorted())")
@@ -113,7 +115,11 @@ final class Fixture: Sendable {
     }
 
     private func unregister() {
-        guard let app = withState({ state in defer { state.app = nil }; return state.app }) else {
+        guard
+            let app = withState({ state in
+                defer { state.app = nil }; return state.app
+            })
+        else {
             return Output.line("error unregister: not registered")
         }
         app.close()
@@ -161,7 +167,9 @@ final class Fixture: Sendable {
         guard let app = registeredApp(for: "end") else { return }
         guard let number = arguments.first.flatMap(Int.init) else { return Output.line("error usage: end ID") }
         let identifier = BackgroundTaskIdentifier(rawValue: number)
-        guard app.openBackgroundTasks.contains(identifier) else { return Output.line("error end: no open task \(number)") }
+        guard app.openBackgroundTasks.contains(identifier) else {
+            return Output.line("error end: no open task \(number)")
+        }
         app.endBackgroundTask(identifier)
         Output.line("ended \(number)")
     }
@@ -239,7 +247,11 @@ final class Fixture: Sendable {
     }
 
     private func unlock() {
-        guard let fd = withState({ state in defer { state.lock = nil }; return state.lock }) else {
+        guard
+            let fd = withState({ state in
+                defer { state.lock = nil }; return state.lock
+            })
+        else {
             return Output.line("error unlock: no lock held")
         }
         do throws(Errno) {
