@@ -123,8 +123,8 @@ public enum ReclamationBand: Int, Sendable, Comparable, CaseIterable, CustomStri
     public var name: String {
         switch self {
         case .suspended: "suspended"
-        case .backgroundIdle: "background"
-        case .backgroundWithTasks: "background-with-tasks"
+        case .backgroundIdle: "backgroundIdle"
+        case .backgroundWithTasks: "backgroundWithTasks"
         case .foreground: "foreground"
         }
     }

@@ -53,6 +53,8 @@ public enum ExitReason: String, Codable, CaseIterable, Sendable {
     case memoryReclaim = "memory-reclaim"
     /// A controller called `Terminate`.
     case controller
+    /// An `ExitsOnSuspend` app reached the point where it would have been suspended.
+    case exitsOnSuspend = "exits-on-suspend"
     /// The app exited by itself, or its registration ended and its process is gone.
     case exited
     /// The app died of a signal the daemon did not send.
@@ -76,16 +78,42 @@ public enum PostBehavior: String, Codable, CaseIterable, Sendable {
 
 /// What a history entry records (`HistoryEntry.kind`).
 public enum HistoryKind: String, Codable, CaseIterable, Sendable {
-    /// An app registered, or re-attached after a daemon restart.
+    /// An app registered.
     case registered
+    /// An app's own process registered again (a reconnect, or a daemon restart that kept it).
+    case reattached
     /// The daemon started a managed app.
     case launched
-    /// An app was frozen or stopped.
-    case suspended
-    /// A suspended app was thawed, to run in background or to come to the foreground.
-    case resumed
-    /// An app ended; `reason` says why.
+    /// An app changed state; `state` is the new one.
+    case stateChanged
+    /// A lease began; `taskId`, `taskName`.
+    case taskBegan
+    /// A lease ended; `taskId`, `taskName`, `taskEnd`.
+    case taskEnded
+    /// `backgroundTaskExpiring` was sent; `taskIds`.
+    case expirationWarning
+    /// Suspension was put off because the app holds a file lock.
+    case suspensionDeferred
+    /// A memory warning was sent; `rank` for a likely victim.
+    case memoryWarning
+    /// The app ended; `reason` says why.
     case terminated
+    /// SIGKILL was sent; `reason` says why.
+    case killed
+    /// The app's process is gone; `reason` is its final exit reason.
+    case processExited
+    /// The app's event stream closed while its process lives on.
+    case unregistered
+}
+
+/// How a lease ended (`HistoryEntry.taskEnd`).
+public enum TaskEnd: String, Codable, CaseIterable, Sendable {
+    /// `EndBackgroundTask` was called.
+    case ended
+    /// The budget ran out while it was open.
+    case expired
+    /// Its app ended while it was open.
+    case appEnded = "app-ended"
 }
 
 /// The reclamation band an app was chosen from (`HistoryEntry.band`), in the order DESIGN §4 reclaims them.
@@ -246,11 +274,24 @@ public struct HistoryEntry: Codable, Hashable, Sendable {
     public var memoryBytes: Int?
     /// For a memory reclaim: milliseconds from the pressure trigger to the kill.
     public var latencyMs: Double?
+    /// For `stateChanged`: the new state.
+    public var state: AppState?
+    /// For `taskBegan` and `taskEnded`: the task id.
+    public var taskId: Int?
+    /// For `taskBegan` and `taskEnded`: the task's name, empty when none was given.
+    public var taskName: String?
+    /// For `taskEnded`: how the task ended.
+    public var taskEnd: TaskEnd?
+    /// For `expirationWarning`: the tasks the warning listed.
+    public var taskIds: [Int]?
+    /// For `memoryWarning` to a likely victim: its rank in the reclamation order.
+    public var rank: Int?
 
     /// A history entry; the fields that do not apply to `kind` default to nil.
     public init(
         time: Double, app: String, kind: HistoryKind, reason: ExitReason? = nil, band: ReclaimBand? = nil,
-        memoryBytes: Int? = nil, latencyMs: Double? = nil
+        memoryBytes: Int? = nil, latencyMs: Double? = nil, state: AppState? = nil, taskId: Int? = nil,
+        taskName: String? = nil, taskEnd: TaskEnd? = nil, taskIds: [Int]? = nil, rank: Int? = nil
     ) {
         self.time = time
         self.app = app
@@ -259,10 +300,16 @@ public struct HistoryEntry: Codable, Hashable, Sendable {
         self.band = band
         self.memoryBytes = memoryBytes
         self.latencyMs = latencyMs
+        self.state = state
+        self.taskId = taskId
+        self.taskName = taskName
+        self.taskEnd = taskEnd
+        self.taskIds = taskIds
+        self.rank = rank
     }
 
     enum CodingKeys: String, CodingKey {
-        case time, app, kind, reason, band, memoryBytes, latencyMs
+        case time, app, kind, reason, band, memoryBytes, latencyMs, state, taskId, taskName, taskEnd, taskIds, rank
     }
 
     /// Encodes every field, nil ones as explicit `null`.
@@ -275,5 +322,11 @@ public struct HistoryEntry: Codable, Hashable, Sendable {
         try container.encode(band, forKey: .band)
         try container.encode(memoryBytes, forKey: .memoryBytes)
         try container.encode(latencyMs, forKey: .latencyMs)
+        try container.encode(state, forKey: .state)
+        try container.encode(taskId, forKey: .taskId)
+        try container.encode(taskName, forKey: .taskName)
+        try container.encode(taskEnd, forKey: .taskEnd)
+        try container.encode(taskIds, forKey: .taskIds)
+        try container.encode(rank, forKey: .rank)
     }
 }

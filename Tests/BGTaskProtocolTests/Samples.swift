@@ -22,7 +22,8 @@ enum Samples {
 
     static let fullHistoryEntry = HistoryEntry(
         time: 1_764_480_000.125, app: "org.example.mail", kind: .terminated, reason: .memoryReclaim,
-        band: .backgroundIdle, memoryBytes: 73_400_320, latencyMs: 12.75
+        band: .backgroundIdle, memoryBytes: 73_400_320, latencyMs: 12.75, state: .terminated, taskId: 4,
+        taskName: "upload", taskEnd: .appEnded, taskIds: [4, 5], rank: 2
     )
 
     static let minimalHistoryEntry = HistoryEntry(time: 1_764_480_001, app: "org.example.clock", kind: .registered)

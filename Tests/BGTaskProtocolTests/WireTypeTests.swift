@@ -109,6 +109,7 @@ struct WireTypeTests {
             ("Event", "kind", EventKind.allCases.map(\.rawValue)),
             ("HistoryEntry", "kind", HistoryKind.allCases.map(\.rawValue)),
             ("HistoryEntry", "band", ReclaimBand.allCases.map(\.rawValue)),
+            ("HistoryEntry", "taskEnd", TaskEnd.allCases.map(\.rawValue)),
         ]
         for row in rows {
             let definition = try #require(lifecycleDefinition.type(named: row.type))

@@ -208,3 +208,60 @@ import Testing
         }
     }
 }
+
+@Suite struct ProcessGroupTests {
+    @Test func leaderAndMemberAreTold() throws {
+        let selfLeads = try ProcessGroup.isLeader(getpid())
+        #expect(selfLeads == (getpgrp() == getpid()))
+        try withChild(["sleep", "30"], options: SpawnOptions(flags: .newProcessGroup)) { leader in
+            let leads = try ProcessGroup.isLeader(leader.pid)
+            let group = try ProcessGroup.of(leader.pid)
+            #expect(leads)
+            #expect(group.id == leader.pid)
+        }
+        try withChild(["sleep", "30"]) { member in
+            let leads = try ProcessGroup.isLeader(member.pid)
+            let group = try ProcessGroup.of(member.pid)
+            #expect(!leads)
+            #expect(group.id == getpgrp())
+        }
+    }
+
+    @Test func signallingAGroupReachesEveryMember() throws {
+        let procFS = ProcFS()
+        // A shell leading its own group, with a child in the same group; the shell prints the child's pid.
+        let (readEnd, writeEnd) = try FileDescriptor.pipe()
+        var options = SpawnOptions(flags: .newProcessGroup)
+        options.standardOutput = .fileDescriptor(writeEnd)
+        try withChild(["sh", "-c", "sleep 30 & echo $!; wait"], options: options) { shell in
+            try writeEnd.close()
+            defer { try? readEnd.close() }
+            let line = try readUntil(UInt8(ascii: "\n"), from: readEnd)
+            let member = try #require(line.split(separator: "\n").first.flatMap { pid_t($0) })
+            let group = ProcessGroup(id: shell.pid)
+            try group.send(.stop)
+            #expect(try shell.waitForChange() == .stopped(.stop))
+            let memberStopped = try waitForState(of: member, procFS) { $0 == .stopped }
+            #expect(memberStopped)
+            try group.send(.continue)
+            let memberRunning = try waitForState(of: member, procFS) { $0 != .stopped }
+            #expect(memberRunning)
+            try group.send(.kill)
+        }
+        #expect(throws: Errno.noSuchProcess) { try ProcessGroup.of(999_999_999) }
+    }
+
+    /// Waits up to 10 s for `pid`'s state to satisfy `condition` (a signal to a non-child is seen only in /proc).
+    private func waitForState(
+        of pid: pid_t, _ procFS: ProcFS, _ condition: (ProcessState) -> Bool
+    ) throws -> Bool {
+        let pidFD = try PidFD.open(pid: pid)
+        defer { try? pidFD.close() }
+        for _ in 0..<1000 {
+            if condition(try procFS.stat(pid).state) { return true }
+            // Bounded wait between reads: the pidfd only reports exit, not stops.
+            _ = try pidFD.waitForExit(timeout: .milliseconds(10))
+        }
+        return false
+    }
+}
