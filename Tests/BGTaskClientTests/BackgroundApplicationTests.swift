@@ -1,6 +1,7 @@
 // BackgroundApplication against a scripted daemon: callbacks, acknowledgements, leases, expiration, reconnection.
 import BGTaskClient
 import BGTaskSystem
+import BGTaskTestSupport
 import Dispatch
 import Foundation
 import Synchronization
@@ -439,7 +440,7 @@ let testOptions = BackgroundApplication.Options(
     }
 
     @Test func initReportsDaemonNotRunning() throws {
-        let directory = try TemporaryDirectory(prefix: "bgtask-client-noapp")
+        let directory = try ScratchDirectory(prefix: "bgtask-client-noapp")
         defer { directory.remove() }
         let path = directory.path + "/" + LifecycleInterface.name
         #expect(throws: ClientError.daemonNotRunning(socketPath: path, .noSuchFileOrDirectory)) {

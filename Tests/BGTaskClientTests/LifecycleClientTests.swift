@@ -1,6 +1,7 @@
 // The typed calls of LifecycleClient: each sends its method with its parameters and returns the scripted reply.
 import BGTaskClient
 import BGTaskSystem
+import BGTaskTestSupport
 import Foundation
 import Testing
 
@@ -163,7 +164,7 @@ private let sampleStatus = GetStatusReply(
     }
 
     @Test func daemonNotRunningIsReportedAtInit() throws {
-        let directory = try TemporaryDirectory(prefix: "bgtask-client-absent")
+        let directory = try ScratchDirectory(prefix: "bgtask-client-absent")
         defer { directory.remove() }
         let path = directory.path + "/" + LifecycleInterface.name
         #expect(throws: ClientError.daemonNotRunning(socketPath: path, .noSuchFileOrDirectory)) {

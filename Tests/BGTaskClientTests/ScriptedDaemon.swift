@@ -57,7 +57,8 @@ struct LogEntry: Sendable, CustomStringConvertible {
 final class ScriptedDaemon: Sendable {
     typealias Responder = @Sendable (_ call: LogEntry, _ daemon: ScriptedDaemon) -> ScriptedResponse?
 
-    let directory: TemporaryDirectory
+    /// A fresh directory of its own, holding the socket; removed by `stop()`.
+    let directory: String
     let socketPath: String
     private let listener: FileDescriptor
     private let responder: Responder?
@@ -82,8 +83,11 @@ final class ScriptedDaemon: Sendable {
 
     /// Starts serving. `respond` overrides the default answer: return nil from it to fall back to the default.
     init(respond: Responder? = nil) throws {
-        directory = try TemporaryDirectory(prefix: "bgtask-client-test")
-        socketPath = directory.path + "/" + LifecycleInterface.name
+        let base = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
+        var template = Array("\(base)/bgtask-client-test-XXXXXX".utf8CString)
+        guard let created = mkdtemp(&template) else { throw Errno(rawValue: errno, operation: "mkdtemp") }
+        directory = String(cString: created)
+        socketPath = directory + "/" + LifecycleInterface.name
         listener = try UnixSocket.listen(path: socketPath)
         responder = respond
         threads.enter()
@@ -108,7 +112,7 @@ final class ScriptedDaemon: Sendable {
             Issue.record("scripted daemon threads did not finish")
         }
         try? listener.close()  // Test cleanup; nothing to do about a failure.
-        directory.remove()
+        try? FileManager.default.removeItem(atPath: directory)  // A leftover scratch directory is harmless.
     }
 
     // MARK: Script controls

@@ -1,6 +1,7 @@
 // The blocking Varlink client against a scripted server: error mapping, streams, oneway, limits and timeouts.
 import BGTaskClient
 import BGTaskSystem
+import BGTaskTestSupport
 import Foundation
 import Testing
 
@@ -114,7 +115,7 @@ private let getApp = GetAppParameters.methodName
     }
 
     @Test func daemonNotRunningWhenNoSocketFile() throws {
-        let directory = try TemporaryDirectory(prefix: "bgtask-client-nosocket")
+        let directory = try ScratchDirectory(prefix: "bgtask-client-nosocket")
         defer { directory.remove() }
         let path = directory.path + "/" + LifecycleInterface.name
         do throws(ClientError) {
@@ -135,7 +136,7 @@ private let getApp = GetAppParameters.methodName
     }
 
     @Test func daemonNotRunningWhenSocketIsStale() throws {
-        let directory = try TemporaryDirectory(prefix: "bgtask-client-stale")
+        let directory = try ScratchDirectory(prefix: "bgtask-client-stale")
         defer { directory.remove() }
         let path = directory.path + "/" + LifecycleInterface.name
         // A socket file whose listener is gone, as a crashed daemon leaves it.
@@ -147,7 +148,7 @@ private let getApp = GetAppParameters.methodName
     }
 
     @Test func otherConnectFailuresAreSystemErrors() throws {
-        let directory = try TemporaryDirectory(prefix: "bgtask-client-notdir")
+        let directory = try ScratchDirectory(prefix: "bgtask-client-notdir")
         defer { directory.remove() }
         let file = directory.path + "/file"
         #expect(FileManager.default.createFile(atPath: file, contents: Data()))
