@@ -10,8 +10,8 @@
 //   1. It registers with bgtaskd as `photo-uploader` and sets itself as the application's delegate.
 //   2. It begins a background task named "upload" and uploads the photos in chunks on a background queue,
 //      printing after each chunk the app's state and `backgroundTimeRemaining` (unlimited in the foreground).
-//   3. When a controller sends it to background (`bgtask set-state photo-uploader background`), the delegate
-//      prints it, and the daemon lets the upload continue because the task holds a lease.
+//   3. When a controller (a device shell, `bgtask`) sends it to background with `SetState`, the delegate prints
+//      it, and the daemon lets the upload continue because the task holds a lease.
 //   4. If the background time is about to run out, the expiration handler cancels the upload and ends the task;
 //      the program then exits with the upload incomplete.
 //   5. When the upload is done it calls `endBackgroundTask(_:)`, closes the registration and exits. In background,
@@ -19,9 +19,11 @@
 //   6. On `willTerminate` it cancels the upload and exits at once.
 //
 // Try it:
-//   bgtaskd --socket /tmp/bgtask.sock &
-//   PhotoUploader --socket /tmp/bgtask.sock --photos 20 --chunk-ms 250 &
-//   bgtask --socket /tmp/bgtask.sock set-state photo-uploader background
+//   bgtaskd --socket "$PWD/bgtask.sock" &
+//   PhotoUploader --socket "$PWD/bgtask.sock" --photos 20 --chunk-ms 250 [--deadline 120] &
+//   python3 -m varlink.cli call "unix:$PWD/bgtask.sock/io.bgtask.Lifecycle.SetState" \
+//       '{"app": "photo-uploader", "state": "background"}'
+// and watch it print its remaining background time while it finishes the upload.
 import BGTaskClient
 import Dispatch
 import Foundation
@@ -145,6 +147,7 @@ final class UploaderDelegate: ApplicationDelegate {
 var socketPath: String?
 var photoCount = 10
 var chunkMilliseconds = 300
+var deadlineSeconds: Int?
 var arguments = CommandLine.arguments.dropFirst()
 while let argument = arguments.popFirst() {
     switch (argument, arguments.popFirst()) {
@@ -152,9 +155,19 @@ while let argument = arguments.popFirst() {
     case ("--photos", let count?) where Int(count).map({ $0 > 0 }) == true: photoCount = Int(count) ?? photoCount
     case ("--chunk-ms", let milliseconds?) where Int(milliseconds).map({ $0 >= 0 }) == true:
         chunkMilliseconds = Int(milliseconds) ?? chunkMilliseconds
+    case ("--deadline", let seconds?) where Int(seconds).map({ $0 > 0 }) == true:
+        deadlineSeconds = Int(seconds)
     default:
-        say("usage: PhotoUploader [--socket PATH] [--photos N] [--chunk-ms MILLISECONDS]")
+        say("usage: PhotoUploader [--socket PATH] [--photos N] [--chunk-ms MILLISECONDS] [--deadline SECONDS]")
         exit(64)
+    }
+}
+
+// A script running the uploader can bound how long it may take, suspensions included.
+if let deadlineSeconds {
+    DispatchQueue.main.asyncAfter(deadline: .now() + .seconds(deadlineSeconds)) {
+        say("deadline of \(deadlineSeconds) s reached: giving up")
+        exit(2)
     }
 }
 

@@ -311,16 +311,20 @@ public final class BackgroundApplication: Sendable {
             (state.delegate, state.eventObservers.sorted { $0.key < $1.key }.map(\.value), state.link.isAlive)
         }
         guard isOpen else { return }
+        // UIKit's timing: a did* callback sees the state entered, a will* callback the state being left.
+        switch event.kind {
+        case .didBecomeActive: setApplicationState(.active)
+        case .didEnterBackground: setApplicationState(.background)
+        default: break
+        }
         for observer in observers { observer(event) }
         switch event.kind {
         case .willResignActive:
             delegate?.applicationWillResignActive(self)
             setApplicationState(.inactive)
         case .didBecomeActive:
-            setApplicationState(.active)
             delegate?.applicationDidBecomeActive(self)
         case .didEnterBackground:
-            setApplicationState(.background)
             delegate?.applicationDidEnterBackground(self)
         case .willEnterForeground:
             delegate?.applicationWillEnterForeground(self)

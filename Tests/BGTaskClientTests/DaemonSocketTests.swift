@@ -19,9 +19,9 @@ struct SocketPathCase: Sendable, CustomStringConvertible {
             name: "system default", explicit: nil, user: false, environment: [:],
             expected: "/run/bgtaskd/io.bgtask.Lifecycle"),
         SocketPathCase(
-            name: "explicit wins over everything", explicit: "/tmp/x.sock", user: true,
+            name: "explicit wins over everything", explicit: "/srv/app/x.sock", user: true,
             environment: ["BGTASK_SOCKET": "/env.sock", "XDG_RUNTIME_DIR": "/run/user/1000"],
-            expected: "/tmp/x.sock"),
+            expected: "/srv/app/x.sock"),
         SocketPathCase(
             name: "relative explicit path is kept as given", explicit: "sock", user: false,
             environment: [:], expected: "sock"),

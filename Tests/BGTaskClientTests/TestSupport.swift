@@ -66,17 +66,17 @@ func fixtureCommand(socketPath: String, lifetime: Int = 60) throws -> [String] {
     [try Products.path("BGTaskFixtureApp"), "--socket", socketPath, "--lifetime", String(lifetime)]
 }
 
-/// The example's command line, bounded by `timeout` (which passes SIGTERM on with SIGCONT, and kills 5 s later).
+/// The example's command line; it gives up by itself after 120 s. (Not under `timeout`: that resumes a stopped
+/// child at once, which would undo the daemon's suspension.)
 func photoUploaderCommand(socketPath: String, photos: Int, chunkMilliseconds: Int) throws -> [String] {
     [
-        "timeout", "-s", "TERM", "-k", "5", "120", try Products.path("PhotoUploader"), "--socket", socketPath,
-        "--photos", String(photos), "--chunk-ms", String(chunkMilliseconds),
+        try Products.path("PhotoUploader"), "--socket", socketPath, "--photos", String(photos), "--chunk-ms",
+        String(chunkMilliseconds), "--deadline", "120",
     ]
 }
 
 /// Runs `body` with a started child, ended afterwards whatever happens: SIGTERM and SIGCONT first (so a stopped
-/// child acts on them, and a `timeout` wrapper passes them on to its command), then SIGKILL when it is still
-/// there 10 s later (ChildProcess's deinit).
+/// child acts on them), then SIGKILL when it is still there 10 s later (ChildProcess's deinit).
 func withChild<Result>(_ arguments: [String], _ body: (ChildProcess) throws -> Result) throws -> Result {
     let child = try ChildProcess(arguments)
     defer {
