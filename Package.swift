@@ -9,6 +9,7 @@ let package = Package(
         .library(name: "BGTaskSystem", targets: ["BGTaskSystem"]),
         .library(name: "BGTaskConfig", targets: ["BGTaskConfig"]),
         .library(name: "BGTaskProtocol", targets: ["BGTaskProtocol"]),
+        .library(name: "BGTaskClient", targets: ["BGTaskClient"]),
         .executable(name: "bgtaskd", targets: ["bgtaskd"]),
         .executable(name: "bgtask-bench", targets: ["bgtask-bench"]),
     ],
@@ -32,6 +33,15 @@ let package = Package(
         .executableTarget(name: "EmbedInterfaceTool"),
         // Build-tool plugin: runs EmbedInterfaceTool on every `.varlink` file of the target that uses it.
         .plugin(name: "EmbedInterface", capability: .buildTool(), dependencies: ["EmbedInterfaceTool"]),
+        // The client library: socket resolution, a blocking Varlink connection, typed calls, and
+        // BackgroundApplication, the UIApplication-shaped API apps use.
+        .target(name: "BGTaskClient", dependencies: ["BGTaskProtocol", "BGTaskSystem"]),
+        // A scriptable app for end-to-end tests: stdin commands in, one stdout line per outcome or event.
+        .executableTarget(
+            name: "BGTaskFixtureApp", dependencies: ["BGTaskClient"], path: "Tests/Fixtures/FixtureApp"
+        ),
+        // The example app of the client library: an upload that finishes in background under a lease.
+        .executableTarget(name: "PhotoUploader", dependencies: ["BGTaskClient"], path: "Examples/PhotoUploader"),
         // The daemon: the manager wiring the core to Linux, the Varlink server, the action executor.
         .target(
             name: "BGTaskDaemon",
@@ -48,6 +58,14 @@ let package = Package(
         .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem"]),
         .testTarget(name: "BGTaskConfigTests", dependencies: ["BGTaskConfig", "BGTaskCore"]),
         .testTarget(name: "BGTaskProtocolTests", dependencies: ["BGTaskProtocol"]),
+        // Depends on the executables it runs as processes (the daemon, the fixture, the example), so they are
+        // built before the tests.
+        .testTarget(
+            name: "BGTaskClientTests",
+            dependencies: [
+                "BGTaskClient", "BGTaskProtocol", "BGTaskSystem", "BGTaskTestSupport", "bgtaskd", "BGTaskFixtureApp",
+                "PhotoUploader",
+            ]),
         .testTarget(
             name: "BGTaskDaemonTests",
             dependencies: [

@@ -12,7 +12,7 @@ import Glibc
 public final class ChildProcess {
     /// The spawned process.
     public let process: SpawnedProcess
-    private let input: FileDescriptor?
+    private var input: FileDescriptor?
     private let output: FileDescriptor
     private var buffer: [UInt8] = []
     private var exitStatus: ExitStatus?
@@ -52,6 +52,8 @@ public final class ChildProcess {
     /// Closes the child's stdin (many fixtures exit on end of input).
     public func closeInput() {
         try? input?.close()
+        // Forget it: deinit closing the number again could close a descriptor another thread opened since.
+        input = nil
     }
 
     /// The next line the child prints, waiting at most `timeout`; nil at end of output.
