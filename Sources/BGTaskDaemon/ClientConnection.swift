@@ -138,7 +138,7 @@ final class ClientConnection {
         let wasEmpty = bufferedOutput == 0
         if wasEmpty {
             let result = message.withUnsafeBytes { bytes in Self.attempt { () throws(Errno) in
-                try descriptor.write(bytes)
+                try descriptor.send(bytes)
             } }
             switch result {
             case .failed(let error):
@@ -164,7 +164,7 @@ final class ClientConnection {
     private func flush() {
         writing: while bufferedOutput > 0 {
             let result = output[outputStart...].withUnsafeBytes { bytes in Self.attempt { () throws(Errno) in
-                try descriptor.write(bytes)
+                try descriptor.send(bytes)
             } }
             switch result {
             case .wouldBlock:

@@ -56,29 +56,6 @@ public enum UnixSocket {
         return fd
     }
 
-    /// Sends bytes with `send(2)` and `MSG_NOSIGNAL`: a peer that has gone away yields `EPIPE` instead of a
-    /// `SIGPIPE` that would kill the process (every client of a socket the daemon may close needs this).
-    /// Returns how many bytes were sent; throws `.wouldBlock` on a full non-blocking socket.
-    public static func send(_ socket: FileDescriptor, _ buffer: UnsafeRawBufferPointer) throws(Errno) -> Int {
-        try systemCall("send(fd \(socket.rawValue))") {
-            Glibc.send(socket.rawValue, buffer.baseAddress, buffer.count, Int32(MSG_NOSIGNAL))
-        }
-    }
-
-    /// Sends all of `bytes` on a blocking socket, without `SIGPIPE` (see `send(_:_:)`).
-    public static func sendAll<Bytes: Collection>(_ socket: FileDescriptor, _ bytes: Bytes) throws(Errno)
-    where Bytes.Element == UInt8 {
-        let array = Array(bytes)
-        var offset = 0
-        while offset < array.count {
-            let start = offset
-            let sent = array.withUnsafeBytes { buffer in
-                Result { () throws(Errno) in try send(socket, UnsafeRawBufferPointer(rebasing: buffer[start...])) }
-            }
-            offset += try sent.get()
-        }
-    }
-
     /// Creates a datagram socket bound at `path` (close-on-exec, blocking): what a service manager listens on
     /// for `sd_notify` messages (`NOTIFY_SOCKET`). Anything already at `path` is reported by `bind`.
     public static func bindDatagram(path: String) throws(Errno) -> FileDescriptor {

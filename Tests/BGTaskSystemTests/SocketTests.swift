@@ -148,10 +148,10 @@ import Testing
     @Test func sendingToAClosedPeerFailsWithEPIPEInsteadOfKillingTheProcess() throws {
         let (local, remote) = try UnixSocket.pair()
         defer { try? local.close() }
-        try UnixSocket.sendAll(local, Array("hello".utf8))
+        try local.sendAll(Array("hello".utf8))
         #expect(try remote.read(upTo: 16) == Array("hello".utf8))
         try remote.close()
         // With write(2) this would raise SIGPIPE and end the test process.
-        #expect(throws: Errno(rawValue: EPIPE)) { try UnixSocket.sendAll(local, [1, 2, 3]) }
+        #expect(throws: Errno(rawValue: EPIPE)) { try local.sendAll([1, 2, 3]) }
     }
 }
