@@ -33,6 +33,8 @@ final class ClientConnection {
     let serial: Int
     let descriptor: FileDescriptor
     let credentials: PeerCredentials
+    /// The peer's supplementary groups when it connected (`SO_PEERGROUPS`), for `ControllerGroup`.
+    var groups: [gid_t] = []
     /// The peer process's pidfd from `SO_PEERPIDFD`, when the kernel provides it.
     var peerPidFD: PidFD?
     var source: IOSource?

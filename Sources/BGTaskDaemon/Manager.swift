@@ -302,6 +302,11 @@ public final class Manager {
             maximumMessageSize: configuration.limits.messageSizeMaxBytes)
         nextConnectionSerial += 1
         connection.peerPidFD = try? UnixSocket.peerPidFD(of: descriptor)
+        do {
+            connection.groups = try UnixSocket.peerGroups(of: descriptor)
+        } catch {
+            logger.warning("cannot read the groups of pid \(credentials.pid): \(error); ControllerGroup will not apply")
+        }
         connection.onMessage = { [unowned self] connection, message in self.handle(message, from: connection) }
         connection.onClose = { [unowned self] connection, reason in self.connectionClosed(connection, reason) }
         do {
@@ -414,7 +419,7 @@ public final class Manager {
             armTimer(at: instant)
         case .record(let record):
             let entry = trail.record(record)
-            for watcher in watchers.values where isVisible(record, to: watcher.credentials) {
+            for watcher in watchers.values where isVisible(record, to: watcher) {
                 sendStreamed(WatchReply(entry: entry), on: watcher)
             }
         }
