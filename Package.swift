@@ -53,7 +53,7 @@ let package = Package(
         // Test fixture: sends one raw Varlink call, for calls made as another user.
         .executableTarget(name: "BGTaskRawCall", dependencies: ["BGTaskSystem"], path: "Tests/Fixtures/RawCall"),
         // Benchmarks; build with `-c release`.
-        .executableTarget(name: "bgtask-bench", dependencies: ["BGTaskCore"]),
+        .executableTarget(name: "bgtask-bench", dependencies: ["BGTaskCore", "BGTaskSystem", "bgtaskd"]),
         .testTarget(name: "BGTaskCoreTests", dependencies: ["BGTaskCore", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem"]),
         .testTarget(name: "BGTaskConfigTests", dependencies: ["BGTaskConfig", "BGTaskCore"]),

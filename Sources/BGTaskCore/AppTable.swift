@@ -61,6 +61,13 @@ struct AppTable: Sendable {
         }
     }
 
+    /// How many records satisfy `predicate`, reading them in place.
+    func count(where predicate: (AppRecord) -> Bool) -> Int {
+        var total = 0
+        for index in slots.indices where slots[index].map(predicate) == true { total += 1 }
+        return total
+    }
+
     /// Every record, in slot order.
     var values: [AppRecord] {
         slots.compactMap { $0 }

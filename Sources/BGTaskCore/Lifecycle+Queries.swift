@@ -50,6 +50,11 @@ extension Lifecycle {
         liveNames[name]
     }
 
+    /// The user id of a registration, without building a snapshot (authorization on every call needs only this).
+    public func uid(of id: AppID) -> UInt32? {
+        apps[id]?.uid
+    }
+
     /// A snapshot of one registration (live, unregistered or ended but remembered).
     public func snapshot(of id: AppID, now: MonotonicInstant) -> AppSnapshot? {
         guard let app = apps[id] else { return nil }
@@ -79,6 +84,6 @@ extension Lifecycle {
     public var liveAppCount: Int { liveNames.count }
 
     /// Number of suspended apps.
-    public var suspendedAppCount: Int { apps.values.lazy.filter { $0.state == .suspended }.count }
+    public var suspendedAppCount: Int { apps.count { $0.state == .suspended } }
 
 }

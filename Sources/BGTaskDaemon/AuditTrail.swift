@@ -44,11 +44,14 @@ final class AuditTrail {
         }
     }
 
-    /// Records an entry: journal always, history when kept. Returns the wire entry for watchers.
-    func record(_ record: AuditRecord) -> HistoryEntry {
-        let entry = HistoryEntry(record, wallClockSeconds: Date().timeIntervalSince1970)
+    /// Records an entry: journal always, history when kept. Returns the wire entry when it is kept or
+    /// `isWatched` (building it reads the wall clock; lease begin and end on the hot path need neither).
+    func record(_ record: AuditRecord, isWatched: Bool) -> HistoryEntry? {
         log(record)
-        if Self.isKeptInHistory(record) {
+        let isKept = Self.isKeptInHistory(record)
+        guard isKept || isWatched else { return nil }
+        let entry = HistoryEntry(record, wallClockSeconds: Date().timeIntervalSince1970)
+        if isKept {
             entries.append((record, entry))
             let overflow = entries.count - start - capacity
             if overflow > 0 { start += overflow }

@@ -14,6 +14,12 @@ enum StreamRole: Equatable {
     case watch
 }
 
+/// The buffer a manager's connections read into. The loop is single-threaded and each read's bytes are
+/// copied into the connection's decoder before the next read, so one buffer serves every connection.
+final class ReadBuffer {
+    var bytes = [UInt8](repeating: 0, count: ClientConnection.readSize)
+}
+
 /// A client connected to the daemon's socket.
 ///
 /// Reads are level-triggered: each readiness reads what is there (bounded per turn, for fairness) and hands
@@ -26,8 +32,10 @@ final class ClientConnection {
     static let outputLimit = 1 << 20
     /// Above this many buffered bytes the daemon stops reading the client's calls until it catches up.
     static let readPauseThreshold = 256 << 10
-    /// Bytes read per readiness, so one busy client cannot starve the others.
-    static let readBudget = 256 << 10
+    /// Bytes read per readiness: one read, then back to the loop, so a client that answers each reply at
+    /// once (from another CPU) cannot keep the daemon reading it while others wait. Level-triggered polling
+    /// brings the connection back on the next iteration if more is there.
+    static let readSize = 64 << 10
 
     /// A number for logs, unique while the daemon runs.
     let serial: Int
@@ -51,8 +59,15 @@ final class ClientConnection {
     /// Called once when the connection closes, for whatever reason.
     var onClose: ((ClientConnection, String) -> Void)?
 
-    init(serial: Int, descriptor: FileDescriptor, credentials: PeerCredentials, maximumMessageSize: Int) {
+    /// Where reads land before they are copied into the decoder; shared by the manager's connections.
+    private let readBuffer: ReadBuffer
+
+    init(
+        serial: Int, descriptor: FileDescriptor, credentials: PeerCredentials, maximumMessageSize: Int,
+        readBuffer: ReadBuffer
+    ) {
         self.serial = serial
+        self.readBuffer = readBuffer
         self.descriptor = descriptor
         self.credentials = credentials
         decoder = VarlinkFrameDecoder(maximumMessageSize: maximumMessageSize)
@@ -81,28 +96,22 @@ final class ClientConnection {
     }
 
     private func readAvailable() {
-        var total = 0
-        var buffer = [UInt8](repeating: 0, count: 64 << 10)
-        while total < Self.readBudget && !isClosed {
-            let result = buffer.withUnsafeMutableBytes { bytes in Self.attempt { () throws(Errno) in
-                try descriptor.read(into: bytes)
-            } }
-            switch result {
-            case .wouldBlock:
-                return
-            case .failed(let error):
-                close(because: "read failed: \(error)")
-                return
-            case .done(0):
-                close(because: "the client closed the connection")
-                return
-            case .done(let count):
-                total += count
-                decoder.append(contentsOf: buffer[0..<count])
-                processMessages()
-            }
+        let result = readBuffer.bytes.withUnsafeMutableBytes { bytes in Self.attempt { () throws(Errno) in
+            try descriptor.read(into: bytes)
+        } }
+        switch result {
+        case .wouldBlock:
+            return
+        case .failed(let error):
+            close(because: "read failed: \(error)")
+        case .done(0):
+            close(because: "the client closed the connection")
+        case .done(let count):
+            decoder.append(contentsOf: readBuffer.bytes[0..<count])
+            processMessages()
         }
     }
+
 
     /// The outcome of one non-blocking read or write.
     private enum Attempt {

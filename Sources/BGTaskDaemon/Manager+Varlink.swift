@@ -93,29 +93,29 @@ extension Manager {
     }
 
     /// Whether the caller may act as the app (app calls): its own uid, or root.
-    func mayActAsApp(_ app: AppSnapshot, _ connection: ClientConnection) -> Bool {
-        connection.credentials.uid == 0 || connection.credentials.uid == app.uid
+    func mayActAsApp(uid: UInt32, _ connection: ClientConnection) -> Bool {
+        connection.credentials.uid == 0 || connection.credentials.uid == uid
     }
 
     /// Whether the caller may control or read the app (controller calls): root, `ControllerGroup`, or the
     /// app's own uid for its own apps.
-    func mayControl(_ app: AppSnapshot, _ connection: ClientConnection) -> Bool {
-        connection.credentials.uid == app.uid || isPrivileged(connection)
+    func mayControl(uid: UInt32, _ connection: ClientConnection) -> Bool {
+        connection.credentials.uid == uid || isPrivileged(connection)
     }
 
     /// Whether an audit record may be shown to the caller.
     func isVisible(_ record: AuditRecord, to connection: ClientConnection) -> Bool {
         if isPrivileged(connection) { return true }
-        return core.snapshot(of: record.app, now: now)?.uid == connection.credentials.uid
+        return core.uid(of: record.app) == connection.credentials.uid
     }
 
     /// The app named `name` that the caller may use, or nil after replying the error.
-    func authorizedApp(_ name: String, for call: IncomingCall, asApp: Bool) -> (AppID, AppSnapshot)? {
-        guard let id = core.appID(named: name), let snapshot = core.snapshot(of: id, now: now) else {
+    func authorizedApp(_ name: String, for call: IncomingCall, asApp: Bool) -> AppID? {
+        guard let id = core.appID(named: name), let uid = core.uid(of: id) else {
             fail(call, .noSuchApp(app: name))
             return nil
         }
-        let allowed = asApp ? mayActAsApp(snapshot, call.connection) : mayControl(snapshot, call.connection)
+        let allowed = asApp ? mayActAsApp(uid: uid, call.connection) : mayControl(uid: uid, call.connection)
         guard allowed else {
             logger.notice(
                 "denied \(call.header.method.member) on \(name) to uid \(call.credentials.uid) "
@@ -123,7 +123,7 @@ extension Manager {
             fail(call, .permissionDenied())
             return nil
         }
-        return (id, snapshot)
+        return id
     }
 
     func appInfo(_ id: AppID) -> AppInfo? {
@@ -198,9 +198,7 @@ extension Manager {
         }
         let credentials = call.credentials
         let limit = configuration.limits.connectionsPerUserMax
-        let tracked = processes.values.lazy.filter { [core, now] in
-            core.snapshot(of: $0.app, now: now)?.uid == credentials.uid
-        }.count
+        let tracked = processes.values.lazy.filter { [core] in core.uid(of: $0.app) == credentials.uid }.count
         if core.liveAppID(named: name) == nil && credentials.uid != 0 && tracked >= limit {
             fail(call, VarlinkError.limitExceeded(limit: "ConnectionsPerUserMax", max: limit))
             return
@@ -237,7 +235,7 @@ extension Manager {
 
     private func beginBackgroundTask(_ call: IncomingCall) {
         guard let parameters = parameters(BeginBackgroundTaskParameters.self, of: call),
-            let (app, _) = authorizedApp(parameters.app, for: call, asApp: true)
+            let app = authorizedApp(parameters.app, for: call, asApp: true)
         else { return }
         do {
             let begun = try core.beginBackgroundTask(app, name: parameters.name, now: now)
@@ -250,7 +248,7 @@ extension Manager {
 
     private func endBackgroundTask(_ call: IncomingCall) {
         guard let parameters = parameters(EndBackgroundTaskParameters.self, of: call),
-            let (app, _) = authorizedApp(parameters.app, for: call, asApp: true)
+            let app = authorizedApp(parameters.app, for: call, asApp: true)
         else { return }
         do {
             let actions = try core.endBackgroundTask(app, task: TaskID(rawValue: Int64(parameters.taskId)), now: now)
@@ -263,14 +261,19 @@ extension Manager {
 
     private func backgroundTimeRemaining(_ call: IncomingCall) {
         guard let parameters = parameters(BackgroundTimeRemainingParameters.self, of: call),
-            let (_, snapshot) = authorizedApp(parameters.app, for: call, asApp: true)
+            let app = authorizedApp(parameters.app, for: call, asApp: true)
         else { return }
-        reply(call, BackgroundTimeRemainingReply(seconds: snapshot.backgroundTimeRemaining?.secondsValue))
+        do {
+            let remaining = try core.backgroundTimeRemaining(app, now: now)
+            reply(call, BackgroundTimeRemainingReply(seconds: remaining?.secondsValue))
+        } catch {
+            fail(call, error)
+        }
     }
 
     private func acknowledge(_ call: IncomingCall) {
         guard let parameters = parameters(AcknowledgeParameters.self, of: call),
-            let (app, _) = authorizedApp(parameters.app, for: call, asApp: true)
+            let app = authorizedApp(parameters.app, for: call, asApp: true)
         else { return }
         do {
             let actions = try core.acknowledge(app, event: EventID(rawValue: Int64(parameters.eventId)), now: now)
@@ -284,14 +287,14 @@ extension Manager {
     private func listApps(_ call: IncomingCall) {
         guard parameters(ListAppsParameters.self, of: call) != nil else { return }
         let apps = core.snapshots(now: now)
-            .filter { mayControl($0, call.connection) }
+            .filter { mayControl(uid: $0.uid, call.connection) }
             .map { AppInfo($0, memoryBytes: processes[$0.id]?.memoryBytes(procFS), now: now) }
         reply(call, ListAppsReply(apps: apps))
     }
 
     private func getApp(_ call: IncomingCall) {
         guard let parameters = parameters(GetAppParameters.self, of: call),
-            let (app, _) = authorizedApp(parameters.app, for: call, asApp: false),
+            let app = authorizedApp(parameters.app, for: call, asApp: false),
             let info = appInfo(app)
         else { return }
         reply(call, GetAppReply(app: info))
@@ -299,7 +302,7 @@ extension Manager {
 
     private func setState(_ call: IncomingCall) {
         guard let parameters = parameters(SetStateParameters.self, of: call),
-            let (app, _) = authorizedApp(parameters.app, for: call, asApp: false)
+            let app = authorizedApp(parameters.app, for: call, asApp: false)
         else { return }
         guard let requested = RequestedState(rawValue: parameters.state.rawValue) else {
             fail(call, .invalidParameter(parameter: "state"))
@@ -316,7 +319,7 @@ extension Manager {
 
     private func terminate(_ call: IncomingCall) {
         guard let parameters = parameters(TerminateParameters.self, of: call),
-            let (app, _) = authorizedApp(parameters.app, for: call, asApp: false)
+            let app = authorizedApp(parameters.app, for: call, asApp: false)
         else { return }
         do {
             let actions = try core.terminate(app, now: now)
@@ -342,7 +345,7 @@ extension Manager {
         let behavior = DeliveryBehavior(rawValue: (parameters.behavior ?? .default).rawValue)!
         var targets: [AppID?]
         if let name = parameters.app {
-            guard let (app, _) = authorizedApp(name, for: call, asApp: false) else { return }
+            guard let app = authorizedApp(name, for: call, asApp: false) else { return }
             targets = [app]
         } else if isPrivileged(call.connection) {
             targets = [nil]
@@ -377,8 +380,8 @@ extension Manager {
         }
         let credentials = call.credentials
         let privileged = isPrivileged(call.connection)
-        let entries = trail.history(limit: parameters.limit) { [core, now] record in
-            privileged || core.snapshot(of: record.app, now: now)?.uid == credentials.uid
+        let entries = trail.history(limit: parameters.limit) { [core] record in
+            privileged || core.uid(of: record.app) == credentials.uid
         }
         reply(call, HistoryReply(entries: entries))
     }

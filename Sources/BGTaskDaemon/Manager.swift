@@ -42,6 +42,7 @@ public final class Manager {
     let trail: AuditTrail
     let startedAt: MonotonicInstant
 
+    let readBuffer = ReadBuffer()
     var listeners: [IOSource] = []
     var ownsSocketFile = false
     var timer: TimerSource?
@@ -226,18 +227,14 @@ public final class Manager {
         }
     }
 
-    /// `STATUS=` for `systemctl status`: sent when the text changes, at most once per `statusInterval` (a burst
-    /// of calls must not flood the service manager, whose queue would then block `sd_notify`), with the last
-    /// change always sent when the interval ends.
+    /// `STATUS=` for `systemctl status`: at most once per `statusInterval`, only when the text changed, and the
+    /// last change always sent when the interval ends. A burst of calls must not flood the service manager
+    /// (a full queue would block `sd_notify`), and building the text counts apps, so it happens only when a
+    /// message may go out, not on every call.
     func updateStatus() {
-        guard notifier.isSupervised else { return }
-        let text =
-            "\(core.liveAppCount) apps, \(core.suspendedAppCount) suspended, \(core.openTaskCount) tasks, "
-            + "\(connections.count) clients"
-        guard text != sentStatus else { return }
+        guard notifier.isSupervised, !isStatusUpdatePending else { return }
         let current = loop.now
         if let lastStatusTime, current - lastStatusTime < Self.statusInterval.nanosecondCount {
-            guard !isStatusUpdatePending else { return }
             let due = lastStatusTime + Self.statusInterval.nanosecondCount
             do {
                 if let statusTimer {
@@ -254,6 +251,10 @@ public final class Manager {
             }
             return
         }
+        let text =
+            "\(core.liveAppCount) apps, \(core.suspendedAppCount) suspended, \(core.openTaskCount) tasks, "
+            + "\(connections.count) clients"
+        guard text != sentStatus else { return }
         lastStatusTime = current
         sentStatus = text
         _ = try? notifier.status(text)
@@ -299,7 +300,7 @@ public final class Manager {
         }
         let connection = ClientConnection(
             serial: nextConnectionSerial, descriptor: descriptor, credentials: credentials,
-            maximumMessageSize: configuration.limits.messageSizeMaxBytes)
+            maximumMessageSize: configuration.limits.messageSizeMaxBytes, readBuffer: readBuffer)
         nextConnectionSerial += 1
         connection.peerPidFD = try? UnixSocket.peerPidFD(of: descriptor)
         do {
@@ -418,7 +419,7 @@ public final class Manager {
         case .armTimer(let instant):
             armTimer(at: instant)
         case .record(let record):
-            let entry = trail.record(record)
+            guard let entry = trail.record(record, isWatched: !watchers.isEmpty) else { return }
             for watcher in watchers.values where isVisible(record, to: watcher) {
                 sendStreamed(WatchReply(entry: entry), on: watcher)
             }

@@ -111,8 +111,14 @@ public struct Logger: Sendable {
 
     /// Logs `message` at `priority` with `fields`. Never throws: if the journal refuses the message it is
     /// written to the stream instead, and a failing stream drops it (there is nowhere left to report to).
-    public func log(_ priority: LogPriority, _ message: String, _ fields: [LogField] = []) {
+    /// The message and fields are only built when the priority passes the threshold, so debug logging on a
+    /// hot path costs nothing when it is off.
+    public func log(
+        _ priority: LogPriority, _ message: @autoclosure () -> String, _ fields: @autoclosure () -> [LogField] = []
+    ) {
         guard priority <= threshold else { return }
+        let message = message()
+        let fields = fields()
         if destination == .journal && sendToJournal(priority, message, fields) { return }
         let line = Logger.formatLine(identifier: identifier, pid: pid, priority: priority, message: message,
                                      fields: fields)
@@ -121,15 +127,25 @@ public struct Logger: Sendable {
     }
 
     /// `log(.error, …)`.
-    public func error(_ message: String, _ fields: [LogField] = []) { log(.error, message, fields) }
+    public func error(_ message: @autoclosure () -> String, _ fields: @autoclosure () -> [LogField] = []) {
+        log(.error, message(), fields())
+    }
     /// `log(.warning, …)`.
-    public func warning(_ message: String, _ fields: [LogField] = []) { log(.warning, message, fields) }
+    public func warning(_ message: @autoclosure () -> String, _ fields: @autoclosure () -> [LogField] = []) {
+        log(.warning, message(), fields())
+    }
     /// `log(.notice, …)`.
-    public func notice(_ message: String, _ fields: [LogField] = []) { log(.notice, message, fields) }
+    public func notice(_ message: @autoclosure () -> String, _ fields: @autoclosure () -> [LogField] = []) {
+        log(.notice, message(), fields())
+    }
     /// `log(.info, …)`.
-    public func info(_ message: String, _ fields: [LogField] = []) { log(.info, message, fields) }
+    public func info(_ message: @autoclosure () -> String, _ fields: @autoclosure () -> [LogField] = []) {
+        log(.info, message(), fields())
+    }
     /// `log(.debug, …)`.
-    public func debug(_ message: String, _ fields: [LogField] = []) { log(.debug, message, fields) }
+    public func debug(_ message: @autoclosure () -> String, _ fields: @autoclosure () -> [LogField] = []) {
+        log(.debug, message(), fields())
+    }
 
     /// The stream form: `bgtaskd[42]: warning: message (APP=mail REASON=task-expired)`.
     ///

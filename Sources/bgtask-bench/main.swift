@@ -8,6 +8,8 @@ let usage = """
     usage: bgtask-bench MODE
       core [--populations N,N,...]
               policy core ns/op for lease begin+end and deadline processing at 100, 10k and 100k live leases
+      ipc     lease begin+end through a private bgtaskd with 1, 16 and 64 clients: calls/s, p50/p99, next
+              to a raw Unix-socket ping-pong of the same message sizes measured in the same run
     """
 
 let arguments = Array(CommandLine.arguments.dropFirst())
@@ -26,6 +28,20 @@ case "core":
         exit(64)
     }
     for line in benchmark.run() { print(line) }
+case "ipc":
+    do {
+        for line in try IPCBenchmark().run() { print(line) }
+    } catch {
+        FileDescriptorOutput.standardError.write("bgtask-bench: \(error)\n")
+        exit(1)
+    }
+case "ipc-echo-server" where arguments.count == 2:
+    do {
+        exit(try runEchoServer(path: arguments[1]))
+    } catch {
+        FileDescriptorOutput.standardError.write("bgtask-bench: echo server: \(error)\n")
+        exit(1)
+    }
 case "-h", "--help", "help":
     print(usage)
 default:

@@ -160,11 +160,25 @@ struct BadInputTests {
     func clientThatNeverReads() throws {
         let daemon = try requireDaemon()
         let baseline = try daemon.waitForDescriptorCount(atMost: .max)
-        let stalled = try daemon.connect()
-        try UnixSocket.setReceiveBufferSize(stalled.descriptor, bytes: 4096)
-        try stalled.send("io.bgtask.Lifecycle.Register", ["name": "stalled"], more: true)
-        // The first reply is read; nothing after it ever is.
-        #expect(try stalled.receive()?.parameters["app"]?["state"] == "active")
+        // A separate process, so that once it is gone the daemon has nothing of it left to track: it registers,
+        // reads the first reply, and then never reads again.
+        let stalled = try ChildProcess([
+            "python3", "-c",
+            """
+            import socket, sys, time
+            s = socket.socket(socket.AF_UNIX)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect(sys.argv[1])
+            s.sendall(b'{"method":"io.bgtask.Lifecycle.Register","parameters":{"name":"stalled"},"more":true}\\0')
+            first = b""
+            while not first.endswith(b"\\0"):
+                first += s.recv(1)
+            print("registered", flush=True)
+            time.sleep(60)
+            """,
+            daemon.socketPath,
+        ])
+        try stalled.waitForLine(startingWith: "registered")
         let control = try daemon.connect()
         let payload: [String: JSONValue] = ["blob": .string(String(repeating: "x", count: 60_000))]
         var posts = 0
@@ -177,7 +191,7 @@ struct BadInputTests {
         #expect(posts < 200, "the stalled client was never disconnected")
         #expect(try control.app("stalled")["state"] == "notRunning")
         #expect(daemon.log.contains("is not reading"))
-        stalled.close()
+        stalled.terminate()
         control.close()
         try expectHealthy(daemon)
         #expect(try daemon.waitForDescriptorCount(atMost: baseline) <= baseline)
