@@ -9,6 +9,7 @@ let package = Package(
         .library(name: "BGTaskSystem", targets: ["BGTaskSystem"]),
         .library(name: "BGTaskConfig", targets: ["BGTaskConfig"]),
         .library(name: "BGTaskProtocol", targets: ["BGTaskProtocol"]),
+        .library(name: "BGTaskClient", targets: ["BGTaskClient"]),
         .executable(name: "bgtask-bench", targets: ["bgtask-bench"]),
     ],
     targets: [
@@ -31,6 +32,15 @@ let package = Package(
         .executableTarget(name: "EmbedInterfaceTool"),
         // Build-tool plugin: runs EmbedInterfaceTool on every `.varlink` file of the target that uses it.
         .plugin(name: "EmbedInterface", capability: .buildTool(), dependencies: ["EmbedInterfaceTool"]),
+        // The client library: socket resolution, a blocking Varlink connection, typed calls, and
+        // BackgroundApplication, the UIApplication-shaped API apps use.
+        .target(name: "BGTaskClient", dependencies: ["BGTaskProtocol", "BGTaskSystem"]),
+        // A scriptable app for end-to-end tests: stdin commands in, one stdout line per outcome or event.
+        .executableTarget(
+            name: "BGTaskFixtureApp", dependencies: ["BGTaskClient"], path: "Tests/Fixtures/FixtureApp"
+        ),
+        // The example app of the client library: an upload that finishes in background under a lease.
+        .executableTarget(name: "PhotoUploader", dependencies: ["BGTaskClient"], path: "Examples/PhotoUploader"),
         // Test helpers shared by every test target: manual clock and loop, fakes, harnesses.
         .target(name: "BGTaskTestSupport", dependencies: ["BGTaskCore"]),
         // Benchmarks; build with `-c release`.
@@ -39,5 +49,10 @@ let package = Package(
         .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem"]),
         .testTarget(name: "BGTaskConfigTests", dependencies: ["BGTaskConfig", "BGTaskCore"]),
         .testTarget(name: "BGTaskProtocolTests", dependencies: ["BGTaskProtocol"]),
+        // Depends on the two executables so they are built before the tests that run them as processes.
+        .testTarget(
+            name: "BGTaskClientTests",
+            dependencies: ["BGTaskClient", "BGTaskProtocol", "BGTaskSystem", "BGTaskFixtureApp", "PhotoUploader"]
+        ),
     ]
 )
