@@ -10,6 +10,7 @@ let package = Package(
         .library(name: "BGTaskConfig", targets: ["BGTaskConfig"]),
         .library(name: "BGTaskProtocol", targets: ["BGTaskProtocol"]),
         .library(name: "BGTaskClient", targets: ["BGTaskClient"]),
+        .executable(name: "bgtaskd", targets: ["bgtaskd"]),
         .executable(name: "bgtask-bench", targets: ["bgtask-bench"]),
     ],
     targets: [
@@ -41,18 +42,35 @@ let package = Package(
         ),
         // The example app of the client library: an upload that finishes in background under a lease.
         .executableTarget(name: "PhotoUploader", dependencies: ["BGTaskClient"], path: "Examples/PhotoUploader"),
+        // The daemon: the manager wiring the core to Linux, the Varlink server, the action executor.
+        .target(
+            name: "BGTaskDaemon",
+            dependencies: ["BGTaskCore", "BGTaskProtocol", "BGTaskSystem", "BGTaskConfig"]),
+        .executableTarget(name: "bgtaskd", dependencies: ["BGTaskDaemon", "BGTaskConfig", "BGTaskSystem"]),
         // Test helpers shared by every test target: manual clock and loop, fakes, harnesses.
-        .target(name: "BGTaskTestSupport", dependencies: ["BGTaskCore"]),
+        .target(
+            name: "BGTaskTestSupport", dependencies: ["BGTaskCore", "BGTaskSystem", "BGTaskProtocol"]),
+        // Test fixture: sends one raw Varlink call, for calls made as another user.
+        .executableTarget(name: "BGTaskRawCall", dependencies: ["BGTaskSystem"], path: "Tests/Fixtures/RawCall"),
         // Benchmarks; build with `-c release`.
         .executableTarget(name: "bgtask-bench", dependencies: ["BGTaskCore"]),
         .testTarget(name: "BGTaskCoreTests", dependencies: ["BGTaskCore", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem"]),
         .testTarget(name: "BGTaskConfigTests", dependencies: ["BGTaskConfig", "BGTaskCore"]),
         .testTarget(name: "BGTaskProtocolTests", dependencies: ["BGTaskProtocol"]),
-        // Depends on the two executables so they are built before the tests that run them as processes.
+        // Depends on the executables it runs as processes (the daemon, the fixture, the example), so they are
+        // built before the tests.
         .testTarget(
             name: "BGTaskClientTests",
-            dependencies: ["BGTaskClient", "BGTaskProtocol", "BGTaskSystem", "BGTaskFixtureApp", "PhotoUploader"]
-        ),
+            dependencies: [
+                "BGTaskClient", "BGTaskProtocol", "BGTaskSystem", "BGTaskTestSupport", "bgtaskd", "BGTaskFixtureApp",
+                "PhotoUploader",
+            ]),
+        .testTarget(
+            name: "BGTaskDaemonTests",
+            dependencies: [
+                "BGTaskDaemon", "BGTaskTestSupport", "BGTaskProtocol", "BGTaskConfig", "BGTaskCore", "BGTaskSystem",
+                "bgtaskd", "BGTaskRawCall",
+            ]),
     ]
 )

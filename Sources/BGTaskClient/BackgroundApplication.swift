@@ -52,7 +52,6 @@ public final class BackgroundApplication: Sendable {
     public let socketPath: String
 
     private let exitsOnSuspend: Bool?
-    private let reconnectPolicy: ReconnectPolicy
     private let client: LifecycleClient
     /// Serial, targeting the caller's `callbackQueue`: keeps events in order whatever kind of queue that is.
     private let queue: DispatchQueue
@@ -95,7 +94,6 @@ public final class BackgroundApplication: Sendable {
         self.name = name
         self.socketPath = path
         self.exitsOnSuspend = exitsOnSuspend
-        self.reconnectPolicy = options.reconnect
         client = try LifecycleClient(socketPath: path, timeout: options.callTimeout)
         let registration: Registration
         do throws(ClientError) {
@@ -165,7 +163,8 @@ public final class BackgroundApplication: Sendable {
         }
     }
 
-    /// Begins a background task named `taskName`, like `UIApplication.beginBackgroundTask(withName:expirationHandler:)`.
+    /// Begins a background task named `taskName`, like UIApplication's
+    /// `beginBackgroundTask(withName:expirationHandler:)`.
     ///
     /// Returns `.invalid` when the daemon refuses, such as `BackgroundTimeExhausted` in background with no time
     /// left. `handler` runs on the callback queue, at most once, when the background time is about to run out
@@ -190,7 +189,7 @@ public final class BackgroundApplication: Sendable {
                 let taskId = try client.beginBackgroundTask(app: name, name: taskName)
                 record(taskId: taskId, for: identifier)
                 return identifier
-            } catch where error.isTransportFailure {
+            } catch  where error.isTransportFailure {
                 // The daemon is out of reach. If the event stream broke too, reconnection is under way (waiting
                 // for this lock) and will begin the lease; if only this connection failed, the task cannot be
                 // promised.
@@ -312,16 +311,20 @@ public final class BackgroundApplication: Sendable {
             (state.delegate, state.eventObservers.sorted { $0.key < $1.key }.map(\.value), state.link.isAlive)
         }
         guard isOpen else { return }
+        // UIKit's timing: a did* callback sees the state entered, a will* callback the state being left.
+        switch event.kind {
+        case .didBecomeActive: setApplicationState(.active)
+        case .didEnterBackground: setApplicationState(.background)
+        default: break
+        }
         for observer in observers { observer(event) }
         switch event.kind {
         case .willResignActive:
             delegate?.applicationWillResignActive(self)
             setApplicationState(.inactive)
         case .didBecomeActive:
-            setApplicationState(.active)
             delegate?.applicationDidBecomeActive(self)
         case .didEnterBackground:
-            setApplicationState(.background)
             delegate?.applicationDidEnterBackground(self)
         case .willEnterForeground:
             delegate?.applicationWillEnterForeground(self)
@@ -566,7 +569,7 @@ public final class BackgroundApplication: Sendable {
                 do throws(ClientError) {
                     let taskId = try client.beginBackgroundTask(app: name, name: taskName)
                     record(taskId: taskId, for: identifier)
-                } catch where !error.isTransportFailure {
+                } catch  where !error.isTransportFailure {
                     let handler = state.withLock { $0.takeExpirationHandler(identifier) }
                     if let handler { queue.async { handler() } }
                 }

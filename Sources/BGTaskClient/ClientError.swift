@@ -48,7 +48,8 @@ public enum ClientError: Error, Hashable, Sendable, CustomStringConvertible {
                 + "and root; controller calls from root, the app's own user, and the ControllerGroup)"
         case .runtimeDirectoryUnset:
             return "the per-user bgtaskd socket lives in $XDG_RUNTIME_DIR, which is not set to an absolute path "
-                + "(it is set in a login session); give the socket path with --socket or \(DaemonSocket.environmentVariable)"
+                + "(it is set in a login session); give the socket path with --socket or "
+                + DaemonSocket.environmentVariable
         case .lifecycle(let error):
             return ClientError.describe(error)
         case .service(let error):

@@ -167,15 +167,24 @@ public final class LifecycleClient: Sendable {
     // MARK: Helpers
 
     /// The shared connection, connecting again when it is missing or the daemon hung up on it.
+    ///
+    /// The lock only guards the reference: checking the connection waits for a call in flight on it, and
+    /// connecting takes a system call, so both happen outside, and `close()` never waits behind them.
     private func usableConnection() throws(ClientError) -> VarlinkConnection {
-        try connection.withLock { (connection: inout VarlinkConnection?) throws(ClientError) -> VarlinkConnection in
-            if let current = connection, current.isUsable { return current }
-            connection?.close()
-            connection = nil
-            let fresh = try VarlinkConnection(socketPath: socketPath, maximumMessageSize: maximumMessageSize)
-            connection = fresh
-            return fresh
+        let current = connection.withLock { $0 }
+        if let current, current.isUsable { return current }
+        let fresh = try VarlinkConnection(socketPath: socketPath, maximumMessageSize: maximumMessageSize)
+        let (chosen, stale) = connection.withLock {
+            (connection: inout VarlinkConnection?) -> (VarlinkConnection, VarlinkConnection?) in
+            if let other = connection, other !== current {
+                // Another thread replaced the broken connection first: use its replacement.
+                return (other, fresh)
+            }
+            defer { connection = fresh }
+            return (fresh, connection)
         }
+        stale?.close()
+        return chosen
     }
 
     /// Drops `broken` if it is still the shared connection, so the next call connects again.

@@ -47,8 +47,10 @@ extension UnixSocket {
     /// connected (`ENOTCONN`: the peer already went away) counts as shut down.
     public static func shutdown(_ socket: FileDescriptor, _ direction: ShutdownDirection = .both) throws(Errno) {
         do throws(Errno) {
-            _ = try systemCall("shutdown(fd \(socket.rawValue))") { Glibc.shutdown(socket.rawValue, direction.rawValue) }
-        } catch where error == .notConnected {
+            _ = try systemCall("shutdown(fd \(socket.rawValue))") {
+                Glibc.shutdown(socket.rawValue, direction.rawValue)
+            }
+        } catch  where error == .notConnected {
             return
         }
     }

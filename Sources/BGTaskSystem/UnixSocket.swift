@@ -56,6 +56,27 @@ public enum UnixSocket {
         return fd
     }
 
+    /// Creates a datagram socket bound at `path` (close-on-exec, blocking): what a service manager listens on
+    /// for `sd_notify` messages (`NOTIFY_SOCKET`). Anything already at `path` is reported by `bind`.
+    public static func bindDatagram(path: String) throws(Errno) -> FileDescriptor {
+        var address = try socketAddress(path, operation: "bind")
+        let type = SOCK_DGRAM.rawValue | SOCK_CLOEXEC.rawValue
+        let fd = FileDescriptor(rawValue: try systemCall("socket(\(path))") { socket(AF_UNIX, Int32(type), 0) })
+        do throws(Errno) {
+            _ = try systemCall("bind(\(path))") {
+                withUnsafePointer(to: &address) { pointer in
+                    pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                        bind(fd.rawValue, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+                    }
+                }
+            }
+        } catch {
+            try? fd.close()  // The bind failure is the error to report.
+            throw error
+        }
+        return fd
+    }
+
     /// Accepts one pending connection as a non-blocking, close-on-exec descriptor; nil when none is
     /// pending (`EAGAIN`), so a loop can drain the listener on each readiness event.
     public static func accept(_ listener: FileDescriptor) throws(Errno) -> FileDescriptor? {

@@ -1,6 +1,7 @@
 // BackgroundApplication against a scripted daemon: callbacks, acknowledgements, leases, expiration, reconnection.
 import BGTaskClient
 import BGTaskSystem
+import BGTaskTestSupport
 import Dispatch
 import Foundation
 import Synchronization
@@ -69,7 +70,8 @@ final class RecordingDelegate: ApplicationDelegate {
 
 /// Fast reconnection for tests: a restarted scripted daemon is there at once.
 let testOptions = BackgroundApplication.Options(
-    callTimeout: .seconds(10), reconnect: ReconnectPolicy(initialDelay: .milliseconds(10), maximumDelay: .milliseconds(200)))
+    callTimeout: .seconds(10),
+    reconnect: ReconnectPolicy(initialDelay: .milliseconds(10), maximumDelay: .milliseconds(200)))
 
 @Suite struct BackgroundApplicationTests {
     @Test func eventsRunInOrderOnTheCallbackQueueAndAreAcknowledgedInOrder() throws {
@@ -94,19 +96,22 @@ let testOptions = BackgroundApplication.Options(
             for event in events { #expect(daemon.push(event)) }
             let seen = delegate.callbacks.wait(forCount: events.count)
             // UIKit's timing: will* callbacks see the state being left, did* callbacks the state entered.
-            #expect(seen == [
-                Callback(name: "willResignActive", state: .active, onCallbackQueue: true),
-                Callback(name: "didEnterBackground", state: .background, onCallbackQueue: true),
-                Callback(name: "memoryWarning(true,2)", state: .background, onCallbackQueue: true),
-                Callback(name: "notification(sync,3)", state: .background, onCallbackQueue: true),
-                Callback(name: "memoryWarning(false,-)", state: .background, onCallbackQueue: true),
-                Callback(name: "willEnterForeground", state: .background, onCallbackQueue: true),
-                Callback(name: "didBecomeActive", state: .active, onCallbackQueue: true),
-                Callback(name: "willTerminate", state: .active, onCallbackQueue: true),
-            ])
+            #expect(
+                seen == [
+                    Callback(name: "willResignActive", state: .active, onCallbackQueue: true),
+                    Callback(name: "didEnterBackground", state: .background, onCallbackQueue: true),
+                    Callback(name: "memoryWarning(true,2)", state: .background, onCallbackQueue: true),
+                    Callback(name: "notification(sync,3)", state: .background, onCallbackQueue: true),
+                    Callback(name: "memoryWarning(false,-)", state: .background, onCallbackQueue: true),
+                    Callback(name: "willEnterForeground", state: .background, onCallbackQueue: true),
+                    Callback(name: "didBecomeActive", state: .active, onCallbackQueue: true),
+                    Callback(name: "willTerminate", state: .active, onCallbackQueue: true),
+                ])
             #expect(delegate.payloads.all == [.object(["n": 1])])
             daemon.waitForCall(AcknowledgeParameters.methodName, count: events.count)
-            let acknowledged = daemon.calls(AcknowledgeParameters.methodName).compactMap { $0.parameters["eventId"]?.intValue }
+            let acknowledged = daemon.calls(AcknowledgeParameters.methodName).compactMap {
+                $0.parameters["eventId"]?.intValue
+            }
             #expect(acknowledged == events.map(\.id))
         }
     }
@@ -126,12 +131,15 @@ let testOptions = BackgroundApplication.Options(
             let log = daemon.log
             for event in events {
                 let returned = log.first { $0.isNote && $0.method == "returned \(event.kind.rawValue)" }
-                let acknowledged = log.first { $0.isCall(AcknowledgeParameters.methodName, "eventId", .number(Double(event.id))) }
+                let acknowledged = log.first {
+                    $0.isCall(AcknowledgeParameters.methodName, "eventId", .number(Double(event.id)))
+                }
                 guard let returned, let acknowledged else {
                     Issue.record("missing handler end or acknowledgement of \(event.kind): \(log)")
                     continue
                 }
-                #expect(returned.sequence < acknowledged.sequence, "\(event.kind) acknowledged before its handler returned")
+                #expect(
+                    returned.sequence < acknowledged.sequence, "\(event.kind) acknowledged before its handler returned")
             }
             // The handler's own call to the daemon comes before the acknowledgement on the same connection.
             let remainingCalls = log.filter { $0.method == BackgroundTimeRemainingParameters.methodName }
@@ -327,16 +335,21 @@ let testOptions = BackgroundApplication.Options(
             #expect(registers.last?.parameters["state"] == "background", "re-registers where it was")
             let begins = daemon.calls(BeginBackgroundTaskParameters.methodName)
             #expect(begins.count == 5)
-            #expect(Set(begins.dropFirst(2).compactMap { $0.parameters["name"]?.stringValue }) == ["upload", "save", "report"])
+            #expect(
+                Set(begins.dropFirst(2).compactMap { $0.parameters["name"]?.stringValue }) == [
+                    "upload", "save", "report",
+                ])
             #expect(app.openBackgroundTasks == [upload, save, report], "identifiers survive the reconnect")
 
             // The old identifiers now end the new leases (the scripted daemon numbered them 3, 4, 5).
-            let newIds = Dictionary(uniqueKeysWithValues: begins.dropFirst(2).enumerated().compactMap { index, call in
-                call.parameters["name"]?.stringValue.map { ($0, 3 + index) }
-            })
+            let newIds = Dictionary(
+                uniqueKeysWithValues: begins.dropFirst(2).enumerated().compactMap { index, call in
+                    call.parameters["name"]?.stringValue.map { ($0, 3 + index) }
+                })
             app.endBackgroundTask(upload)
-            #expect(daemon.calls(EndBackgroundTaskParameters.methodName).last?.parameters["taskId"]
-                == newIds["upload"].map { .number(Double($0)) })
+            #expect(
+                daemon.calls(EndBackgroundTaskParameters.methodName).last?.parameters["taskId"]
+                    == newIds["upload"].map { .number(Double($0)) })
 
             // Events flow on the new stream.
             let event = EventInfo(id: daemon.nextEventId(), kind: .memoryWarning, likelyVictim: false)
@@ -417,14 +430,17 @@ let testOptions = BackgroundApplication.Options(
                 #expect(app.registeredApp.name == "mail")
             }
             let register = daemon.calls(RegisterParameters.methodName).first
-            #expect(daemon.waitUntil { log in
-                log.contains { $0.method == ScriptedDaemon.connectionClosed && $0.connection == register?.connection }
-            })
+            #expect(
+                daemon.waitUntil { log in
+                    log.contains {
+                        $0.method == ScriptedDaemon.connectionClosed && $0.connection == register?.connection
+                    }
+                })
         }
     }
 
     @Test func initReportsDaemonNotRunning() throws {
-        let directory = try TemporaryDirectory(prefix: "bgtask-client-noapp")
+        let directory = try ScratchDirectory(prefix: "bgtask-client-noapp")
         defer { directory.remove() }
         let path = directory.path + "/" + LifecycleInterface.name
         #expect(throws: ClientError.daemonNotRunning(socketPath: path, .noSuchFileOrDirectory)) {

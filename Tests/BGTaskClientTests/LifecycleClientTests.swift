@@ -1,6 +1,7 @@
 // The typed calls of LifecycleClient: each sends its method with its parameters and returns the scripted reply.
 import BGTaskClient
 import BGTaskSystem
+import BGTaskTestSupport
 import Foundation
 import Testing
 
@@ -39,7 +40,8 @@ private let sampleStatus = GetStatusReply(
 @Suite struct LifecycleClientTests {
     static let typedCalls: [TypedCallCase] = [
         TypedCallCase(
-            method: ListAppsParameters.methodName, sentExpectedParameters: { parameters($0, are: ListAppsParameters()) },
+            method: ListAppsParameters.methodName,
+            sentExpectedParameters: { parameters($0, are: ListAppsParameters()) },
             reply: ListAppsReply(apps: [sampleApp]), call: { try $0.listApps() == [sampleApp] }),
         TypedCallCase(
             method: GetAppParameters.methodName,
@@ -52,7 +54,8 @@ private let sampleStatus = GetStatusReply(
         TypedCallCase(
             method: LaunchParameters.methodName,
             sentExpectedParameters: {
-                parameters($0, are: LaunchParameters(name: "mail", argv: ["/usr/bin/mail", "-x"], exitsOnSuspend: true))
+                parameters(
+                    $0, are: LaunchParameters(name: "mail", argv: ["/usr/bin/mail", "-x"], exitsOnSuspend: true))
             },
             reply: LaunchReply(app: sampleApp),
             call: { try $0.launch(name: "mail", argv: ["/usr/bin/mail", "-x"], exitsOnSuspend: true) == sampleApp }),
@@ -161,7 +164,7 @@ private let sampleStatus = GetStatusReply(
     }
 
     @Test func daemonNotRunningIsReportedAtInit() throws {
-        let directory = try TemporaryDirectory(prefix: "bgtask-client-absent")
+        let directory = try ScratchDirectory(prefix: "bgtask-client-absent")
         defer { directory.remove() }
         let path = directory.path + "/" + LifecycleInterface.name
         #expect(throws: ClientError.daemonNotRunning(socketPath: path, .noSuchFileOrDirectory)) {
@@ -178,9 +181,11 @@ private let sampleStatus = GetStatusReply(
             #expect(registration.app.state == .background)
             let register = daemon.calls(RegisterParameters.methodName).first
             #expect(register?.more == true)
-            #expect(register.map {
-                parameters($0.parameters, are: RegisterParameters(name: "mail", exitsOnSuspend: true, state: .background))
-            } == true)
+            #expect(
+                register.map {
+                    parameters(
+                        $0.parameters, are: RegisterParameters(name: "mail", exitsOnSuspend: true, state: .background))
+                } == true)
             let events = [
                 EventInfo(id: daemon.nextEventId(), kind: .didEnterBackground),
                 EventInfo(id: daemon.nextEventId(), kind: .notification, name: "n", payload: ["k": "v"], count: 3),
@@ -209,7 +214,7 @@ private let sampleStatus = GetStatusReply(
     }
 
     @Test func watchStreamsHistoryEntries() throws {
-        let entries = (1...3).map { HistoryEntry(time: Double($0), app: "app\($0)", kind: .suspended) }
+        let entries = (1...3).map { HistoryEntry(time: Double($0), app: "app\($0)", kind: .stateChanged, state: .suspended) }
         try withScriptedDaemon(respond: { call, _ in
             call.method == WatchParameters.methodName
                 ? .replies(entries.map { WatchReply(entry: $0) } as [any Encodable & Sendable]) : nil

@@ -57,7 +57,8 @@ struct LogEntry: Sendable, CustomStringConvertible {
 final class ScriptedDaemon: Sendable {
     typealias Responder = @Sendable (_ call: LogEntry, _ daemon: ScriptedDaemon) -> ScriptedResponse?
 
-    let directory: TemporaryDirectory
+    /// A fresh directory of its own, holding the socket; removed by `stop()`.
+    let directory: String
     let socketPath: String
     private let listener: FileDescriptor
     private let responder: Responder?
@@ -82,8 +83,11 @@ final class ScriptedDaemon: Sendable {
 
     /// Starts serving. `respond` overrides the default answer: return nil from it to fall back to the default.
     init(respond: Responder? = nil) throws {
-        directory = try TemporaryDirectory(prefix: "bgtask-client-test")
-        socketPath = directory.path + "/" + LifecycleInterface.name
+        let base = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
+        var template = Array("\(base)/bgtask-client-test-XXXXXX".utf8CString)
+        guard let created = mkdtemp(&template) else { throw Errno(rawValue: errno, operation: "mkdtemp") }
+        directory = String(cString: created)
+        socketPath = directory + "/" + LifecycleInterface.name
         listener = try UnixSocket.listen(path: socketPath)
         responder = respond
         threads.enter()
@@ -108,7 +112,7 @@ final class ScriptedDaemon: Sendable {
             Issue.record("scripted daemon threads did not finish")
         }
         try? listener.close()  // Test cleanup; nothing to do about a failure.
-        directory.remove()
+        try? FileManager.default.removeItem(atPath: directory)  // A leftover scratch directory is harmless.
     }
 
     // MARK: Script controls
@@ -176,7 +180,8 @@ final class ScriptedDaemon: Sendable {
     /// Waits for the `count`-th call of `method` and returns it; records an issue on timeout.
     @discardableResult
     func waitForCall(
-        _ method: String, count: Int = 1, timeout: Duration = .seconds(10), sourceLocation: SourceLocation = #_sourceLocation
+        _ method: String, count: Int = 1, timeout: Duration = .seconds(10),
+        sourceLocation: SourceLocation = #_sourceLocation
     ) -> LogEntry? {
         let found = waitUntil(timeout: timeout) { log in log.filter { $0.method == method }.count >= count }
         guard found else {
@@ -247,7 +252,8 @@ final class ScriptedDaemon: Sendable {
             guard let header = try? codec.decodeCallHeader(message),  // A malformed call ends the connection.
                 let parameters = try? JSONDecoder().decode(CallParameters.self, from: message).parameters
             else { return }
-            let entry = append(connection: number, method: header.method.qualified, header: header, parameters: parameters)
+            let entry = append(
+                connection: number, method: header.method.qualified, header: header, parameters: parameters)
             let response = responder?(entry, self) ?? defaultResponse(to: entry, connection: number)
             if header.oneway { continue }
             switch response {
@@ -327,7 +333,8 @@ private struct CallParameters: Decodable {
     enum Key: String, CodingKey { case parameters }
 
     init(from decoder: any Decoder) throws {
-        parameters = try decoder.container(keyedBy: Key.self).decodeIfPresent(JSONValue.self, forKey: .parameters)
+        parameters =
+            try decoder.container(keyedBy: Key.self).decodeIfPresent(JSONValue.self, forKey: .parameters)
             ?? .object([:])
     }
 }

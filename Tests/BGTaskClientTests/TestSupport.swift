@@ -1,25 +1,9 @@
-// Helpers of the client tests: temporary directories, thread-safe recorders, and waiting without sleeping.
+// Helpers of the client tests: thread-safe recorders, the scripted daemon's scope, and the apps as processes.
 import BGTaskSystem
+import BGTaskTestSupport
 import Foundation
 import Synchronization
 import Testing
-
-/// A directory made with `mkdtemp` under `$TMPDIR` (or `/tmp`), removed with its contents by `remove()`.
-struct TemporaryDirectory: Sendable {
-    let path: String
-
-    init(prefix: String) throws {
-        let base = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
-        var template = Array("\(base)/\(prefix)-XXXXXX".utf8CString)
-        guard let result = mkdtemp(&template) else { throw Errno(rawValue: errno, operation: "mkdtemp") }
-        path = String(cString: result)
-    }
-
-    /// Removes the directory tree.
-    func remove() {
-        try? FileManager.default.removeItem(atPath: path)  // Test cleanup: a leftover directory is harmless.
-    }
-}
 
 /// Values appended from any thread, read and awaited from the test.
 final class Recorder<Value: Sendable>: Sendable {
@@ -49,7 +33,9 @@ final class Recorder<Value: Sendable>: Sendable {
         defer { changed.unlock() }
         while !condition(all) {
             if !changed.wait(until: deadline) {
-                if !condition(all) { Issue.record("condition not met; recorded: \(all)", sourceLocation: sourceLocation) }
+                if !condition(all) {
+                    Issue.record("condition not met; recorded: \(all)", sourceLocation: sourceLocation)
+                }
                 return all
             }
         }
@@ -73,4 +59,41 @@ func withScriptedDaemon<Result>(
     let daemon = try ScriptedDaemon(respond: respond)
     defer { daemon.stop() }
     return try body(daemon)
+}
+
+/// The fixture app's command line: it exits by itself after `lifetime` seconds.
+func fixtureCommand(socketPath: String, lifetime: Int = 60) throws -> [String] {
+    [try Products.path("BGTaskFixtureApp"), "--socket", socketPath, "--lifetime", String(lifetime)]
+}
+
+/// The example's command line; it gives up by itself after 120 s. (Not under `timeout`: that resumes a stopped
+/// child at once, which would undo the daemon's suspension.)
+func photoUploaderCommand(socketPath: String, photos: Int, chunkMilliseconds: Int) throws -> [String] {
+    [
+        try Products.path("PhotoUploader"), "--socket", socketPath, "--photos", String(photos), "--chunk-ms",
+        String(chunkMilliseconds), "--deadline", "120",
+    ]
+}
+
+/// Runs `body` with a started child, ended afterwards whatever happens: SIGTERM and SIGCONT first (so a stopped
+/// child acts on them), then SIGKILL when it is still there 10 s later (ChildProcess's deinit).
+func withChild<Result>(_ arguments: [String], _ body: (ChildProcess) throws -> Result) throws -> Result {
+    let child = try ChildProcess(arguments)
+    defer {
+        if !child.hasExited {
+            try? child.process.pidFD.sendSignal(.terminate)  // ESRCH: it exited meanwhile, which is the goal.
+            try? child.process.pidFD.sendSignal(.continue)
+            _ = try? child.waitForExit(timeout: .seconds(10))  // Still running: the deinit's SIGKILL follows.
+        }
+    }
+    return try body(child)
+}
+
+extension ChildProcess {
+    /// Sends `command` and returns the next line that starts with one of `prefixes` or with "error".
+    @discardableResult
+    func run(_ command: String, expecting prefixes: String...) throws -> String {
+        try send(command)
+        return try waitForLine { line in line.hasPrefix("error") || prefixes.contains { line.hasPrefix($0) } }
+    }
 }

@@ -1,6 +1,7 @@
 // The blocking Varlink client against a scripted server: error mapping, streams, oneway, limits and timeouts.
 import BGTaskClient
 import BGTaskSystem
+import BGTaskTestSupport
 import Foundation
 import Testing
 
@@ -114,7 +115,7 @@ private let getApp = GetAppParameters.methodName
     }
 
     @Test func daemonNotRunningWhenNoSocketFile() throws {
-        let directory = try TemporaryDirectory(prefix: "bgtask-client-nosocket")
+        let directory = try ScratchDirectory(prefix: "bgtask-client-nosocket")
         defer { directory.remove() }
         let path = directory.path + "/" + LifecycleInterface.name
         do throws(ClientError) {
@@ -135,7 +136,7 @@ private let getApp = GetAppParameters.methodName
     }
 
     @Test func daemonNotRunningWhenSocketIsStale() throws {
-        let directory = try TemporaryDirectory(prefix: "bgtask-client-stale")
+        let directory = try ScratchDirectory(prefix: "bgtask-client-stale")
         defer { directory.remove() }
         let path = directory.path + "/" + LifecycleInterface.name
         // A socket file whose listener is gone, as a crashed daemon leaves it.
@@ -147,7 +148,7 @@ private let getApp = GetAppParameters.methodName
     }
 
     @Test func otherConnectFailuresAreSystemErrors() throws {
-        let directory = try TemporaryDirectory(prefix: "bgtask-client-notdir")
+        let directory = try ScratchDirectory(prefix: "bgtask-client-notdir")
         defer { directory.remove() }
         let file = directory.path + "/file"
         #expect(FileManager.default.createFile(atPath: file, contents: Data()))
@@ -192,7 +193,9 @@ private let getApp = GetAppParameters.methodName
             defer { connection.close() }
             let stream = try connection.callStreaming(WatchParameters())
             #expect(try stream.next(timeout: .seconds(10))?.entry == entry)
-            #expect(throws: ClientError.permissionDenied(socketPath: daemon.socketPath, method: WatchParameters.methodName)) {
+            #expect(
+                throws: ClientError.permissionDenied(socketPath: daemon.socketPath, method: WatchParameters.methodName)
+            ) {
                 try stream.next(timeout: .seconds(10))
             }
             #expect(try stream.next(timeout: .seconds(1)) == nil)
@@ -270,8 +273,9 @@ private let getApp = GetAppParameters.methodName
     @Test func largeRepliesWithinTheLimitAreRead() throws {
         // 20,000 apps: about 4 MiB of JSON, far over the daemon's 64 KiB call limit.
         let apps = (0..<20_000).map { index in
-            AppInfo(name: "app-\(index)-" + String(repeating: "x", count: 100), state: .suspended, pid: index,
-                    uid: 1000, managed: true, tasks: [TaskInfo(id: index, name: "t", ageSec: 1.5)])
+            AppInfo(
+                name: "app-\(index)-" + String(repeating: "x", count: 100), state: .suspended, pid: index,
+                uid: 1000, managed: true, tasks: [TaskInfo(id: index, name: "t", ageSec: 1.5)])
         }
         try withScriptedDaemon(respond: { call, _ in
             call.method == ListAppsParameters.methodName ? .reply(ListAppsReply(apps: apps)) : nil

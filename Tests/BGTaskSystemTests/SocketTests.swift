@@ -122,3 +122,24 @@ import Testing
         #expect(try UnixSocket.receiveBufferSize(first) >= requested)
     }
 }
+
+@Suite struct DatagramSocketTests {
+    @Test func notifyMessagesArriveOnABoundDatagramSocket() throws {
+        try withTemporaryDirectory { directory in
+            let path = directory.path + "/notify"
+            let socket = try UnixSocket.bindDatagram(path: path)
+            defer { try? socket.close() }
+            // A real sender speaking the sd_notify protocol: systemd-notify in a child with NOTIFY_SOCKET set.
+            let child = try ProcessSpawner.spawn(
+                ["systemd-notify", "--no-block", "STATUS=hello from a child"],
+                options: SpawnOptions(environment: ["NOTIFY_SOCKET=\(path)", "PATH=/usr/bin:/bin"]))
+            defer { try? child.pidFD.close() }
+            let ready = try socket.poll(for: .readable, timeout: .seconds(10))
+            #expect(ready.contains(.readable))
+            let message = String(decoding: try socket.read(upTo: 4096), as: UTF8.self)
+            #expect(message.contains("STATUS=hello from a child"))
+            _ = try child.waitForExit()
+            #expect(throws: Errno.self) { try UnixSocket.bindDatagram(path: path) }
+        }
+    }
+}

@@ -1,0 +1,149 @@
+// What the daemon tells people about apps: the journal, the bounded history, and live Watch streams.
+
+import BGTaskCore
+import BGTaskProtocol
+import BGTaskSystem
+import Foundation
+
+/// Stable journal message ids (`MESSAGE_ID=`), so `journalctl MESSAGE_ID=...` finds every event of a kind
+/// across versions. Never change a value once released.
+enum MessageID {
+    /// The policy ended an app (any reason), or saw it end.
+    static let terminated = "e988254e4d8f4f88bfb51e5f7384e969"
+    /// SIGKILL was sent to an app.
+    static let killed = "a2478b7e6b4049baaa2fb132f7882cd2"
+    /// `backgroundTaskExpiring` was sent: an app's background time is about to end.
+    static let expirationWarning = "19a38df8fa13415988d0612acc980932"
+    /// An app was terminated to reclaim memory.
+    static let reclaimed = "3e5eec69627a4d01827ef127a8a82faf"
+    /// Suspension was put off because the app holds a file lock.
+    static let suspensionDeferred = "d3c338efa4e842e98c5d15dbd1a7b4e3"
+    /// A lease ended by expiry (the app kept it open past its budget): a policy violation.
+    static let taskExpired = "962703a73a624a5d8fed129fa46b667b"
+}
+
+/// The audit trail: every record the policy emits goes to the journal (or stderr), to live watchers, and,
+/// when it explains an app's end or a warning, to the bounded history `History()` serves.
+final class AuditTrail {
+    private(set) var entries: [(record: AuditRecord, entry: HistoryEntry)] = []
+    private var start = 0
+    var capacity: Int
+    let logger: Logger
+
+    init(capacity: Int, logger: Logger) {
+        self.capacity = capacity
+        self.logger = logger
+    }
+
+    /// Whether `History()` keeps this kind of record (Watch streams them all).
+    static func isKeptInHistory(_ record: AuditRecord) -> Bool {
+        switch record.kind {
+        case .taskBegan, .stateChanged: false
+        case .taskEnded: record.taskEnd != .ended
+        default: true
+        }
+    }
+
+    /// Records an entry: journal always, history when kept. Returns the wire entry for watchers.
+    func record(_ record: AuditRecord) -> HistoryEntry {
+        let entry = HistoryEntry(record, wallClockSeconds: Date().timeIntervalSince1970)
+        log(record)
+        if Self.isKeptInHistory(record) {
+            entries.append((record, entry))
+            let overflow = entries.count - start - capacity
+            if overflow > 0 { start += overflow }
+            if start > 1024 && start * 2 > entries.count {
+                entries.removeFirst(start)
+                start = 0
+            }
+        }
+        return entry
+    }
+
+    /// The newest `limit` kept entries, oldest first, that `isVisible` allows.
+    func history(limit: Int?, isVisible: (AuditRecord) -> Bool) -> [HistoryEntry] {
+        var result: [HistoryEntry] = []
+        for (record, entry) in entries[start...].reversed() where isVisible(record) {
+            if let limit, result.count >= limit { break }
+            result.append(entry)
+        }
+        return result.reversed()
+    }
+
+    private func log(_ record: AuditRecord) {
+        let app = record.appName
+        var fields: [LogField] = [.app(app)]
+        if let task = record.taskID { fields.append(.task(task.rawValue)) }
+        if let reason = record.reason { fields.append(.reason(reason.rawValue)) }
+        switch record.kind {
+        case .registered:
+            logger.info("\(app) registered", fields)
+        case .reattached:
+            logger.info("\(app) re-attached to its registration", fields)
+        case .unregistered:
+            logger.info("\(app) closed its registration; its leases ended", fields)
+        case .stateChanged:
+            logger.debug("\(app) is now \(record.state?.rawValue ?? "?")", fields)
+        case .taskBegan:
+            logger.debug("\(app) began task \(record.taskID?.rawValue ?? 0) \(quoted(record.taskName))", fields)
+        case .taskEnded where record.taskEnd == .expired:
+            logger.warning(
+                "\(app) kept task \(record.taskID?.rawValue ?? 0) \(quoted(record.taskName)) open past its "
+                    + "background time: the task expired (policy violation)",
+                fields + [.messageID(MessageID.taskExpired)])
+        case .taskEnded:
+            logger.debug(
+                "\(app) task \(record.taskID?.rawValue ?? 0) ended (\(record.taskEnd?.rawValue ?? "?"))", fields)
+        case .expirationWarning:
+            let tasks = (record.taskIDs ?? []).map { String($0.rawValue) }.joined(separator: ", ")
+            logger.notice(
+                "\(app)'s background time is nearly used up; asked it to end task(s) \(tasks)",
+                fields + [.messageID(MessageID.expirationWarning)])
+        case .suspensionDeferred:
+            logger.notice(
+                "\(app) holds a file lock: not suspending it yet; it is terminated if it still holds one "
+                    + "when its grace ends",
+                fields + [.messageID(MessageID.suspensionDeferred)])
+        case .memoryWarning:
+            let rank = record.rank.map { ", likely victim #\($0)" } ?? ""
+            logger.info("memory warning sent to \(app)\(rank)", fields)
+        case .terminated where record.reason == .memoryReclaim:
+            let memory = record.memoryBytes.map { " using \($0) bytes" } ?? ""
+            logger.warning(
+                "terminating \(app) to reclaim memory (band \(record.band?.name ?? "?")\(memory))",
+                fields + [.messageID(MessageID.reclaimed)])
+        case .terminated:
+            let reason = record.reason?.rawValue ?? "?"
+            let initiated = record.reason?.isDaemonInitiated ?? false
+            logger.log(
+                initiated ? .warning : .info,
+                initiated ? "terminating \(app): \(explanation(record.reason))" : "\(app) ended (\(reason))",
+                fields + [.messageID(MessageID.terminated)])
+        case .killed:
+            logger.warning(
+                "killed \(app) with SIGKILL (\(record.reason?.rawValue ?? "?"))",
+                fields + [.messageID(MessageID.killed)])
+        case .processExited:
+            logger.info("\(app)'s process is gone (\(record.reason?.rawValue ?? "?"))", fields)
+        }
+    }
+
+    private func quoted(_ name: String?) -> String {
+        name.map { "\"\($0)\"" } ?? "(unnamed)"
+    }
+
+    private func explanation(_ reason: TerminationReason?) -> String {
+        switch reason {
+        case .enterBackgroundTimeout: "it did not acknowledge didEnterBackground in time and held no lease"
+        case .taskExpired: "its background time ran out with tasks still open"
+        case .launchTimeout: "it did not register within its launch timeout"
+        case .suspendedHoldingLock: "it kept a file lock past its grace instead of letting itself be suspended"
+        case .memoryReclaim: "memory reclamation"
+        case .controller: "a controller asked"
+        case .exitsOnSuspend: "it has ExitsOnSuspend and its work is done"
+        case .exited: "it exited"
+        case .crashed: "it crashed"
+        case nil: "unknown reason"
+        }
+    }
+}

@@ -1,0 +1,411 @@
+// The daemon's IPC surface: Varlink calls decoded, authorized from peer credentials, and answered.
+
+import BGTaskCore
+import BGTaskProtocol
+import BGTaskSystem
+import Foundation
+import Glibc
+
+/// One call being answered.
+struct IncomingCall {
+    let header: VarlinkCallHeader
+    let message: Data
+    let connection: ClientConnection
+    var credentials: PeerCredentials { connection.credentials }
+}
+
+extension Manager {
+    /// Longest app name accepted, in UTF-8 bytes (names are used in logs, file names of per-app
+    /// configuration and journal fields).
+    static let appNameMaximumBytes = 255
+
+    /// Handles one complete message from a client.
+    func handle(_ message: Data, from connection: ClientConnection) {
+        let header: VarlinkCallHeader
+        do {
+            header = try codec.decodeCallHeader(message)
+        } catch {
+            logger.info("closing the connection of pid \(connection.credentials.pid): \(error)")
+            connection.close(because: "protocol error: \(error)")
+            return
+        }
+        let call = IncomingCall(header: header, message: message, connection: connection)
+        logger.debug(
+            "call \(header.method.qualified) from pid \(connection.credentials.pid) uid \(connection.credentials.uid)"
+                + " on connection \(connection.serial)")
+        guard !header.upgrade else {
+            fail(call, .methodNotImplemented(method: header.method.qualified))
+            return
+        }
+        switch header.method.interface {
+        case VarlinkServiceInterface.name:
+            handleServiceCall(call)
+        case LifecycleInterface.name:
+            handleLifecycleCall(call)
+        default:
+            fail(call, .interfaceNotFound(interface: header.method.interface))
+        }
+    }
+
+    // MARK: Replies
+
+    func reply<Reply: Encodable>(_ call: IncomingCall, _ reply: Reply) {
+        guard !call.header.oneway else { return }
+        do {
+            call.connection.send(try codec.encodeReply(reply, continues: false))
+        } catch {
+            logger.error("cannot encode the reply to \(call.header.method): \(error)")
+            call.connection.close(because: "internal error encoding a reply")
+        }
+    }
+
+    func fail(_ call: IncomingCall, _ error: VarlinkError) {
+        guard !call.header.oneway else { return }
+        do {
+            call.connection.send(try codec.encodeError(error))
+        } catch {
+            call.connection.close(because: "internal error encoding an error")
+        }
+    }
+
+    func fail(_ call: IncomingCall, _ error: BGTaskCore.LifecycleError) {
+        fail(call, varlinkError(error))
+    }
+
+    /// The call's parameters, or nil after replying `InvalidParameter`.
+    func parameters<Parameters: Decodable>(_ type: Parameters.Type, of call: IncomingCall) -> Parameters? {
+        do {
+            return try codec.decodeParameters(type, from: call.message)
+        } catch {
+            fail(call, error)
+            return nil
+        }
+    }
+
+    // MARK: Authorization (DESIGN §7)
+
+    /// Root, or a member of `ControllerGroup`.
+    func isPrivileged(_ credentials: PeerCredentials) -> Bool {
+        if credentials.uid == 0 { return true }
+        guard let group = controllerGroupID else { return false }
+        if credentials.gid == group { return true }
+        return (try? UserDatabase.isMember(uid: credentials.uid, ofGroup: group)) ?? false
+    }
+
+    /// Whether the caller may act as the app (app calls): its own uid, or root.
+    func mayActAsApp(_ app: AppSnapshot, _ credentials: PeerCredentials) -> Bool {
+        credentials.uid == 0 || credentials.uid == app.uid
+    }
+
+    /// Whether the caller may control or read the app (controller calls): root, `ControllerGroup`, or the
+    /// app's own uid for its own apps.
+    func mayControl(_ app: AppSnapshot, _ credentials: PeerCredentials) -> Bool {
+        credentials.uid == app.uid || isPrivileged(credentials)
+    }
+
+    /// Whether an audit record may be shown to the caller.
+    func isVisible(_ record: AuditRecord, to credentials: PeerCredentials) -> Bool {
+        if isPrivileged(credentials) { return true }
+        return core.snapshot(of: record.app, now: now)?.uid == credentials.uid
+    }
+
+    /// The app named `name` that the caller may use, or nil after replying the error.
+    func authorizedApp(_ name: String, for call: IncomingCall, asApp: Bool) -> (AppID, AppSnapshot)? {
+        guard let id = core.appID(named: name), let snapshot = core.snapshot(of: id, now: now) else {
+            fail(call, .noSuchApp(app: name))
+            return nil
+        }
+        let allowed = asApp ? mayActAsApp(snapshot, call.credentials) : mayControl(snapshot, call.credentials)
+        guard allowed else {
+            logger.notice(
+                "denied \(call.header.method.member) on \(name) to uid \(call.credentials.uid) "
+                    + "(pid \(call.credentials.pid))", [.app(name)])
+            fail(call, .permissionDenied())
+            return nil
+        }
+        return (id, snapshot)
+    }
+
+    func appInfo(_ id: AppID) -> AppInfo? {
+        guard let snapshot = core.snapshot(of: id, now: now) else { return nil }
+        return AppInfo(snapshot, memoryBytes: processes[id]?.memoryBytes(procFS), now: now)
+    }
+
+    // MARK: org.varlink.service
+
+    private func handleServiceCall(_ call: IncomingCall) {
+        switch VarlinkServiceMethod(rawValue: call.header.method.member) {
+        case .getInfo:
+            reply(call, GetInfoReply.bgtaskd(version: Self.version, url: "man:bgtaskd(8)"))
+        case .getInterfaceDescription:
+            guard let parameters = parameters(GetInterfaceDescriptionParameters.self, of: call) else { return }
+            guard let description = GetInterfaceDescriptionReply.bgtaskd(interface: parameters.interface) else {
+                fail(call, .interfaceNotFound(interface: parameters.interface))
+                return
+            }
+            reply(call, description)
+        case nil:
+            fail(call, .methodNotFound(method: call.header.method.qualified))
+        }
+    }
+
+    // MARK: io.bgtask.Lifecycle
+
+    private func handleLifecycleCall(_ call: IncomingCall) {
+        guard let method = LifecycleMethod(call.header.method) else {
+            fail(call, .methodNotFound(method: call.header.method.qualified))
+            return
+        }
+        if method.requiresMore && !call.header.more {
+            fail(call, .expectedMore())
+            return
+        }
+        switch method {
+        case .register: register(call)
+        case .beginBackgroundTask: beginBackgroundTask(call)
+        case .endBackgroundTask: endBackgroundTask(call)
+        case .backgroundTimeRemaining: backgroundTimeRemaining(call)
+        case .acknowledge: acknowledge(call)
+        case .listApps: listApps(call)
+        case .getApp: getApp(call)
+        case .setState: setState(call)
+        case .launch: fail(call, .methodNotImplemented(method: method.qualifiedName))
+        case .terminate: terminate(call)
+        case .post: post(call)
+        case .history: history(call)
+        case .watch: watch(call)
+        case .getStatus: getStatus(call)
+        }
+        updateStatus()
+    }
+
+    private func register(_ call: IncomingCall) {
+        guard let parameters = parameters(RegisterParameters.self, of: call) else { return }
+        let name = parameters.name
+        guard !name.isEmpty, name.utf8.count <= Self.appNameMaximumBytes,
+            !name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
+        else {
+            fail(call, .invalidParameter(parameter: "name"))
+            return
+        }
+        let initialState: InitialState
+        switch parameters.state {
+        case nil, .active: initialState = .active
+        case .background: initialState = .background
+        default:
+            fail(call, .invalidParameter(parameter: "state"))
+            return
+        }
+        let credentials = call.credentials
+        let limit = configuration.limits.connectionsPerUserMax
+        let tracked = processes.values.lazy.filter { [core, now] in
+            core.snapshot(of: $0.app, now: now)?.uid == credentials.uid
+        }.count
+        if core.liveAppID(named: name) == nil && credentials.uid != 0 && tracked >= limit {
+            fail(call, VarlinkError.limitExceeded(limit: "ConnectionsPerUserMax", max: limit))
+            return
+        }
+        let registration: Registration
+        do {
+            registration = try core.register(
+                name: name, process: ProcessIdentity(pid: credentials.pid, uid: credentials.uid),
+                exitsOnSuspend: parameters.exitsOnSuspend, initialState: initialState, now: now)
+        } catch {
+            fail(call, error)
+            return
+        }
+        let app = registration.app
+        if let previous = eventStreams[app], previous !== call.connection {
+            // The same process registered again on a new connection: the old stream no longer speaks for it.
+            previous.stream = nil
+            previous.close(because: "replaced by a new registration of the same process")
+        }
+        call.connection.stream = .registration(app)
+        eventStreams[app] = call.connection
+        guard trackProcess(of: app, connection: call.connection) else {
+            // The process is already gone: nothing to register.
+            eventStreams[app] = nil
+            perform(core.processExited(app, how: .exited, now: now))
+            call.connection.close(because: "the registering process is gone")
+            return
+        }
+        if !call.header.oneway, let info = appInfo(app) {
+            sendStreamed(RegisterReply(app: info, event: nil), on: call.connection)
+        }
+        perform(registration.actions)
+    }
+
+    private func beginBackgroundTask(_ call: IncomingCall) {
+        guard let parameters = parameters(BeginBackgroundTaskParameters.self, of: call),
+            let (app, _) = authorizedApp(parameters.app, for: call, asApp: true)
+        else { return }
+        do {
+            let begun = try core.beginBackgroundTask(app, name: parameters.name, now: now)
+            reply(call, BeginBackgroundTaskReply(taskId: Int(begun.task.rawValue)))
+            perform(begun.actions)
+        } catch {
+            fail(call, error)
+        }
+    }
+
+    private func endBackgroundTask(_ call: IncomingCall) {
+        guard let parameters = parameters(EndBackgroundTaskParameters.self, of: call),
+            let (app, _) = authorizedApp(parameters.app, for: call, asApp: true)
+        else { return }
+        do {
+            let actions = try core.endBackgroundTask(app, task: TaskID(rawValue: Int64(parameters.taskId)), now: now)
+            reply(call, EmptyReply())
+            perform(actions)
+        } catch {
+            fail(call, error)
+        }
+    }
+
+    private func backgroundTimeRemaining(_ call: IncomingCall) {
+        guard let parameters = parameters(BackgroundTimeRemainingParameters.self, of: call),
+            let (_, snapshot) = authorizedApp(parameters.app, for: call, asApp: true)
+        else { return }
+        reply(call, BackgroundTimeRemainingReply(seconds: snapshot.backgroundTimeRemaining?.secondsValue))
+    }
+
+    private func acknowledge(_ call: IncomingCall) {
+        guard let parameters = parameters(AcknowledgeParameters.self, of: call),
+            let (app, _) = authorizedApp(parameters.app, for: call, asApp: true)
+        else { return }
+        do {
+            let actions = try core.acknowledge(app, event: EventID(rawValue: Int64(parameters.eventId)), now: now)
+            reply(call, EmptyReply())
+            perform(actions)
+        } catch {
+            fail(call, error)
+        }
+    }
+
+    private func listApps(_ call: IncomingCall) {
+        guard parameters(ListAppsParameters.self, of: call) != nil else { return }
+        let apps = core.snapshots(now: now)
+            .filter { mayControl($0, call.credentials) }
+            .map { AppInfo($0, memoryBytes: processes[$0.id]?.memoryBytes(procFS), now: now) }
+        reply(call, ListAppsReply(apps: apps))
+    }
+
+    private func getApp(_ call: IncomingCall) {
+        guard let parameters = parameters(GetAppParameters.self, of: call),
+            let (app, _) = authorizedApp(parameters.app, for: call, asApp: false),
+            let info = appInfo(app)
+        else { return }
+        reply(call, GetAppReply(app: info))
+    }
+
+    private func setState(_ call: IncomingCall) {
+        guard let parameters = parameters(SetStateParameters.self, of: call),
+            let (app, _) = authorizedApp(parameters.app, for: call, asApp: false)
+        else { return }
+        guard let requested = RequestedState(rawValue: parameters.state.rawValue) else {
+            fail(call, .invalidParameter(parameter: "state"))
+            return
+        }
+        do {
+            let actions = try core.setState(app, to: requested, now: now)
+            perform(actions)
+            if let info = appInfo(app) { reply(call, SetStateReply(app: info)) }
+        } catch {
+            fail(call, error)
+        }
+    }
+
+    private func terminate(_ call: IncomingCall) {
+        guard let parameters = parameters(TerminateParameters.self, of: call),
+            let (app, _) = authorizedApp(parameters.app, for: call, asApp: false)
+        else { return }
+        do {
+            let actions = try core.terminate(app, now: now)
+            reply(call, EmptyReply())
+            perform(actions)
+        } catch {
+            fail(call, error)
+        }
+    }
+
+    private func post(_ call: IncomingCall) {
+        guard let parameters = parameters(PostParameters.self, of: call) else { return }
+        var payloadJSON: String?
+        if let payload = parameters.payload {
+            do {
+                payloadJSON = String(decoding: try payloadEncoder.encode(payload), as: UTF8.self)
+            } catch {
+                fail(call, .invalidParameter(parameter: "payload"))
+                return
+            }
+        }
+        // Safe: the protocol's and the core's behaviours have the same raw values; a test compares them.
+        let behavior = DeliveryBehavior(rawValue: (parameters.behavior ?? .default).rawValue)!
+        var targets: [AppID?]
+        if let name = parameters.app {
+            guard let (app, _) = authorizedApp(name, for: call, asApp: false) else { return }
+            targets = [app]
+        } else if isPrivileged(call.credentials) {
+            targets = [nil]
+        } else {
+            // An unprivileged broadcast reaches the caller's own apps only.
+            targets = core.snapshots(now: now)
+                .filter { $0.uid == call.credentials.uid && $0.isRegistered && $0.state != .notRunning }
+                .map(\.id)
+        }
+        var delivered = 0
+        var queued = 0
+        for target in targets {
+            do {
+                let result = try core.post(
+                    name: parameters.name, payloadJSON: payloadJSON, behavior: behavior, to: target, now: now)
+                delivered += result.delivered
+                queued += result.queued
+                perform(result.actions)
+            } catch {
+                fail(call, error)
+                return
+            }
+        }
+        reply(call, PostReply(delivered: delivered, queued: queued))
+    }
+
+    private func history(_ call: IncomingCall) {
+        guard let parameters = parameters(HistoryParameters.self, of: call) else { return }
+        if let limit = parameters.limit, limit < 0 {
+            fail(call, .invalidParameter(parameter: "limit"))
+            return
+        }
+        let credentials = call.credentials
+        let privileged = isPrivileged(credentials)
+        let entries = trail.history(limit: parameters.limit) { [core, now] record in
+            privileged || core.snapshot(of: record.app, now: now)?.uid == credentials.uid
+        }
+        reply(call, HistoryReply(entries: entries))
+    }
+
+    private func watch(_ call: IncomingCall) {
+        guard parameters(WatchParameters.self, of: call) != nil else { return }
+        call.connection.stream = .watch
+        watchers[call.connection.serial] = call.connection
+    }
+
+    private func getStatus(_ call: IncomingCall) {
+        guard parameters(GetStatusParameters.self, of: call) != nil else { return }
+        var memory: [String: JSONValue] = [
+            "appsMemoryMax": configuration.memory.appsMemoryMaxBytes.map { .number(Double($0)) } ?? .null
+        ]
+        if let info = try? procFS.memoryInfo() {
+            memory["totalBytes"] = .number(Double(info.totalBytes))
+            memory["availableBytes"] = .number(Double(info.availableBytes))
+        }
+        if let pressure = try? procFS.pressure(resource: .memory) {
+            memory["pressureSomeAvg10"] = .number(pressure.some.average10)
+        }
+        reply(
+            call,
+            GetStatusReply(
+                version: Self.version, uptimeSec: (now - startedAt).secondsValue,
+                backends: ["freeze": "sigstop", "memory": "pss", "kill": "pidfd"], apps: core.liveAppCount,
+                suspended: core.suspendedAppCount, tasks: core.openTaskCount, memory: memory))
+    }
+}

@@ -1,0 +1,86 @@
+// Conversions between the policy core's values and the interface's wire types.
+
+import BGTaskCore
+import BGTaskProtocol
+import Foundation
+
+extension AppInfo {
+    /// The wire form of a snapshot; `memoryBytes` is measured by the shell.
+    init(_ snapshot: AppSnapshot, memoryBytes: Int?, now: MonotonicInstant) {
+        self.init(
+            name: snapshot.name, state: AppState(snapshot.state), pid: Int(snapshot.pid), uid: Int(snapshot.uid),
+            managed: snapshot.isManaged,
+            tasks: snapshot.tasks.map {
+                TaskInfo(id: Int($0.id.rawValue), name: $0.name ?? "", ageSec: (now - $0.began).secondsValue)
+            },
+            backgroundTimeRemaining: snapshot.backgroundTimeRemaining?.secondsValue,
+            memoryBytes: snapshot.state == .terminated ? nil : memoryBytes,
+            exitReason: snapshot.exitReason.map(ExitReason.init),
+            queuedEvents: snapshot.queuedEvents)
+    }
+}
+
+extension BGTaskProtocol.AppState {
+    /// The wire word for a core state (the spellings are the same).
+    init(_ state: BGTaskCore.AppState) {
+        // Safe: both enums list DESIGN §6's states with the same raw values; a test compares them.
+        self.init(rawValue: state.rawValue)!
+    }
+}
+
+extension ExitReason {
+    /// The wire word for a core termination reason (the spellings are the same).
+    init(_ reason: TerminationReason) {
+        // Safe: both enums list the same reasons with the same raw values; a test compares them.
+        self.init(rawValue: reason.rawValue)!
+    }
+}
+
+extension EventInfo {
+    /// The wire form of a core event; the payload JSON text is parsed back into an object.
+    init(_ event: AppEvent, decoder: JSONDecoder) {
+        var payload: [String: JSONValue]?
+        if let text = event.payloadJSON, let data = text.data(using: .utf8) {
+            payload = try? decoder.decode([String: JSONValue].self, from: data)
+        }
+        self.init(
+            id: Int(event.id.rawValue),
+            // Safe: both enums list DESIGN §6's event kinds with the same raw values; a test compares them.
+            kind: EventKind(rawValue: event.kind.rawValue)!,
+            taskIds: event.taskIDs?.map { Int($0.rawValue) }, name: event.name, payload: payload, count: event.count,
+            likelyVictim: event.likelyVictim, rank: event.rank)
+    }
+}
+
+extension HistoryEntry {
+    /// The wire form of an audit record, stamped with wall-clock time.
+    init(_ record: AuditRecord, wallClockSeconds: Double) {
+        self.init(
+            time: wallClockSeconds, app: record.appName,
+            // Safe: HistoryKind lists every AuditKind with the same raw value; a test compares them.
+            kind: HistoryKind(rawValue: record.kind.rawValue)!,
+            reason: record.reason.map(ExitReason.init),
+            band: record.band.flatMap { ReclaimBand(rawValue: $0.name) },
+            memoryBytes: record.memoryBytes.map { Int(clamping: $0) },
+            state: record.state.map(BGTaskProtocol.AppState.init),
+            taskId: record.taskID.map { Int($0.rawValue) },
+            taskName: record.taskID == nil ? nil : (record.taskName ?? ""),
+            taskEnd: record.taskEnd.flatMap { TaskEnd(rawValue: $0.rawValue) },
+            taskIds: record.taskIDs?.map { Int($0.rawValue) },
+            rank: record.rank)
+    }
+}
+
+/// The typed Varlink error for a refusal of the policy core.
+func varlinkError(_ error: BGTaskCore.LifecycleError) -> VarlinkError {
+    switch error {
+    case .noSuchApp(let app): .noSuchApp(app: app)
+    case .appExists(let app): .appExists(app: app)
+    case .noSuchTask(let app, let task): .noSuchTask(app: app, taskId: Int(task.rawValue))
+    case .backgroundTimeExhausted(let app): .backgroundTimeExhausted(app: app)
+    case .invalidState(let app, let state):
+        .invalidState(app: app, state: BGTaskProtocol.AppState(rawValue: state) ?? .notRunning)
+    case .limitExceeded(let limit, let max): .limitExceeded(limit: limit, max: max)
+    case .noSuchEvent(let app, let event): .noSuchEvent(app: app, eventId: Int(event.rawValue))
+    }
+}

@@ -1,0 +1,209 @@
+// Starts the real bgtaskd for a test: private socket and configuration, readiness from a real NOTIFY_SOCKET.
+
+import BGTaskCore
+import BGTaskSystem
+import Foundation
+import Glibc
+
+/// A real `bgtaskd` process serving a private socket in a scratch directory.
+///
+/// The harness listens on its own `NOTIFY_SOCKET` and returns only once the daemon sent `READY=1` (it is
+/// sent after the socket serves), so tests never sleep for start-up. The daemon's log (stderr) goes to a
+/// file the test can read. `stop()` sends SIGTERM and waits; deinit kills whatever is left.
+public final class DaemonHarness {
+    /// A policy in milliseconds so end-to-end timelines take well under a second each.
+    public static let fastPolicy = """
+        [Policy]
+        BackgroundTimeSec=1500ms
+        ExpirationWarningSec=600ms
+        EnterBackgroundGraceSec=700ms
+        WillTerminateGraceSec=500ms
+        LaunchTimeoutSec=1s
+        LockedSuspendGraceSec=400ms
+        """
+
+    /// The scratch directory holding the socket, configuration and log.
+    public let directory: ScratchDirectory
+    /// The daemon's socket.
+    public let socketPath: String
+    /// The configuration file it was started with.
+    public let configurationPath: String
+    /// The daemon's stderr.
+    public let logPath: String
+    /// The daemon process.
+    public let process: SpawnedProcess
+    private let collector: NotificationCollector
+    private var exitStatus: ExitStatus?
+    /// Every `sd_notify` message received so far.
+    public var notifications: [String] { collector.messages }
+
+    /// The daemon's pid.
+    public var pid: pid_t { process.pid }
+
+    /// Starts `bgtaskd` with `configuration` (the text of bgtaskd.conf) and waits for `READY=1`.
+    public init(
+        configuration: String = DaemonHarness.fastPolicy, arguments: [String] = [],
+        environment: [String: String] = [:], readyTimeout: Duration = .seconds(30)
+    ) throws {
+        directory = try ScratchDirectory(prefix: "bgtaskd-test")
+        socketPath = directory.path + "/io.bgtask.Lifecycle"
+        configurationPath = try directory.write("bgtaskd.conf", configuration)
+        logPath = directory.path + "/bgtaskd.log"
+        let notifyPath = directory.path + "/notify"
+        collector = try NotificationCollector(socket: UnixSocket.bindDatagram(path: notifyPath))
+        let log = try FileDescriptor.open(
+            logPath, .writeOnly, options: [.create, .truncate], permissions: 0o644)
+        defer { try? log.close() }
+        var variables = [
+            "NOTIFY_SOCKET": notifyPath, "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin",
+            "BGTASKD_LOG_LEVEL": "debug",
+        ]
+        for (key, value) in environment { variables[key] = value }
+        var options = SpawnOptions(flags: .newProcessGroup, standardError: .fileDescriptor(log))
+        options.environment = variables.map { "\($0.key)=\($0.value)" }
+        process = try ProcessSpawner.spawn(
+            [try Products.path("bgtaskd"), "--socket", socketPath, "--config", configurationPath] + arguments,
+            options: options)
+        do {
+            try waitForNotification("READY=1", timeout: readyTimeout)
+        } catch {
+            terminate()
+            throw HarnessError("bgtaskd did not become ready: \(error)\nlog:\n\(self.log)")
+        }
+    }
+
+    /// Waits until an `sd_notify` message containing `text` arrives.
+    public func waitForNotification(_ text: String, timeout: Duration = .seconds(10)) throws {
+        let deadline = MonotonicClock.now() + timeout.nanosecondCount
+        while !collector.waitForMessage(containing: text, timeout: .milliseconds(100)) {
+            // Only once nothing more is queued does an exited daemon mean the message will never come.
+            if try process.pidFD.hasExited && !collector.waitForMessage(containing: text, timeout: .milliseconds(200)) {
+                throw HarnessError("bgtaskd exited without sending \(text)")
+            }
+            guard MonotonicClock.now() < deadline else { throw HarnessError("no \(text) within \(timeout)") }
+        }
+    }
+
+    /// The daemon's log so far.
+    public var log: String {
+        (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+    }
+
+    /// Whether the daemon is still running.
+    public var isRunning: Bool {
+        exitStatus == nil && !((try? process.pidFD.hasExited) ?? true)
+    }
+
+    /// The number of descriptors the daemon has open (`/proc/PID/fd`).
+    public func openDescriptorCount() throws -> Int {
+        try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count
+    }
+
+    /// Waits until the daemon's descriptor count is at most `count` (it closes connections asynchronously).
+    public func waitForDescriptorCount(atMost count: Int, timeout: Duration = .seconds(10)) throws -> Int {
+        let deadline = MonotonicClock.now() + timeout.nanosecondCount
+        var current = try openDescriptorCount()
+        while current > count && MonotonicClock.now() < deadline {
+            // A bounded wait on the daemon's pidfd: returns early only if it dies, which the caller sees.
+            _ = try process.pidFD.waitForExit(timeout: .milliseconds(20))
+            current = try openDescriptorCount()
+        }
+        return current
+    }
+
+    /// A raw client connected to the daemon.
+    public func connect() throws -> RawVarlinkClient {
+        try RawVarlinkClient(path: socketPath)
+    }
+
+    /// Sends SIGTERM and waits for a clean exit.
+    @discardableResult
+    public func stop(timeout: Duration = .seconds(20)) throws -> ExitStatus {
+        if let exitStatus { return exitStatus }
+        try process.pidFD.sendSignal(.terminate)
+        guard try process.pidFD.waitForExit(timeout: timeout) else {
+            throw HarnessError("bgtaskd did not stop within \(timeout) of SIGTERM\nlog:\n\(log)")
+        }
+        let status = try process.waitForExit()
+        exitStatus = status
+        return status
+    }
+
+    /// Kills the daemon's whole process group and reaps it.
+    public func terminate() {
+        guard exitStatus == nil else { return }
+        try? ProcessGroup(id: pid).send(.kill)
+        exitStatus = try? process.waitForExit()
+    }
+
+    deinit {
+        terminate()
+        collector.stop()
+        try? process.pidFD.close()
+    }
+}
+
+/// Reads `sd_notify` messages on a thread of its own, as a service manager does, so the daemon's datagrams
+/// never pile up (a full queue would block the daemon in `sd_notify`).
+final class NotificationCollector: @unchecked Sendable {
+    // @unchecked: every field is read and written with `condition` locked, except `socket`, which is immutable
+    // and closed only after the reading thread finished.
+    private let socket: FileDescriptor
+    private let condition = NSCondition()
+    private var received: [String] = []
+    private var isStopping = false
+    private var isFinished = false
+
+    init(socket: FileDescriptor) {
+        self.socket = socket
+        let thread = Thread { [self] in self.readUntilStopped() }
+        thread.name = "bgtask-notify-collector"
+        thread.start()
+    }
+
+    var messages: [String] {
+        condition.lock()
+        defer { condition.unlock() }
+        return received
+    }
+
+    private func readUntilStopped() {
+        while true {
+            condition.lock()
+            let stopping = isStopping
+            condition.unlock()
+            if stopping { break }
+            guard let ready = try? socket.poll(for: .readable, timeout: .milliseconds(50)), ready.contains(.readable),
+                let bytes = try? socket.read(upTo: 65536)
+            else { continue }
+            condition.lock()
+            received.append(String(decoding: bytes, as: UTF8.self))
+            condition.broadcast()
+            condition.unlock()
+        }
+        condition.lock()
+        isFinished = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Waits up to `timeout` for a message containing `text` (true if one arrived, now or before).
+    func waitForMessage(containing text: String, timeout: Duration) -> Bool {
+        let limit = Date(timeIntervalSinceNow: Double(timeout.nanosecondCount) / 1e9)
+        condition.lock()
+        defer { condition.unlock() }
+        while !received.contains(where: { $0.contains(text) }) {
+            guard condition.wait(until: limit) else { return received.contains(where: { $0.contains(text) }) }
+        }
+        return true
+    }
+
+    /// Stops the thread and closes the socket.
+    func stop() {
+        condition.lock()
+        isStopping = true
+        while !isFinished { condition.wait() }
+        condition.unlock()
+        try? socket.close()
+    }
+}

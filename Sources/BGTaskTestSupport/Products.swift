@@ -1,0 +1,76 @@
+// Finding the executables this package built, and scratch directories for tests.
+
+import BGTaskSystem
+import Foundation
+import Glibc
+
+/// The executables of this package, next to the running test binary in the build directory.
+public enum Products {
+    /// The build directory holding the test binary and the package's executables.
+    public static let directory: String = {
+        // Safe enough for tests: /proc/self/exe always resolves for a running process.
+        let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
+            ?? CommandLine.arguments[0]
+        var url = URL(fileURLWithPath: executable).deletingLastPathComponent()
+        // An .xctest bundle directory (when the runner loads it) sits in the build directory too.
+        while url.path.hasSuffix(".xctest") || url.lastPathComponent == "MacOS" { url.deleteLastPathComponent() }
+        return url.path
+    }()
+
+    /// The package's root directory (where Package.swift is), for fixtures kept in the source tree.
+    public static let packageRoot: String = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+
+    /// The path of the executable `name`; fails the caller with a clear message if it was not built.
+    public static func path(_ name: String) throws -> String {
+        let path = directory + "/" + name
+        guard FileManager.default.isExecutableFile(atPath: path) else {
+            throw HarnessError("\(name) is not built in \(directory): run `swift build` first")
+        }
+        return path
+    }
+}
+
+/// A failure of the test harness itself, with a message saying what to do.
+public struct HarnessError: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// A scratch directory, world-traversable (mode 0755) so processes run as another user can reach sockets
+/// in it, removed with its contents by `remove()`.
+public final class ScratchDirectory {
+    /// Its path.
+    public let path: String
+
+    /// Creates a fresh directory under `$TMPDIR` (or `/tmp`); the prefix shows in its name.
+    public init(prefix: String = "bgtask-test") throws {
+        let base = ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp"
+        var template = Array("\(base)/\(prefix)-XXXXXX".utf8CString)
+        guard let result = mkdtemp(&template) else { throw HarnessError("mkdtemp failed: errno \(errno)") }
+        path = String(cString: result)
+        chmod(path, 0o755)
+    }
+
+    /// Writes `text` to `name` inside the directory and returns the file's path.
+    @discardableResult
+    public func write(_ name: String, _ text: String) throws -> String {
+        let file = path + "/" + name
+        try FileManager.default.createDirectory(
+            atPath: (file as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try Data(text.utf8).write(to: URL(fileURLWithPath: file))
+        return file
+    }
+
+    /// Removes the directory and everything in it, unless `BGTASK_KEEP_TEST_DIRS=1` asks to keep it for a
+    /// post-mortem (its path is then printed).
+    public func remove() {
+        if ProcessInfo.processInfo.environment["BGTASK_KEEP_TEST_DIRS"] == "1" {
+            print("kept \(path)")
+            return
+        }
+        try? FileManager.default.removeItem(atPath: path)
+    }
+
+    deinit { remove() }
+}

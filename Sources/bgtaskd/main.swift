@@ -1,0 +1,64 @@
+// bgtaskd: parse the command line, check the host, load the configuration, start, serve until stopped.
+
+import BGTaskConfig
+import BGTaskDaemon
+import BGTaskSystem
+import Foundation
+
+let environment = ProcessInfo.processInfo.environment
+let standardError = FileDescriptor.standardError
+
+func fail(_ message: String, status: Int32) -> Never {
+    try? standardError.writeAll(Array("bgtaskd: \(message)\n".utf8))
+    exit(status)
+}
+
+let options: DaemonOptions
+do {
+    options = try DaemonOptions.parse(Array(CommandLine.arguments.dropFirst()))
+} catch {
+    fail("\(error)\n\(DaemonOptions.help)", status: 64)
+}
+switch options.mode {
+case .help:
+    print(DaemonOptions.help)
+    exit(0)
+case .version:
+    print("bgtaskd \(Manager.version)")
+    exit(0)
+case .serve, .dumpConfiguration:
+    break
+}
+
+let configurationPath = options.resolvedConfigurationPath(environment: environment)
+let loaded = ConfigurationLoader(path: configurationPath).load()
+if options.mode == .dumpConfiguration {
+    for diagnostic in loaded.diagnostics { try? standardError.writeAll(Array("\(diagnostic)\n".utf8)) }
+    print(loaded.configuration.renderINI(), terminator: "")
+    exit(loaded.hasErrors ? 1 : 0)
+}
+
+let threshold = environment["BGTASKD_LOG_LEVEL"].flatMap(LogPriority.init(name:)) ?? .info
+let logger = Logger(identifier: "bgtaskd", threshold: threshold)
+for diagnostic in loaded.diagnostics {
+    logger.log(diagnostic.severity == .error ? .error : .warning, "\(diagnostic)")
+}
+let problems = Requirements.problems()
+guard problems.isEmpty else { fail(problems.joined(separator: "\n"), status: 1) }
+
+let socketPath: String
+do {
+    socketPath = try options.resolvedSocketPath(environment: environment)
+} catch {
+    fail("\(error)\n\(DaemonOptions.help)", status: 64)
+}
+
+do {
+    let manager = try Manager(
+        configuration: loaded.configuration, configurationPath: configurationPath, socketPath: socketPath,
+        logger: logger)
+    try manager.start()
+    exit(try manager.run())
+} catch {
+    fail("\(error)", status: 1)
+}

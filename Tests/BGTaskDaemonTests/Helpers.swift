@@ -1,0 +1,98 @@
+// Shared pieces of the daemon's end-to-end tests: apps as real processes, the Watch stream, /proc checks.
+
+import BGTaskProtocol
+import BGTaskSystem
+import BGTaskTestSupport
+import Foundation
+import Testing
+
+/// An app process written against Python's `varlink` package (Tests/Fixtures/python_app.py).
+func pythonApp(
+    _ daemon: DaemonHarness, name: String, background: Bool = false, acknowledge: Bool = true,
+    newGroup: Bool = false
+) throws -> ChildProcess {
+    var arguments = [
+        "python3", Products.packageRoot + "/Tests/Fixtures/python_app.py", "--socket", daemon.socketPath, "--name",
+        name, "--lifetime", "60",
+    ]
+    if background { arguments.append("--background") }
+    if !acknowledge { arguments += ["--ack", "never"] }
+    if newGroup { arguments.append("--new-group") }
+    let app = try ChildProcess(arguments)
+    try app.waitForLine(startingWith: "registered")
+    return app
+}
+
+/// A `Watch` stream on its own connection.
+final class WatchStream {
+    let client: RawVarlinkClient
+    private(set) var entries: [[String: JSONValue]] = []
+
+    init(_ daemon: DaemonHarness) throws {
+        client = try daemon.connect()
+        try client.send("io.bgtask.Lifecycle.Watch", more: true)
+    }
+
+    /// Waits for an entry of `kind` about `app` (and `extra` fields, if given); returns it.
+    @discardableResult
+    func waitFor(
+        _ kind: String, app: String, _ extra: [String: JSONValue] = [:], timeout: Duration = .seconds(15)
+    ) throws -> [String: JSONValue] {
+        let matches: ([String: JSONValue]) -> Bool = { entry in
+            entry["kind"] == .string(kind) && entry["app"] == .string(app)
+                && extra.allSatisfy { entry[$0.key] == $0.value }
+        }
+        if let found = entries.first(where: matches) { return found }
+        let deadline = MonotonicClock.now() + timeout.nanosecondCount
+        while true {
+            let remaining = deadline - MonotonicClock.now()
+            guard remaining > 0, let reply = try client.receive(timeout: .nanoseconds(remaining)) else {
+                throw HarnessError("no \(kind) for \(app) on the watch stream; saw \(entries.suffix(10))")
+            }
+            guard let entry = reply.parameters["entry"]?.objectValue else {
+                throw HarnessError("unexpected watch reply \(reply)")
+            }
+            entries.append(entry)
+            if matches(entry) { return entry }
+        }
+    }
+}
+
+/// The state letter of `/proc/PID/stat` once it satisfies `condition`, waiting at most `timeout`.
+func waitForProcessState(
+    _ pid: pid_t, timeout: Duration = .seconds(10), _ condition: (ProcessState) -> Bool
+) throws -> ProcessState {
+    let procFS = ProcFS()
+    let pidFD = try PidFD.open(pid: pid)
+    defer { try? pidFD.close() }
+    let deadline = MonotonicClock.now() + timeout.nanosecondCount
+    var state = try procFS.stat(pid).state
+    while !condition(state) && MonotonicClock.now() < deadline {
+        // The pidfd reports only exit, so this is a bounded 5 ms wait between reads of /proc.
+        if try pidFD.waitForExit(timeout: .milliseconds(5)) { break }
+        state = try procFS.stat(pid).state
+    }
+    return state
+}
+
+extension RawVarlinkClient {
+    /// Calls an `io.bgtask.Lifecycle` method and returns its reply.
+    @discardableResult
+    func lifecycle(_ method: String, _ parameters: [String: JSONValue] = [:]) throws -> [String: JSONValue] {
+        try call("io.bgtask.Lifecycle." + method, parameters)
+    }
+
+    /// `GetApp(app)`'s `app` object.
+    func app(_ name: String) throws -> [String: JSONValue] {
+        let reply = try lifecycle("GetApp", ["app": .string(name)])
+        guard let app = reply.parameters["app"]?.objectValue else { throw HarnessError("GetApp failed: \(reply)") }
+        return app
+    }
+}
+
+/// The integer after `prefix ` in a line such as "began 7".
+func number(after prefix: String, in line: String) throws -> Int {
+    guard line.hasPrefix(prefix + " "), let value = Int(line.dropFirst(prefix.count + 1).split(separator: " ")[0])
+    else { throw HarnessError("expected \"\(prefix) N\", got \"\(line)\"") }
+    return value
+}

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""An app for bgtaskd written against Python's varlink package: an independent client for end-to-end tests.
+
+It registers, prints every event on its stream as one line, acknowledges events (unless --ack never), and
+obeys commands on stdin, one per line:
+    begin NAME      -> "began ID"          end ID      -> "ended ID"
+    remaining       -> "remaining SECONDS|unlimited"
+    ack EVENTID     -> "acked EVENTID"     exit CODE   (exits at once)
+Failures print "error NAME". The process bounds its own lifetime (--lifetime, default 60 s).
+"""
+import argparse
+import os
+import signal
+import sys
+import threading
+
+import varlink
+
+INTERFACE = "io.bgtask.Lifecycle"
+print_lock = threading.Lock()
+
+
+def out(*words):
+    with print_lock:
+        sys.stdout.write(" ".join(str(word) for word in words) + "\n")
+        sys.stdout.flush()
+
+
+def describe(event):
+    words = ["event", event.kind, "id=%d" % event.id]
+    task_ids = getattr(event, "taskIds", None)
+    if task_ids is not None:
+        words.append("tasks=" + ",".join(str(task) for task in task_ids))
+    for field in ("name", "count", "likelyVictim", "rank"):
+        value = getattr(event, field, None)
+        if value is not None:
+            words.append("%s=%s" % (field, value))
+    payload = getattr(event, "payload", None)
+    if payload is not None:
+        items = payload.items() if isinstance(payload, dict) else vars(payload).items()
+        words.append("payload=" + ",".join("%s:%s" % (k, v) for k, v in sorted(items)))
+    return words
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--socket", required=True)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--background", action="store_true")
+    parser.add_argument("--ack", choices=["auto", "never"], default="auto")
+    parser.add_argument("--lifetime", type=int, default=60)
+    parser.add_argument("--new-group", action="store_true", help="lead a process group of our own")
+    args = parser.parse_args()
+    if args.new_group:
+        os.setpgid(0, 0)
+    signal.alarm(args.lifetime)
+
+    client = varlink.Client("unix:" + args.socket)
+    stream_connection = client.open(INTERFACE, namespaced=True)
+    ack_connection = client.open(INTERFACE, namespaced=True)
+    calls = client.open(INTERFACE, namespaced=True)
+
+    def read_events():
+        try:
+            state = "background" if args.background else None
+            for reply in stream_connection.Register(args.name, None, state, _more=True):
+                app = getattr(reply, "app", None)
+                if app is not None:
+                    out("registered", app.state, "pid=%d" % os.getpid())
+                    continue
+                event = reply.event
+                out(*describe(event))
+                if args.ack == "auto":
+                    ack_connection.Acknowledge(args.name, event.id)
+        except varlink.VarlinkError as error:
+            out("error", error.error())
+        except (BrokenPipeError, ConnectionError, OSError):
+            pass
+        out("stream-closed")
+
+    threading.Thread(target=read_events, daemon=True).start()
+    for line in sys.stdin:
+        words = line.split()
+        if not words:
+            continue
+        try:
+            if words[0] == "begin":
+                out("began", calls.BeginBackgroundTask(args.name, words[1] if len(words) > 1 else None).taskId)
+            elif words[0] == "end":
+                calls.EndBackgroundTask(args.name, int(words[1]))
+                out("ended", words[1])
+            elif words[0] == "remaining":
+                seconds = getattr(calls.BackgroundTimeRemaining(args.name), "seconds", None)
+                out("remaining", "unlimited" if seconds is None else seconds)
+            elif words[0] == "ack":
+                ack_connection.Acknowledge(args.name, int(words[1]))
+                out("acked", words[1])
+            elif words[0] == "exit":
+                os._exit(int(words[1]))
+            else:
+                out("error", "unknown-command")
+        except varlink.VarlinkError as error:
+            out("error", error.error())
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
