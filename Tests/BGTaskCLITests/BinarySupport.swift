@@ -51,24 +51,35 @@ final class BGTaskProcess {
         }
     }
 
-    /// Reads standard output until it contains `text`, at most 10 s; records an issue on timeout or end of file.
-    func waitForOutput(containing text: String, sourceLocation: SourceLocation = #_sourceLocation) throws {
-        let deadline = MonotonicClock.now() &+ 10_000_000_000
+    /// Reads standard output until it contains `text`, at most `timeout`; returns whether it did. A timeout or
+    /// the end of the output is recorded as an issue unless `recordingTimeout` is false.
+    @discardableResult
+    func waitForOutput(
+        containing text: String, timeout: Duration = .seconds(10), recordingTimeout: Bool = true,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws -> Bool {
+        let (seconds, attoseconds) = timeout.components
+        let deadline = MonotonicClock.now() &+ seconds &* 1_000_000_000 &+ attoseconds / 1_000_000_000
         while !outputText.contains(text) {
             let left = deadline &- MonotonicClock.now()
             guard left > 0, try !output.poll(for: .readable, timeout: .nanoseconds(left)).isEmpty else {
-                Issue.record("no \(String(reflecting: text)) on standard output: \(outputText)",
-                             sourceLocation: sourceLocation)
-                return
+                if recordingTimeout {
+                    Issue.record("no \(String(reflecting: text)) on standard output: \(outputText)",
+                                 sourceLocation: sourceLocation)
+                }
+                return false
             }
             let bytes = try output.read(upTo: 4_096)
             if bytes.isEmpty {
-                Issue.record("standard output ended without \(String(reflecting: text)): \(outputText)",
-                             sourceLocation: sourceLocation)
-                return
+                if recordingTimeout {
+                    Issue.record("standard output ended without \(String(reflecting: text)): \(outputText)",
+                                 sourceLocation: sourceLocation)
+                }
+                return false
             }
             outputText += String(decoding: bytes, as: UTF8.self)
         }
+        return true
     }
 
     /// Sends `signal` to bgtask itself.

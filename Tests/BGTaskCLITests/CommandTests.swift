@@ -102,3 +102,21 @@ final class RecordingDemoRunner: DemoRunner {
         #expect(runner.requests.withLock { $0 } == [DemoRequest(backgroundTime: .seconds(20))])
     }
 }
+
+@Suite struct DefaultAppNameTests {
+    /// The name `bgtask run` registers under without `--app`: readable, unique by pid, and always one the daemon
+    /// accepts (at most 255 bytes, no control characters), whatever the program's file name holds.
+    static let rows: [(String, Int32, String)] = [
+        ("sleep", 42, "bgtask-run.sleep.42"),
+        ("a\nb\u{7F}c", 1, "bgtask-run.a_b_c.1"),
+        (String(repeating: "x", count: 300), 9, "bgtask-run.\(String(repeating: "x", count: 200)).9"),
+        (String(repeating: "\u{E9}", count: 150), 7, "bgtask-run.\(String(repeating: "\u{E9}", count: 100)).7"),
+    ]
+
+    @Test(arguments: rows) func defaultAppName(_ program: String, _ pid: Int32, _ expected: String) {
+        let name = Run.defaultAppName(program: program, pid: pid)
+        #expect(name == expected)
+        #expect(name.utf8.count <= 255)
+        #expect(!name.unicodeScalars.contains { $0.properties.generalCategory == .control })
+    }
+}

@@ -82,8 +82,21 @@ public struct Run: Subcommand {
         let client = try context.connect()
         defer { client.close() }
         let lease = try LeasedCommand.begin(
-            app: app ?? "bgtask-run.\(program).\(getpid())", joining: app != nil, taskName: taskName ?? program,
-            client: client, context: context)
+            app: app ?? Run.defaultAppName(program: program, pid: getpid()), joining: app != nil,
+            taskName: taskName ?? program, client: client, context: context)
         return try lease.run(command, signal: expirationSignal, budget: budget)
+    }
+
+    /// `bgtask-run.PROGRAM.PID`: unique while bgtask runs, and readable in `bgtask apps`. The program's name is
+    /// cut to 200 bytes and its control characters replaced, since the daemon refuses names longer than 255 bytes
+    /// or holding control characters (a file name may hold a newline).
+    public static func defaultAppName(program: String, pid: pid_t) -> String {
+        var cleaned = ""
+        for scalar in program.unicodeScalars {
+            let kept: Unicode.Scalar = scalar.properties.generalCategory == .control ? "_" : scalar
+            guard cleaned.utf8.count + String(kept).utf8.count <= 200 else { break }
+            cleaned.unicodeScalars.append(kept)
+        }
+        return "bgtask-run.\(cleaned).\(pid)"
     }
 }

@@ -7,10 +7,10 @@ public struct Watch: Subcommand {
         name: "watch",
         abstract: "Follow the daemon's audit events as they happen",
         discussion: """
-            Prints one line per entry as the daemon adds it to its history: apps registering, changing state, \
-            beginning and ending background tasks, being warned, suspended and terminated, with the reason for \
-            each end and, for a memory reclaim, the band, the memory and the latency from the pressure trigger \
-            to the kill (see 'bgtask help history'). Runs until interrupted or until the daemon stops.
+            Prints one line per entry as the daemon records it: everything 'bgtask history' keeps (registrations, \
+            warnings, expiries, kills and every end with its reason, with band, memory and latency for a memory \
+            reclaim), and also each state change and each background task beginning and ending. Entries \
+            recorded before the watch starts are not shown. Runs until interrupted or until the daemon stops.
 
             With --json, prints each Watch reply as one line of JSON.
             """,
