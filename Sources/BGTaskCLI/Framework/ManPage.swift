@@ -44,7 +44,7 @@ public enum ManPage {
         page.append(".SH EXAMPLES")
         for example in tool.commands.flatMap({ $0.spec.examples }) {
             page += [".PP", ".nf", ".RS 4", "\\fB\(escape(example.commandLine))\\fR", ".RE", ".fi"]
-            page += [".RS 4", escape(example.explanation), ".RE"]
+            page += [".RS 8", escape(example.explanation), ".RE"]
         }
         page.append(".SH \"SEE ALSO\"")
         page.append(tool.seeAlso.map(reference).joined(separator: ",\n"))

@@ -34,6 +34,7 @@ public struct Watch: Subcommand {
         defer { client.close() }
         let stream = try context.call { () throws(ClientError) in try client.watch() }
         defer { stream.close() }
+        context.progress("following bgtaskd's audit trail at \(client.socketPath); interrupt to stop")
         while let entry = try context.call({ () throws(ClientError) in try stream.next() }) {
             context.standardOutput.write(
                 json
