@@ -39,9 +39,10 @@ public struct AppSnapshot: Hashable, Sendable {
 }
 
 extension Lifecycle {
-    /// The app holding `name`, else the latest ended registration of that name still remembered.
+    /// The app holding `name`; else its registration whose stream closed while its process lives on; else the
+    /// latest ended registration of that name still remembered.
     public func appID(named name: String) -> AppID? {
-        liveNames[name] ?? endedNames[name]
+        liveNames[name] ?? detachedNames[name] ?? endedNames[name]
     }
 
     /// The live registration holding `name`, if any.

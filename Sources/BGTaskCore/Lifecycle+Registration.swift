@@ -105,6 +105,7 @@ extension Lifecycle {
             $0.lockGraceActive = false
         }
         if liveNames[app.name] == id { liveNames[app.name] = nil }
+        detachedNames[app.name] = id
         changeState(id, to: .notRunning, now: now, into: &actions)
         audit(.unregistered, id, now: now, into: &actions)
         finish(&actions)
@@ -124,6 +125,7 @@ extension Lifecycle {
         if let ended = endedNames.removeValue(forKey: name) {
             forgetEnded(ended)
         }
+        detachedNames[name] = nil
         apps.insert(
             AppRecord(
                 id: id, name: name, pid: process.pid, uid: process.uid, isManaged: isManaged,

@@ -52,6 +52,7 @@ extension Lifecycle {
             $0.lockGraceActive = false
         }
         if liveNames[app.name] == id { liveNames[app.name] = nil }
+        if detachedNames[app.name] == id { detachedNames[app.name] = nil }
         endedNames[app.name] = id
         endedOrder.append(id)
         changeState(id, to: .terminated, now: now, into: &actions)

@@ -17,6 +17,9 @@ public struct Lifecycle: Sendable {
     var apps = AppTable()
     /// Apps holding their name (see `AppRecord.holdsName`).
     var liveNames: [String: AppID] = [:]
+    /// Registrations whose event stream closed while their process lives on, by name, until the process is
+    /// gone or the name registers again.
+    var detachedNames: [String: AppID] = [:]
     /// The latest ended registration of each name still remembered, for `GetApp`.
     var endedNames: [String: AppID] = [:]
     /// Ended registrations in the order they ended; the oldest are forgotten past `historySize`.

@@ -33,6 +33,8 @@ final class ClientConnection {
     let serial: Int
     let descriptor: FileDescriptor
     let credentials: PeerCredentials
+    /// The peer's supplementary groups when it connected (`SO_PEERGROUPS`), for `ControllerGroup`.
+    var groups: [gid_t] = []
     /// The peer process's pidfd from `SO_PEERPIDFD`, when the kernel provides it.
     var peerPidFD: PidFD?
     var source: IOSource?
@@ -138,7 +140,7 @@ final class ClientConnection {
         let wasEmpty = bufferedOutput == 0
         if wasEmpty {
             let result = message.withUnsafeBytes { bytes in Self.attempt { () throws(Errno) in
-                try descriptor.write(bytes)
+                try descriptor.send(bytes)
             } }
             switch result {
             case .failed(let error):
@@ -164,7 +166,7 @@ final class ClientConnection {
     private func flush() {
         writing: while bufferedOutput > 0 {
             let result = output[outputStart...].withUnsafeBytes { bytes in Self.attempt { () throws(Errno) in
-                try descriptor.write(bytes)
+                try descriptor.send(bytes)
             } }
             switch result {
             case .wouldBlock:

@@ -84,29 +84,29 @@ extension Manager {
 
     // MARK: Authorization (DESIGN §7)
 
-    /// Root, or a member of `ControllerGroup`.
-    func isPrivileged(_ credentials: PeerCredentials) -> Bool {
-        if credentials.uid == 0 { return true }
+    /// Root, or a member of `ControllerGroup` (by the primary or a supplementary group of the connecting
+    /// process).
+    func isPrivileged(_ connection: ClientConnection) -> Bool {
+        if connection.credentials.uid == 0 { return true }
         guard let group = controllerGroupID else { return false }
-        if credentials.gid == group { return true }
-        return (try? UserDatabase.isMember(uid: credentials.uid, ofGroup: group)) ?? false
+        return connection.credentials.gid == group || connection.groups.contains(group)
     }
 
     /// Whether the caller may act as the app (app calls): its own uid, or root.
-    func mayActAsApp(_ app: AppSnapshot, _ credentials: PeerCredentials) -> Bool {
-        credentials.uid == 0 || credentials.uid == app.uid
+    func mayActAsApp(_ app: AppSnapshot, _ connection: ClientConnection) -> Bool {
+        connection.credentials.uid == 0 || connection.credentials.uid == app.uid
     }
 
     /// Whether the caller may control or read the app (controller calls): root, `ControllerGroup`, or the
     /// app's own uid for its own apps.
-    func mayControl(_ app: AppSnapshot, _ credentials: PeerCredentials) -> Bool {
-        credentials.uid == app.uid || isPrivileged(credentials)
+    func mayControl(_ app: AppSnapshot, _ connection: ClientConnection) -> Bool {
+        connection.credentials.uid == app.uid || isPrivileged(connection)
     }
 
     /// Whether an audit record may be shown to the caller.
-    func isVisible(_ record: AuditRecord, to credentials: PeerCredentials) -> Bool {
-        if isPrivileged(credentials) { return true }
-        return core.snapshot(of: record.app, now: now)?.uid == credentials.uid
+    func isVisible(_ record: AuditRecord, to connection: ClientConnection) -> Bool {
+        if isPrivileged(connection) { return true }
+        return core.snapshot(of: record.app, now: now)?.uid == connection.credentials.uid
     }
 
     /// The app named `name` that the caller may use, or nil after replying the error.
@@ -115,7 +115,7 @@ extension Manager {
             fail(call, .noSuchApp(app: name))
             return nil
         }
-        let allowed = asApp ? mayActAsApp(snapshot, call.credentials) : mayControl(snapshot, call.credentials)
+        let allowed = asApp ? mayActAsApp(snapshot, call.connection) : mayControl(snapshot, call.connection)
         guard allowed else {
             logger.notice(
                 "denied \(call.header.method.member) on \(name) to uid \(call.credentials.uid) "
@@ -284,7 +284,7 @@ extension Manager {
     private func listApps(_ call: IncomingCall) {
         guard parameters(ListAppsParameters.self, of: call) != nil else { return }
         let apps = core.snapshots(now: now)
-            .filter { mayControl($0, call.credentials) }
+            .filter { mayControl($0, call.connection) }
             .map { AppInfo($0, memoryBytes: processes[$0.id]?.memoryBytes(procFS), now: now) }
         reply(call, ListAppsReply(apps: apps))
     }
@@ -344,7 +344,7 @@ extension Manager {
         if let name = parameters.app {
             guard let (app, _) = authorizedApp(name, for: call, asApp: false) else { return }
             targets = [app]
-        } else if isPrivileged(call.credentials) {
+        } else if isPrivileged(call.connection) {
             targets = [nil]
         } else {
             // An unprivileged broadcast reaches the caller's own apps only.
@@ -376,7 +376,7 @@ extension Manager {
             return
         }
         let credentials = call.credentials
-        let privileged = isPrivileged(credentials)
+        let privileged = isPrivileged(call.connection)
         let entries = trail.history(limit: parameters.limit) { [core, now] record in
             privileged || core.snapshot(of: record.app, now: now)?.uid == credentials.uid
         }

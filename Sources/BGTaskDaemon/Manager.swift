@@ -102,6 +102,13 @@ public final class Manager {
             // A client that disappears mid-write must not kill the daemon.
             signal(SIGPIPE, SIG_IGN)
             try loop.addExit(name: "release-apps") { [unowned self] _ in self.releaseAllApps() }
+            // Made now, disabled, so the loop's timer descriptor exists from the start and the daemon's
+            // descriptor use does not grow with its first deadline.
+            timer = try loop.addTimer(at: .max, name: "policy-deadline") { [unowned self] _ in
+                self.perform(self.core.deadlineReached(now: self.now))
+                self.updateStatus()
+            }
+            try timer?.setEnabled(false)
             _ = try loop.enableWatchdog()
         } catch {
             throw StartupError(description: "cannot set up the event loop: \(error)")
@@ -295,6 +302,11 @@ public final class Manager {
             maximumMessageSize: configuration.limits.messageSizeMaxBytes)
         nextConnectionSerial += 1
         connection.peerPidFD = try? UnixSocket.peerPidFD(of: descriptor)
+        do {
+            connection.groups = try UnixSocket.peerGroups(of: descriptor)
+        } catch {
+            logger.warning("cannot read the groups of pid \(credentials.pid): \(error); ControllerGroup will not apply")
+        }
         connection.onMessage = { [unowned self] connection, message in self.handle(message, from: connection) }
         connection.onClose = { [unowned self] connection, reason in self.connectionClosed(connection, reason) }
         do {
@@ -407,7 +419,7 @@ public final class Manager {
             armTimer(at: instant)
         case .record(let record):
             let entry = trail.record(record)
-            for watcher in watchers.values where isVisible(record, to: watcher.credentials) {
+            for watcher in watchers.values where isVisible(record, to: watcher) {
                 sendStreamed(WatchReply(entry: entry), on: watcher)
             }
         }
@@ -440,14 +452,8 @@ public final class Manager {
             return
         }
         do {
-            if let timer {
-                try timer.rearm(at: instant.nanoseconds)
-            } else {
-                timer = try loop.addTimer(at: instant.nanoseconds, name: "policy-deadline") { [unowned self] _ in
-                    self.perform(self.core.deadlineReached(now: self.now))
-                    self.updateStatus()
-                }
-            }
+            // Safe: made in start(), before any input can reach the core.
+            try timer!.rearm(at: instant.nanoseconds)
         } catch {
             // Without its timer the policy would miss deadlines: that is fatal for a supervised daemon.
             logger.error("cannot arm the policy timer: \(error)")

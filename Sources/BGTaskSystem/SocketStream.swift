@@ -2,6 +2,14 @@
 import Glibc
 
 extension FileDescriptor {
+    /// Sends what the socket takes now (`send(2)` with `MSG_NOSIGNAL`, see `sendAll(_:)`); returns the count.
+    /// On a full non-blocking socket throws `.wouldBlock`.
+    public func send(_ buffer: UnsafeRawBufferPointer) throws(Errno) -> Int {
+        try systemCall("send(fd \(rawValue))") {
+            Glibc.send(rawValue, buffer.baseAddress, buffer.count, Int32(MSG_NOSIGNAL))
+        }
+    }
+
     /// Sends every byte on a connected socket, looping over short sends (`send(2)` with `MSG_NOSIGNAL`).
     ///
     /// `MSG_NOSIGNAL` makes a send to a peer that hung up fail with `.brokenPipe` instead of raising `SIGPIPE`,

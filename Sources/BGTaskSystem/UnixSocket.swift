@@ -128,6 +128,34 @@ public enum UnixSocket {
         return (FileDescriptor(rawValue: fds[0]), FileDescriptor(rawValue: fds[1]))
     }
 
+    /// The peer's supplementary groups (`SO_PEERGROUPS`, Linux 4.13), fixed when it connected: what decides
+    /// group-based access is the connecting process's credentials, not what the user database says now.
+    public static func peerGroups(of socket: FileDescriptor) throws(Errno) -> [gid_t] {
+        // SO_PEERGROUPS is 59 on every Linux architecture (asm-generic/socket.h).
+        let peerGroups: Int32 = 59
+        var capacity = 64
+        while true {
+            var groups = [gid_t](repeating: 0, count: capacity)
+            var length = socklen_t(capacity * MemoryLayout<gid_t>.size)
+            let result = groups.withUnsafeMutableBytes { buffer in
+                Result { () throws(Errno) in
+                    try systemCall("getsockopt(fd \(socket.rawValue), SO_PEERGROUPS)") {
+                        getsockopt(socket.rawValue, SOL_SOCKET, peerGroups, buffer.baseAddress, &length)
+                    }
+                }
+            }
+            switch result {
+            case .success:
+                return Array(groups.prefix(Int(length) / MemoryLayout<gid_t>.size))
+            case .failure(let error) where error.rawValue == ERANGE && Int(length) > capacity * MemoryLayout<gid_t>.size:
+                // The kernel wrote the size it needs into `length`.
+                capacity = Int(length) / MemoryLayout<gid_t>.size
+            case .failure(let error):
+                throw error
+            }
+        }
+    }
+
     /// The peer's pid, uid and gid (`SO_PEERCRED`), fixed when it connected.
     public static func peerCredentials(of socket: FileDescriptor) throws(Errno) -> PeerCredentials {
         var credentials = PeerCredentials(pid: 0, uid: 0, gid: 0)

@@ -9,7 +9,8 @@ import Glibc
 ///
 /// The harness listens on its own `NOTIFY_SOCKET` and returns only once the daemon sent `READY=1` (it is
 /// sent after the socket serves), so tests never sleep for start-up. The daemon's log (stderr) goes to a
-/// file the test can read. `stop()` sends SIGTERM and waits; deinit kills whatever is left.
+/// file the test can read. `stop()` sends SIGTERM and waits; deinit kills whatever is left. The daemon runs
+/// under `timeout(1)`, so even if the test process dies without cleaning up, it ends by itself.
 public final class DaemonHarness {
     /// A policy in milliseconds so end-to-end timelines take well under a second each.
     public static let fastPolicy = """
@@ -30,15 +31,19 @@ public final class DaemonHarness {
     public let configurationPath: String
     /// The daemon's stderr.
     public let logPath: String
-    /// The daemon process.
+    /// The `timeout` process the daemon runs under (it exits with the daemon's status).
     public let process: SpawnedProcess
+    /// The daemon's own pidfd (a child of `process`).
+    public let daemonPidFD: PidFD
+    /// The longest a test daemon may live, after which `timeout` stops it.
+    public static let lifetimeLimit = "600"
     private let collector: NotificationCollector
     private var exitStatus: ExitStatus?
     /// Every `sd_notify` message received so far.
     public var notifications: [String] { collector.messages }
 
     /// The daemon's pid.
-    public var pid: pid_t { process.pid }
+    public var pid: pid_t { daemonPidFD.pid }
 
     /// Starts `bgtaskd` with `configuration` (the text of bgtaskd.conf) and waits for `READY=1`.
     public init(
@@ -62,18 +67,42 @@ public final class DaemonHarness {
         var options = SpawnOptions(flags: .newProcessGroup, standardError: .fileDescriptor(log))
         options.environment = variables.map { "\($0.key)=\($0.value)" }
         process = try ProcessSpawner.spawn(
-            [try Products.path("bgtaskd"), "--socket", socketPath, "--config", configurationPath] + arguments,
+            ["timeout", "--kill-after=10", Self.lifetimeLimit, try Products.path("bgtaskd"), "--socket", socketPath,
+             "--config", configurationPath] + arguments,
             options: options)
+        let wrapper = process
         do {
-            try waitForNotification("READY=1", timeout: readyTimeout)
+            try Self.waitForNotification("READY=1", from: collector, of: wrapper, timeout: readyTimeout)
+            daemonPidFD = try Self.childPidFD(of: wrapper.pid)
         } catch {
-            terminate()
-            throw HarnessError("bgtaskd did not become ready: \(error)\nlog:\n\(self.log)")
+            try? ProcessGroup(id: wrapper.pid).send(.kill)
+            _ = try? wrapper.waitForExit()
+            collector.stop()
+            throw HarnessError("bgtaskd did not become ready: \(error)\nlog:\n\(Self.read(logPath))")
         }
+    }
+
+    /// A pidfd for the single child of `pid` (the daemon under `timeout`).
+    private static func childPidFD(of pid: pid_t) throws -> PidFD {
+        let children = try String(contentsOfFile: "/proc/\(pid)/task/\(pid)/children", encoding: .utf8)
+        guard let child = children.split(separator: " ").first.flatMap({ pid_t($0) }) else {
+            throw HarnessError("timeout (pid \(pid)) has no child")
+        }
+        return try PidFD.open(pid: child)
+    }
+
+    private static func read(_ path: String) -> String {
+        (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
     }
 
     /// Waits until an `sd_notify` message containing `text` arrives.
     public func waitForNotification(_ text: String, timeout: Duration = .seconds(10)) throws {
+        try Self.waitForNotification(text, from: collector, of: process, timeout: timeout)
+    }
+
+    private static func waitForNotification(
+        _ text: String, from collector: NotificationCollector, of process: SpawnedProcess, timeout: Duration
+    ) throws {
         let deadline = MonotonicClock.now() + timeout.nanosecondCount
         while !collector.waitForMessage(containing: text, timeout: .milliseconds(100)) {
             // Only once nothing more is queued does an exited daemon mean the message will never come.
@@ -85,13 +114,11 @@ public final class DaemonHarness {
     }
 
     /// The daemon's log so far.
-    public var log: String {
-        (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
-    }
+    public var log: String { Self.read(logPath) }
 
     /// Whether the daemon is still running.
     public var isRunning: Bool {
-        exitStatus == nil && !((try? process.pidFD.hasExited) ?? true)
+        exitStatus == nil && !((try? daemonPidFD.hasExited) ?? true)
     }
 
     /// The number of descriptors the daemon has open (`/proc/PID/fd`).
@@ -105,7 +132,7 @@ public final class DaemonHarness {
         var current = try openDescriptorCount()
         while current > count && MonotonicClock.now() < deadline {
             // A bounded wait on the daemon's pidfd: returns early only if it dies, which the caller sees.
-            _ = try process.pidFD.waitForExit(timeout: .milliseconds(20))
+            _ = try daemonPidFD.waitForExit(timeout: .milliseconds(20))
             current = try openDescriptorCount()
         }
         return current
@@ -120,7 +147,7 @@ public final class DaemonHarness {
     @discardableResult
     public func stop(timeout: Duration = .seconds(20)) throws -> ExitStatus {
         if let exitStatus { return exitStatus }
-        try process.pidFD.sendSignal(.terminate)
+        try daemonPidFD.sendSignal(.terminate)
         guard try process.pidFD.waitForExit(timeout: timeout) else {
             throw HarnessError("bgtaskd did not stop within \(timeout) of SIGTERM\nlog:\n\(log)")
         }
@@ -129,16 +156,20 @@ public final class DaemonHarness {
         return status
     }
 
-    /// Kills the daemon's whole process group and reaps it.
+    /// Kills the whole process group (the `timeout` wrapper leads it, the daemon is in it) and reaps it.
     public func terminate() {
         guard exitStatus == nil else { return }
-        try? ProcessGroup(id: pid).send(.kill)
-        exitStatus = try? process.waitForExit()
+        try? ProcessGroup(id: process.pid).send(.kill)
+        // Bounded: the group was just killed; a wrapper that somehow survives is left to `timeout`'s own limit.
+        if (try? process.pidFD.waitForExit(timeout: .seconds(10))) == true {
+            exitStatus = try? process.waitForExit()
+        }
     }
 
     deinit {
         terminate()
         collector.stop()
+        try? daemonPidFD.close()
         try? process.pidFD.close()
     }
 }

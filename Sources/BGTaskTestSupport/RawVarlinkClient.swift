@@ -20,7 +20,7 @@ public final class RawVarlinkClient {
 
     /// Sends raw bytes.
     public func sendRaw(_ bytes: [UInt8]) throws {
-        try descriptor.writeAll(bytes)
+        try descriptor.sendAll(bytes)
     }
 
     /// Sends one call: `{"method": ..., "parameters": ..., "more": ..., "oneway": ...}` plus the NUL.

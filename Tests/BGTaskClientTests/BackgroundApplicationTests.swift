@@ -374,7 +374,7 @@ let testOptions = BackgroundApplication.Options(
             #expect(daemon.calls(EndBackgroundTaskParameters.methodName).count == 1)
             // The daemon kept its state: it re-attaches with leases 1 and 2, and also 3, as if the end of "third"
             // had not reached it.
-            daemon.keepTasksForNextRegister([1, 2, 3].map { TaskInfo(id: $0, name: "", ageSec: 1) })
+            daemon.keepTasks([1, 2, 3].map { TaskInfo(id: $0, name: "", ageSec: 1) })
             daemon.dropConnections()
             reconnected.wait(forCount: 1)
             #expect(daemon.calls(BeginBackgroundTaskParameters.methodName).count == 3, "no lease begun again")

@@ -75,7 +75,8 @@ struct EndToEndTests {
         try withChild(command) { uploader in
             try uploader.waitForLine(startingWith: "registered as photo-uploader, state active")
             let started = try uploader.waitForLine(startingWith: "upload started")
-            try uploader.waitForLine(startingWith: "uploaded photo 1/12, state active, backgroundTimeRemaining unlimited")
+            try uploader.waitForLine(
+                startingWith: "uploaded photo 1/12, state active, backgroundTimeRemaining unlimited")
             let begun = try waitForEntry(watch, app: "photo-uploader", seen: &history) { $0.kind == .taskBegan }
             #expect(started.hasSuffix("background task 1"), "the first client-side identifier")
             #expect(begun.taskName == "upload")

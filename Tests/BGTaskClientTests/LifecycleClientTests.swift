@@ -214,7 +214,9 @@ private let sampleStatus = GetStatusReply(
     }
 
     @Test func watchStreamsHistoryEntries() throws {
-        let entries = (1...3).map { HistoryEntry(time: Double($0), app: "app\($0)", kind: .stateChanged, state: .suspended) }
+        let entries = (1...3).map {
+            HistoryEntry(time: Double($0), app: "app\($0)", kind: .stateChanged, state: .suspended)
+        }
         try withScriptedDaemon(respond: { call, _ in
             call.method == WatchParameters.methodName
                 ? .replies(entries.map { WatchReply(entry: $0) } as [any Encodable & Sendable]) : nil

@@ -76,8 +76,8 @@ final class ScriptedDaemon: Sendable {
         /// The connection of the current `Register` stream, if any.
         var registerStream: Int?
         var isStopped = false
-        /// Leases the fake believes open, by task id, for `Register` replies after a restart with state kept.
-        var tasksForNextRegister: [TaskInfo] = []
+        /// Leases a restarted daemon kept, listed by every `Register` reply (as a re-attach) until ended.
+        var keptTasks: [TaskInfo] = []
         var remainingSeconds: Double? = nil
     }
 
@@ -142,9 +142,10 @@ final class ScriptedDaemon: Sendable {
         for connection in connections { connection.shutDown() }
     }
 
-    /// Makes the next `Register` reply list these leases, as a daemon that kept its state re-attaches.
-    func keepTasksForNextRegister(_ tasks: [TaskInfo]) {
-        state.withLock { $0.tasksForNextRegister = tasks }
+    /// Makes `Register` replies list these leases, as a daemon that kept its state re-attaches; an
+    /// `EndBackgroundTask` of one removes it.
+    func keepTasks(_ tasks: [TaskInfo]) {
+        state.withLock { $0.keptTasks = tasks }
     }
 
     /// Sets what `BackgroundTimeRemaining` answers.
@@ -283,10 +284,9 @@ final class ScriptedDaemon: Sendable {
         switch call.method {
         case RegisterParameters.methodName:
             let (tasks, isFirstStream) = state.withLock { (state: inout ServerState) -> ([TaskInfo], Bool) in
-                defer { state.tasksForNextRegister = [] }
                 let isFirst = state.registerStream == nil
                 state.registerStream = connection
-                return (state.tasksForNextRegister, isFirst)
+                return (state.keptTasks, isFirst)
             }
             if !isFirstStream { return .error(.appExists(app: app)) }
             let requested = call.parameters["state"]?.stringValue.flatMap(AppState.init(rawValue:)) ?? .active
@@ -301,7 +301,11 @@ final class ScriptedDaemon: Sendable {
             return .reply(BeginBackgroundTaskReply(taskId: taskId))
         case BackgroundTimeRemainingParameters.methodName:
             return .reply(BackgroundTimeRemainingReply(seconds: state.withLock { $0.remainingSeconds }))
-        case EndBackgroundTaskParameters.methodName, AcknowledgeParameters.methodName, TerminateParameters.methodName:
+        case EndBackgroundTaskParameters.methodName:
+            let taskId = call.parameters["taskId"]?.intValue
+            state.withLock { $0.keptTasks.removeAll { $0.id == taskId } }
+            return .reply(EmptyReply())
+        case AcknowledgeParameters.methodName, TerminateParameters.methodName:
             return .reply(EmptyReply())
         default:
             return .error(.methodNotFound(method: call.method))

@@ -66,8 +66,8 @@ func fixtureCommand(socketPath: String, lifetime: Int = 60) throws -> [String] {
     [try Products.path("BGTaskFixtureApp"), "--socket", socketPath, "--lifetime", String(lifetime)]
 }
 
-/// The example's command line; it gives up by itself after 120 s. (Not under `timeout`: that resumes a stopped
-/// child at once, which would undo the daemon's suspension.)
+/// The example's command line; `--deadline` makes it give up by itself after 120 s. Run directly rather than under
+/// `timeout`, so the test's pidfd is the app's own: the process the daemon stops and the one the cleanup signals.
 func photoUploaderCommand(socketPath: String, photos: Int, chunkMilliseconds: Int) throws -> [String] {
     [
         try Products.path("PhotoUploader"), "--socket", socketPath, "--photos", String(photos), "--chunk-ms",

@@ -372,7 +372,11 @@ struct LifecycleTimelineTests {
         h.closeRegistration(app)
         #expect(h.takeEffects() == ["resume app"])
         #expect(h.state(app) == .notRunning)
+        // Still found by name (GetApp) while its process lives and the name is not taken again.
+        #expect(h.core.appID(named: "app") == app)
+        #expect(h.core.liveAppID(named: "app") == nil)
         let again = try h.register("app", pid: 4242)
+        #expect(h.core.appID(named: "app") == again)
         #expect(again != app)
         h.processExited(app)
         #expect(h.core.snapshot(of: app, now: h.now)?.exitReason == .exited)

@@ -143,3 +143,50 @@ import Testing
         }
     }
 }
+
+@Suite struct NoSignalSendTests {
+    @Test func sendingToAClosedPeerFailsWithEPIPEInsteadOfKillingTheProcess() throws {
+        let (local, remote) = try UnixSocket.pair()
+        defer { try? local.close() }
+        try local.sendAll(Array("hello".utf8))
+        #expect(try remote.read(upTo: 16) == Array("hello".utf8))
+        try remote.close()
+        // With write(2) this would raise SIGPIPE and end the test process.
+        #expect(throws: Errno(rawValue: EPIPE)) { try local.sendAll([1, 2, 3]) }
+    }
+}
+
+@Suite struct PeerGroupTests {
+    @Test func peerGroupsAreTheConnectingProcesssSupplementaryGroups() throws {
+        let (local, remote) = try UnixSocket.pair()
+        defer {
+            try? local.close()
+            try? remote.close()
+        }
+        let count = getgroups(0, nil)
+        var own = [gid_t](repeating: 0, count: Int(max(count, 0)))
+        _ = getgroups(count, &own)
+        #expect(Set(try UnixSocket.peerGroups(of: local)) == Set(own))
+    }
+
+    @Test func aProcessRunWithOtherGroupsIsSeenWithThem() throws {
+        try withTemporaryDirectory { directory in
+            let path = directory.path + "/groups.sock"
+            let listener = try UnixSocket.listen(path: path)
+            defer { try? listener.close() }
+            chmod(directory.path, 0o755)
+            // A real process with chosen groups, connecting as them (the system python: nobody can run it).
+            try withChild([
+                "setpriv", "--reuid=65534", "--regid=65534", "--groups=4242,4343", "/usr/bin/python3", "-c",
+                "import socket,sys,time; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); time.sleep(20)",
+                path,
+            ]) { _ in
+                _ = try listener.poll(for: .readable, timeout: .seconds(20))
+                let accepted = try #require(try UnixSocket.accept(listener))
+                defer { try? accepted.close() }
+                #expect(Set(try UnixSocket.peerGroups(of: accepted)) == [4242, 4343])
+                #expect(try UnixSocket.peerCredentials(of: accepted).uid == 65534)
+            }
+        }
+    }
+}

@@ -1,0 +1,56 @@
+# Installs what building and testing bgtaskd need when it is missing. Sourced by scripts/test and scripts/demo.
+# Needs root (or sudo) only when something must be installed.
+
+say() { printf '%s\n' "$*" >&2; }
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        say "bgtask: need root to run: $*"
+        say "bgtask: run this script as root, or install the packages above yourself."
+        exit 1
+    fi
+}
+
+# Debian packages: the libsystemd headers (CSystemd), pkg-config to find them, and the tools the tests drive.
+ensure_packages() {
+    missing=""
+    pkg-config --exists libsystemd 2>/dev/null || missing="$missing libsystemd-dev"
+    command -v pkg-config >/dev/null 2>&1 || missing="$missing pkg-config"
+    command -v setpriv >/dev/null 2>&1 || missing="$missing util-linux"
+    command -v timeout >/dev/null 2>&1 || missing="$missing coreutils"
+    command -v systemd-notify >/dev/null 2>&1 || missing="$missing systemd"
+    command -v python3 >/dev/null 2>&1 || missing="$missing python3"
+    [ -n "$missing" ] || return 0
+    say "bgtask: installing$missing"
+    as_root apt-get update -qq
+    # shellcheck disable=SC2086 # the list is meant to split into words
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+}
+
+# Python's varlink package: the independent Varlink client of the interoperability tests.
+ensure_python_varlink() {
+    python3 -c 'import varlink' 2>/dev/null && return 0
+    say "bgtask: installing the Python varlink package (test-only)"
+    python3 -m pip --version >/dev/null 2>&1 || as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null
+    # A distribution's own python refuses plain pip installs (PEP 668); the package is test-only and pure Python.
+    python3 -m pip install --quiet varlink 2>/dev/null \
+        || python3 -m pip install --quiet --break-system-packages varlink \
+        || { say "bgtask: could not install the Python varlink package"; exit 1; }
+}
+
+ensure_swift() {
+    command -v swift >/dev/null 2>&1 && return 0
+    for candidate in /opt/swift/usr/bin /usr/share/swift/usr/bin; do
+        if [ -x "$candidate/swift" ]; then
+            PATH="$candidate:$PATH"
+            export PATH
+            return 0
+        fi
+    done
+    say "bgtask: no Swift toolchain found: install Swift 6 (https://www.swift.org/install/linux/) and put it on PATH"
+    exit 1
+}
