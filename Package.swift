@@ -10,7 +10,9 @@ let package = Package(
         .library(name: "BGTaskConfig", targets: ["BGTaskConfig"]),
         .library(name: "BGTaskProtocol", targets: ["BGTaskProtocol"]),
         .library(name: "BGTaskClient", targets: ["BGTaskClient"]),
+        .library(name: "BGTaskCLI", targets: ["BGTaskCLI"]),
         .executable(name: "bgtaskd", targets: ["bgtaskd"]),
+        .executable(name: "bgtask", targets: ["bgtask"]),
         .executable(name: "bgtask-bench", targets: ["bgtask-bench"]),
     ],
     targets: [
@@ -47,6 +49,13 @@ let package = Package(
             name: "BGTaskDaemon",
             dependencies: ["BGTaskCore", "BGTaskProtocol", "BGTaskSystem", "BGTaskConfig"]),
         .executableTarget(name: "bgtaskd", dependencies: ["BGTaskDaemon", "BGTaskConfig", "BGTaskSystem"]),
+        // The bgtask command line: a small argument parser, help and man page generated from one spec per
+        // subcommand, and the subcommands, which talk to the daemon through the client library.
+        .target(
+            name: "BGTaskCLI", dependencies: ["BGTaskClient", "BGTaskConfig", "BGTaskProtocol", "BGTaskSystem"]
+        ),
+        // The bgtask executable: hands the command line to BGTaskCLI.
+        .executableTarget(name: "bgtask", dependencies: ["BGTaskCLI"]),
         // Test helpers shared by every test target: manual clock and loop, fakes, harnesses.
         .target(
             name: "BGTaskTestSupport", dependencies: ["BGTaskCore", "BGTaskSystem", "BGTaskProtocol"]),
@@ -72,5 +81,12 @@ let package = Package(
                 "BGTaskDaemon", "BGTaskTestSupport", "BGTaskProtocol", "BGTaskConfig", "BGTaskCore", "BGTaskSystem",
                 "bgtaskd", "BGTaskRawCall",
             ]),
+        // Depends on the executables it runs as processes (bgtask, and bgtaskd for the end-to-end tests), so they
+        // are built before the tests. The help snapshots are read through the source path, not bundled.
+        .testTarget(
+            name: "BGTaskCLITests",
+            dependencies: ["BGTaskCLI", "BGTaskProtocol", "BGTaskSystem", "BGTaskTestSupport", "bgtask", "bgtaskd"],
+            exclude: ["Snapshots"]
+        ),
     ]
 )

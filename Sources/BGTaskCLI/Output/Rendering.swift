@@ -1,0 +1,156 @@
+// The human and the JSON renderings of the daemon's replies, as pure functions of the protocol's types.
+import BGTaskProtocol
+import Foundation
+
+/// Renders replies of `io.bgtask.Lifecycle` for people (tables, lines) and for scripts (`--json`).
+public enum Rendering {
+    // MARK: JSON
+
+    /// The encoder of `--json`: keys sorted so output is stable, slashes unescaped for paths.
+    private static func makeEncoder() -> JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }
+
+    /// `value` as one line of JSON, with the field names the protocol module encodes (DESIGN §6), and a newline.
+    ///
+    /// Fails only for a value JSON cannot represent (a NaN or infinite number), which the daemon never sends.
+    public static func json(_ value: some Encodable) throws(CommandFailure) -> String {
+        do {
+            return String(decoding: try makeEncoder().encode(value), as: UTF8.self) + "\n"
+        } catch {
+            throw CommandFailure("cannot print the reply as JSON: \(error)")
+        }
+    }
+
+    // MARK: Daemon
+
+    /// The daemon's status: version, uptime, backends, counts and memory readings.
+    public static func status(_ status: GetStatusReply) -> String {
+        let uptime = Formatting.duration(seconds: status.uptimeSec)
+        var lines = ["bgtaskd \(Formatting.printable(status.version)), up \(uptime)"]
+        lines.append("backends:  " + members(status.backends))
+        lines.append("apps:      \(status.apps) (\(status.suspended) suspended)")
+        lines.append("tasks:     \(status.tasks)")
+        lines.append("memory:    " + members(status.memory))
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// The members of a free-form object as `key=value`, sorted by key; byte counts (keys ending in `Bytes`)
+    /// with a unit.
+    static func members(_ object: [String: JSONValue]) -> String {
+        guard !object.isEmpty else { return "-" }
+        return object.keys.sorted().map { key in
+            let value = object[key] ?? .null
+            if key.hasSuffix("Bytes"), let bytes = value.intValue { return "\(key)=\(Formatting.bytes(bytes))" }
+            return "\(Formatting.printable(key))=\(scalar(value))"
+        }.joined(separator: "  ")
+    }
+
+    /// A JSON value for one line: strings bare, integers without a fraction, containers in brackets.
+    static func scalar(_ value: JSONValue) -> String {
+        switch value {
+        case .null: return "-"
+        case .bool(let flag): return flag ? "yes" : "no"
+        case .number(let number): return Int64(exactly: number).map(String.init) ?? String(number)
+        case .string(let text): return Formatting.printable(text)
+        case .array(let elements): return "[" + elements.map(scalar).joined(separator: ",") + "]"
+        case .object(let members):
+            return "{" + members.keys.sorted().map { "\(Formatting.printable($0))=\(scalar(members[$0] ?? .null))" }
+                .joined(separator: ",") + "}"
+        }
+    }
+
+    // MARK: Apps
+
+    /// One app in detail: state, process, time left, memory, queued events, exit reason, open tasks.
+    public static func app(_ app: AppInfo) -> String {
+        var lines = [Formatting.printable(app.name)]
+        lines.append("  state:      \(app.state.rawValue)")
+        lines.append("  process:    pid \(app.pid), uid \(app.uid), \(app.managed ? "managed" : "self-registered")")
+        lines.append("  remaining:  \(remaining(app))")
+        lines.append("  memory:     \(Formatting.bytes(app.memoryBytes))")
+        if app.queuedEvents > 0 { lines.append("  queued:     \(app.queuedEvents) event(s)") }
+        if let reason = app.exitReason { lines.append("  exit:       \(reason.rawValue)") }
+        lines.append("  tasks:      \(app.tasks.count)")
+        var text = lines.joined(separator: "\n") + "\n"
+        if !app.tasks.isEmpty {
+            let rows = app.tasks.map { task in
+                ["\(task.id)", Formatting.printable(task.name), Formatting.duration(seconds: task.ageSec)]
+            }
+            text += Formatting.table(header: ["ID", "NAME", "AGE"], rows: rows)
+                .split(separator: "\n", omittingEmptySubsequences: false).dropLast()
+                .map { "    " + $0 }.joined(separator: "\n") + "\n"
+        }
+        return text
+    }
+
+    /// An app's background time left: `unlimited` in the foreground, `-` when it has none to spend.
+    static func remaining(_ app: AppInfo) -> String {
+        if let seconds = app.backgroundTimeRemaining { return Formatting.duration(seconds: seconds) }
+        return app.state == .active || app.state == .inactive ? "unlimited" : "-"
+    }
+
+    /// A table of apps, one line each; a line saying so when there are none.
+    public static func appTable(_ apps: [AppInfo]) -> String {
+        guard !apps.isEmpty else { return "no apps\n" }
+        let rows = apps.map { app in
+            [
+                Formatting.printable(app.name), app.state.rawValue, "\(app.pid)", "\(app.tasks.count)",
+                remaining(app), Formatting.bytes(app.memoryBytes), app.exitReason?.rawValue ?? "-",
+            ]
+        }
+        return Formatting.table(header: ["NAME", "STATE", "PID", "TASKS", "REMAINING", "MEMORY", "EXIT"], rows: rows)
+    }
+
+    /// `org.example.mail: active`, after a state change.
+    public static func stateLine(_ app: AppInfo) -> String {
+        "\(Formatting.printable(app.name)): \(app.state.rawValue)\n"
+    }
+
+    /// What a post did: `delivered to 2 apps, queued for 1`.
+    public static func postResult(_ reply: PostReply) -> String {
+        "delivered to \(reply.delivered) app\(reply.delivered == 1 ? "" : "s"), queued for \(reply.queued)\n"
+    }
+
+    // MARK: History
+
+    /// The details of a history entry beyond its time, app and kind, in the order a reader asks about them: the
+    /// new state, the task and how it ended, the tasks warned, the reason, then a reclaim's band, memory and
+    /// latency, and a warned app's rank.
+    static func details(_ entry: HistoryEntry) -> [String] {
+        var details: [String] = []
+        if let state = entry.state { details.append("state=\(state.rawValue)") }
+        if let taskId = entry.taskId {
+            let name = entry.taskName.map { $0.isEmpty ? "" : " (\(Formatting.printable($0)))" } ?? ""
+            details.append("task=\(taskId)\(name)")
+        }
+        if let end = entry.taskEnd { details.append("end=\(end.rawValue)") }
+        if let taskIds = entry.taskIds { details.append("tasks=" + taskIds.map(String.init).joined(separator: ",")) }
+        if let reason = entry.reason { details.append("reason=\(reason.rawValue)") }
+        if let band = entry.band { details.append("band=\(band.rawValue)") }
+        if let bytes = entry.memoryBytes { details.append("memory=\(Formatting.bytes(bytes))") }
+        if let latency = entry.latencyMs { details.append("latency=\(Formatting.duration(seconds: latency / 1_000))") }
+        if let rank = entry.rank { details.append("rank=\(rank)") }
+        return details
+    }
+
+    /// A table of history entries, oldest first; a line saying so when there are none.
+    public static func historyTable(_ entries: [HistoryEntry], timeZone: TimeZone) -> String {
+        guard !entries.isEmpty else { return "no history\n" }
+        let rows = entries.map { entry in
+            [
+                Formatting.wallClock(entry.time, timeZone: timeZone), Formatting.printable(entry.app),
+                entry.kind.rawValue, details(entry).joined(separator: " "),
+            ]
+        }
+        return Formatting.table(header: ["TIME", "APP", "EVENT", "DETAILS"], rows: rows)
+    }
+
+    /// One history entry on one line, for `bgtask watch`: time, app, kind, details.
+    public static func historyLine(_ entry: HistoryEntry, timeZone: TimeZone) -> String {
+        ([Formatting.wallClock(entry.time, timeZone: timeZone), Formatting.printable(entry.app), entry.kind.rawValue]
+            + details(entry)).joined(separator: "  ") + "\n"
+    }
+}

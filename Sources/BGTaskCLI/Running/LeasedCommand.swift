@@ -1,0 +1,226 @@
+// The waiting half of `bgtask run`: a lease held while CMD runs, the warning forwarded to CMD, CMD's exit status.
+import BGTaskClient
+import BGTaskSystem
+import Dispatch
+import Foundation
+import Glibc
+import Synchronization
+
+/// A background-task lease held for the lifetime of one command.
+///
+/// Either bgtask registers an app of its own (started in background) and the lease ends with that registration,
+/// or it joins an app another process registered and ends its task explicitly. In the first case the daemon's
+/// `backgroundTaskExpiring` and `willTerminate` events arrive on the registration and are forwarded to the command
+/// as the chosen signal; in the second, the app's events go to that app, so bgtask watches the app's remaining
+/// time instead.
+final class LeasedCommand: Sendable {
+    /// How long before the end of the background time the daemon warns, when bgtask must compute the warning
+    /// itself: `ExpirationWarningSec`'s default (DESIGN §2); the interface does not report the configured value.
+    static let warningLeadSeconds = 5.0
+
+    private let client: LifecycleClient
+    private let context: CommandContext
+    private let app: String
+    private let taskId: Int
+    /// The app's event stream; nil when bgtask joined an app registered by another process.
+    private let registration: Registration?
+    /// The signals already sent to the command, so each is sent once.
+    private let sent = Mutex<Set<Notice>>([])
+
+    /// Why the command is signalled: the time is running out (the daemon's warning or `--budget`), or the daemon
+    /// is terminating the app. Each is sent at most once.
+    private enum Notice: Hashable {
+        case expiration
+        case termination
+    }
+    /// Signalled when the command has exited and the threads watching the daemon should stop.
+    private let stopping = DispatchSemaphore(value: 0)
+    private let isStopping = Atomic(false)
+
+    private init(client: LifecycleClient, context: CommandContext, app: String, taskId: Int,
+                 registration: Registration?) {
+        self.client = client
+        self.context = context
+        self.app = app
+        self.taskId = taskId
+        self.registration = registration
+    }
+
+    /// Registers `app` in background (or joins it, when `joining` and it is already registered) and begins the
+    /// task `taskName`.
+    static func begin(app: String, joining: Bool, taskName: String, client: LifecycleClient,
+                      context: CommandContext) throws(CommandFailure) -> LeasedCommand {
+        var registration: Registration?
+        do {
+            registration = try client.register(name: app, state: .background)
+        } catch {
+            guard joining, case .lifecycle(.appExists) = error else { throw failure(error) }
+        }
+        let taskId: Int
+        do {
+            taskId = try client.beginBackgroundTask(app: app, name: taskName)
+        } catch {
+            registration?.close()
+            throw failure(error)
+        }
+        let shown = Formatting.printable(app)
+        if let registration {
+            context.progress("registered app \(shown); task \(taskId) began with "
+                + "\(Formatting.remaining(registration.app.backgroundTimeRemaining)) of background time")
+        } else {
+            context.progress("joined app \(shown); task \(taskId) began")
+        }
+        return LeasedCommand(client: client, context: context, app: app, taskId: taskId, registration: registration)
+    }
+
+    /// Runs `command` until it exits, forwarding the warning as `signal` (also when `budget` runs out), then ends
+    /// the lease. Returns the command's status, or 128+N when a signal N killed it.
+    func run(_ command: [String], signal: Signal, budget: Duration?) throws(CommandFailure) -> ExitCode {
+        // Installed before the spawn, so a signal sent as soon as CMD starts is not the death of bgtask.
+        SignalForwarding.install()
+        let process: SpawnedProcess
+        do {
+            process = try ProcessSpawner.spawn(command, options: SpawnOptions(standardInput: .inherit))
+        } catch {
+            SignalForwarding.uninstall()
+            end()
+            // 127 and 126, as shells and env(1) report a command not found and one that cannot be executed.
+            let status: ExitCode = error == .noSuchFileOrDirectory ? ExitCode(rawValue: 127) : ExitCode(rawValue: 126)
+            throw CommandFailure(
+                "cannot run \(quoted(command.first ?? "", limit: nil)): \(error.message)", exitCode: status)
+        }
+        let target = "\(quoted(command[0], limit: nil)) (pid \(process.pid))"
+        SignalForwarding.forward(to: process.pid)
+        let watcherDone = DispatchSemaphore(value: 0)
+        Thread.detachNewThread { [self] in
+            if let registration {
+                forwardEvents(of: registration, to: process, target: target, signal: signal)
+            } else {
+                watchRemainingTime(of: process, target: target, signal: signal)
+            }
+            watcherDone.signal()
+        }
+        let status: ExitStatus
+        do {
+            if let budget, try !process.pidFD.waitForExit(timeout: budget) {
+                let limit = Formatting.duration(seconds: budget.seconds)
+                warn(process, target: target, signal: signal, because: "the budget of \(limit) is used up")
+            }
+            _ = try process.pidFD.waitForExit(timeout: nil)
+            // The command is a zombie now: stop forwarding before reaping frees its pid for reuse.
+            SignalForwarding.uninstall()
+            status = try process.waitForExit()
+        } catch {
+            SignalForwarding.uninstall()
+            end()
+            throw CommandFailure("lost track of \(target): \(error)")
+        }
+        end()
+        watcherDone.wait()
+        switch status {
+        case .exited(let code): return ExitCode(rawValue: code)
+        case .signaled(let killer): return ExitCode(rawValue: 128 + killer.rawValue)
+        }
+    }
+
+    /// Ends the lease: closing a registration ends it with every lease of the app (an explicit end would let the
+    /// daemon suspend bgtask, now in background without a lease, before it closes); a joined app's task is ended.
+    private func end() {
+        isStopping.store(true, ordering: .sequentiallyConsistent)
+        stopping.signal()
+        if let registration {
+            registration.close()
+            return
+        }
+        do {
+            try client.endBackgroundTask(app: app, taskId: taskId)
+        } catch {
+            context.progress(
+                "could not end task \(taskId) of app \(Formatting.printable(app)): \(failure(error).message)")
+        }
+    }
+
+    /// Sends `signal` to the command, once per notice, saying why; `target` names the command in the progress
+    /// line.
+    private func warn(
+        _ process: SpawnedProcess, target: String, signal: Signal, notice: Notice = .expiration,
+        because reason: String
+    ) {
+        guard sent.withLock({ $0.insert(notice).inserted }) else { return }
+        do {
+            try process.pidFD.sendSignal(signal)
+            context.progress("\(reason): sent \(signal.name) to \(target)")
+        } catch {
+            // ESRCH: the command has just exited, and the lease is about to end anyway.
+            if error != .noSuchProcess { context.progress("\(reason), but sending \(signal.name) failed: \(error)") }
+        }
+    }
+
+    /// Reads the registration's events until it ends: acknowledges what needs it, forwards the warning.
+    private func forwardEvents(
+        of registration: Registration, to process: SpawnedProcess, target: String, signal: Signal
+    ) {
+        while true {
+            let event: EventInfo?
+            do {
+                event = try registration.nextEvent()
+            } catch {
+                if !isStopping.load(ordering: .sequentiallyConsistent) {
+                    context.progress("lost the connection to bgtaskd (\(error)); the command keeps running "
+                        + "without a background task")
+                }
+                return
+            }
+            guard let event else {
+                if !isStopping.load(ordering: .sequentiallyConsistent) {
+                    context.progress("bgtaskd ended the registration; the command keeps running without a task")
+                }
+                return
+            }
+            switch event.kind {
+            case .backgroundTaskExpiring:
+                warn(process, target: target, signal: signal, because: "background time is running out")
+            case .willTerminate:
+                warn(
+                    process, target: target, signal: signal, notice: .termination,
+                    because: "bgtaskd is terminating app \(Formatting.printable(app))")
+            case .didEnterBackground, .notification:
+                do {
+                    try client.acknowledge(app: app, eventId: event.id)
+                } catch {
+                    context.progress("could not acknowledge \(event.kind.rawValue): \(failure(error).message)")
+                }
+            case .willResignActive, .didBecomeActive, .willEnterForeground, .memoryWarning:
+                break
+            }
+        }
+    }
+
+    /// For a joined app: reads its remaining time, again once a second while it is in the foreground or just
+    /// before the warning is due, and sends the warning `warningLeadSeconds` before the time runs out.
+    private func watchRemainingTime(of process: SpawnedProcess, target: String, signal: Signal) {
+        while !isStopping.load(ordering: .sequentiallyConsistent) {
+            let remaining: Double?
+            do {
+                remaining = try client.backgroundTimeRemaining(app: app)
+            } catch {
+                context.progress("cannot read the background time of app \(Formatting.printable(app)) "
+                    + "(\(failure(error).message)); the warning will not be forwarded")
+                return
+            }
+            if let remaining, remaining <= LeasedCommand.warningLeadSeconds {
+                warn(process, target: target, signal: signal, because: "background time is running out")
+                return
+            }
+            let pause = remaining.map { min($0 - LeasedCommand.warningLeadSeconds, 60) } ?? 1
+            if stopping.wait(timeout: .now() + pause) == .success { return }
+        }
+    }
+}
+
+extension Duration {
+    /// The duration in seconds, as a `Double`.
+    var seconds: Double {
+        Double(components.seconds) + Double(components.attoseconds) / 1e18
+    }
+}

@@ -1,0 +1,39 @@
+// `bgtask deactivate APP`: makes an app inactive, in the foreground but not receiving input (`SetState` inactive).
+import BGTaskClient
+import BGTaskProtocol
+
+/// Moves an app to `inactive`, as when a system dialog covers it.
+public struct Deactivate: Subcommand {
+    static let app = ArgumentSpec("APP", help: "The app to make inactive.")
+
+    public static let spec = CommandSpec(
+        name: "deactivate",
+        abstract: "Make an app inactive: in the foreground, not receiving input",
+        discussion: """
+            Moves APP to inactive, as when a system dialog or the app switcher covers it: from active, APP gets \
+            willResignActive. From background or suspended, APP returns to the foreground as inactive and gets \
+            willEnterForeground, after being resumed if it was suspended.
+
+            Prints the app's new state; with --json, the SetState reply.
+            """,
+        arguments: [app],
+        flags: [.json],
+        examples: [
+            ExampleSpec("bgtask deactivate org.example.mail", "Show the mail app without giving it input."),
+        ]
+    )
+
+    /// The app.
+    public var app: String
+    /// Whether to print JSON.
+    public var json: Bool
+
+    public init(parsing arguments: ParsedArguments) throws(UsageError) {
+        app = try arguments.requiredText(Deactivate.app, command: Deactivate.spec.name)
+        json = arguments.isSet(.json)
+    }
+
+    public func run(in context: CommandContext) async throws(CommandFailure) -> ExitCode {
+        try changeState(of: app, to: .inactive, json: json, in: context)
+    }
+}

@@ -1,0 +1,66 @@
+// `bgtask demo`: a self-contained demonstration with a private daemon; the demo itself is provided by a hook.
+
+/// What `bgtask demo` asks of the demo's implementation.
+public struct DemoRequest: Hashable, Sendable {
+    /// `BackgroundTimeSec` for the private daemon: how long the demo's apps may run in background.
+    public var backgroundTime: Duration
+
+    /// A request.
+    public init(backgroundTime: Duration) {
+        self.backgroundTime = backgroundTime
+    }
+}
+
+/// The implementation of `bgtask demo`, which lives outside this library (it starts a daemon of its own, so it
+/// depends on the daemon's modules, which this library must not).
+///
+/// The `bgtask` executable passes one to `BGTaskTool.main(_:...demoRunner:)` when it is built with the demo. The
+/// runner owns everything the demo starts (private daemon, sockets, app processes) and must stop all of it
+/// before returning, also when it fails. Its narration goes to `context.standardOutput`; it throws
+/// `CommandFailure` with one line for anything that stops the demo.
+public protocol DemoRunner: Sendable {
+    /// Runs the demo and returns the tool's exit status.
+    func runDemo(_ request: DemoRequest, in context: CommandContext) async throws(CommandFailure) -> ExitCode
+}
+
+/// Runs the demo through the context's `DemoRunner`.
+public struct Demo: Subcommand {
+    static let backgroundTime = OptionSpec(
+        "background-time", valueName: "DURATION",
+        help: "The private daemon's BackgroundTimeSec: how long the demo's apps may run in background.",
+        type: .duration, defaultValue: "20s")
+
+    /// The default of `--background-time`: short, so the expiry the demo shows comes within a minute.
+    static let defaultBackgroundTime = Duration.seconds(20)
+
+    public static let spec = CommandSpec(
+        name: "demo",
+        abstract: "Run a self-contained demonstration with a private daemon",
+        discussion: """
+            Starts a private bgtaskd on a temporary socket, apart from any other daemon, and walks through the \
+            lifecycle with demo apps: registering, beginning background tasks, entering background, the \
+            expiration warning, suspension, waking by a notification, and memory reclamation, narrating each \
+            step as the daemon reports it. Everything the demo starts is stopped when it ends or is \
+            interrupted. --socket and --user do not apply: the demo never talks to another daemon.
+            """,
+        options: [backgroundTime],
+        examples: [
+            ExampleSpec("bgtask demo", "Watch the whole lifecycle in about a minute."),
+            ExampleSpec("bgtask demo --background-time 1min", "The same at a slower pace."),
+        ]
+    )
+
+    /// The request for the runner.
+    public var request: DemoRequest
+
+    public init(parsing arguments: ParsedArguments) throws(UsageError) {
+        request = DemoRequest(backgroundTime: arguments.duration(Demo.backgroundTime) ?? Demo.defaultBackgroundTime)
+    }
+
+    public func run(in context: CommandContext) async throws(CommandFailure) -> ExitCode {
+        guard let runner = context.demoRunner else {
+            throw CommandFailure("this build of bgtask does not include the demo (it was built without a DemoRunner)")
+        }
+        return try await runner.runDemo(request, in: context)
+    }
+}

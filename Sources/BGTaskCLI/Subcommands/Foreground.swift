@@ -1,0 +1,40 @@
+// `bgtask foreground APP`: brings an app to the foreground (`SetState` active).
+import BGTaskClient
+import BGTaskProtocol
+
+/// Moves an app to `active`, as a shell does when the user switches to it.
+public struct Foreground: Subcommand {
+    static let app = ArgumentSpec("APP", help: "The app to bring to the foreground.")
+
+    public static let spec = CommandSpec(
+        name: "foreground",
+        abstract: "Bring an app to the foreground (active)",
+        discussion: """
+            Moves APP to active, as a shell does when the user switches to it. A suspended app is resumed \
+            first; from background or suspended, APP gets willEnterForeground, then didBecomeActive. Its \
+            background time is unlimited while it is in the foreground and starts afresh next time it enters \
+            background. Tasks it holds stay open.
+
+            Prints the app's new state; with --json, the SetState reply.
+            """,
+        arguments: [app],
+        flags: [.json],
+        examples: [
+            ExampleSpec("bgtask foreground org.example.mail", "Bring the mail app back, resuming it if suspended."),
+        ]
+    )
+
+    /// The app.
+    public var app: String
+    /// Whether to print JSON.
+    public var json: Bool
+
+    public init(parsing arguments: ParsedArguments) throws(UsageError) {
+        app = try arguments.requiredText(Foreground.app, command: Foreground.spec.name)
+        json = arguments.isSet(.json)
+    }
+
+    public func run(in context: CommandContext) async throws(CommandFailure) -> ExitCode {
+        try changeState(of: app, to: .active, json: json, in: context)
+    }
+}

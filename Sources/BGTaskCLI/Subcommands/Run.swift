@@ -1,0 +1,102 @@
+// `bgtask run -- CMD...`: runs a command as a background task held for exactly as long as the command runs.
+import BGTaskClient
+import BGTaskSystem
+import Glibc
+
+/// Runs CMD under a background-task lease, like `systemd-inhibit` for background time.
+public struct Run: Subcommand {
+    static let name = OptionSpec(
+        "name", valueName: "NAME", help: "The task's name in status, history and logs.",
+        defaultValue: "CMD's file name")
+    static let app = OptionSpec(
+        "app", valueName: "APP", help: "Register as APP, or hold the task for APP if it is already registered.",
+        defaultValue: "bgtask-run.CMD.PID")
+    static let onExpire = OptionSpec(
+        "on-expire", short: "s", valueName: "SIGNAL",
+        help: "The signal CMD gets when the background time is about to run out (name or number).",
+        type: .signal, defaultValue: "TERM")
+    static let budget = OptionSpec(
+        "budget", valueName: "DURATION",
+        help: "A shorter limit of bgtask's own: CMD gets SIGNAL once it has run this long (e.g. 90s, 5min).",
+        type: .duration, defaultValue: "the daemon's limit")
+    static let command = ArgumentSpec("CMD", help: "The command to run, with its arguments.", isCommand: true)
+
+    public static let spec = CommandSpec(
+        name: "run",
+        abstract: "Run a command as a background task held for exactly as long as it runs",
+        discussion: """
+            Like systemd-inhibit, for background time: registers with the daemon as an app that starts in \
+            background (or, with --app, holds the task for that app when it is already registered), begins a \
+            background task, and runs CMD. The task ends when CMD exits, and bgtask exits with CMD's status, or \
+            128+N when CMD was killed by signal N.
+
+            When the background time is about to run out, bgtask forwards the daemon's warning to CMD as \
+            SIGNAL, so CMD can save its work and exit. If CMD is still running when the time is up, the daemon \
+            terminates the app: CMD gets SIGNAL again, and after the daemon's grace period bgtask is killed, \
+            with CMD when bgtask leads its process group (as it does when started from an interactive shell). \
+            --budget sets a shorter limit: CMD gets SIGNAL once it has run that long. An app registered by \
+            another process gets its own events, so for a joined app bgtask reads the remaining time instead \
+            and sends SIGNAL 5 s before it runs out.
+
+            CMD inherits bgtask's standard input and output; bgtask's own progress lines (the task begun, the \
+            warning forwarded) go to standard error. Options end at CMD's first word: write -- before CMD when \
+            it begins with a dash.
+            """,
+        arguments: [command],
+        options: [name, app, onExpire, budget],
+        examples: [
+            ExampleSpec(
+                "bgtask run -- rsync -a photos/ backup:photos/",
+                "Upload photos as a background task; rsync gets SIGTERM if the background time runs out."),
+            ExampleSpec(
+                "bgtask run --name export --on-expire INT -- ./export.sh --all",
+                "Run a script whose cleanup handler listens for SIGINT."),
+            ExampleSpec(
+                "bgtask run --app org.example.mail --budget 5min -- mail-sync",
+                "Hold a task for the running mail app for at most five minutes while mail-sync runs."),
+        ]
+    )
+
+    /// The command line to run.
+    public var command: [String]
+    /// The task's name; nil for CMD's file name.
+    public var taskName: String?
+    /// The app to register as or join; nil for a name made from CMD and the process id.
+    public var app: String?
+    /// The signal forwarded to CMD.
+    public var expirationSignal: Signal
+    /// bgtask's own limit, if any.
+    public var budget: Duration?
+
+    public init(parsing arguments: ParsedArguments) throws(UsageError) {
+        command = arguments.words(Run.command)
+        taskName = arguments.text(Run.name)
+        app = arguments.text(Run.app)
+        expirationSignal = arguments.signal(Run.onExpire) ?? .terminate
+        budget = arguments.duration(Run.budget)
+    }
+
+    public func run(in context: CommandContext) async throws(CommandFailure) -> ExitCode {
+        // The parser refuses a command line without CMD, so `command` has a first word.
+        let program = command.first.map { $0.split(separator: "/").last.map(String.init) ?? $0 } ?? "command"
+        let client = try context.connect()
+        defer { client.close() }
+        let lease = try LeasedCommand.begin(
+            app: app ?? Run.defaultAppName(program: program, pid: getpid()), joining: app != nil,
+            taskName: taskName ?? program, client: client, context: context)
+        return try lease.run(command, signal: expirationSignal, budget: budget)
+    }
+
+    /// `bgtask-run.PROGRAM.PID`: unique while bgtask runs, and readable in `bgtask apps`. The program's name is
+    /// cut to 200 bytes and its control characters replaced, since the daemon refuses names longer than 255 bytes
+    /// or holding control characters (a file name may hold a newline).
+    public static func defaultAppName(program: String, pid: pid_t) -> String {
+        var cleaned = ""
+        for scalar in program.unicodeScalars {
+            let kept: Unicode.Scalar = scalar.properties.generalCategory == .control ? "_" : scalar
+            guard cleaned.utf8.count + String(kept).utf8.count <= 200 else { break }
+            cleaned.unicodeScalars.append(kept)
+        }
+        return "bgtask-run.\(cleaned).\(pid)"
+    }
+}

@@ -1,0 +1,55 @@
+// `bgtask status [APP]`: the daemon's status, or one app's state, remaining time, tasks and memory.
+import BGTaskClient
+
+/// Shows the daemon's status (`GetStatus`), or one app's (`GetApp`).
+public struct Status: Subcommand {
+    static let app = ArgumentSpec("APP", help: "The app to show; without it, the daemon itself.", isOptional: true)
+
+    public static let spec = CommandSpec(
+        name: "status",
+        abstract: "Show the daemon's status, or one app's state, time left and tasks",
+        discussion: """
+            Without APP, shows the daemon: its version and uptime, the freeze, memory and kill backends it chose \
+            for this host, how many apps it tracks and how many of them are suspended, the open background tasks, \
+            and the memory readings behind reclamation.
+
+            With APP, shows that app: its state, the background time it has left (unlimited in the foreground), \
+            its open background tasks with their age, the memory charged to it, the events queued while it is \
+            suspended, and why it ended if it has. A terminated app stays visible, with its exit reason, until \
+            its name registers again.
+
+            With --json, prints the GetStatus reply, or the GetApp reply for APP, as the io.bgtask.Lifecycle \
+            interface defines them.
+            """,
+        arguments: [app],
+        flags: [.json],
+        examples: [
+            ExampleSpec("bgtask status", "Show the daemon's version, backends and counts."),
+            ExampleSpec("bgtask status org.example.mail", "Show one app's state, time left, tasks and memory."),
+            ExampleSpec("bgtask status --json | jq .backends", "Read the chosen backends from a script."),
+        ]
+    )
+
+    /// The app to show; nil for the daemon.
+    public var app: String?
+    /// Whether to print JSON.
+    public var json: Bool
+
+    public init(parsing arguments: ParsedArguments) throws(UsageError) {
+        app = arguments.text(Status.app)
+        json = arguments.isSet(.json)
+    }
+
+    public func run(in context: CommandContext) async throws(CommandFailure) -> ExitCode {
+        let client = try context.connect()
+        defer { client.close() }
+        if let app {
+            let info = try context.call { () throws(ClientError) in try client.getApp(app) }
+            context.standardOutput.write(json ? try Rendering.json(GetAppReply(app: info)) : Rendering.app(info))
+        } else {
+            let status = try context.call { () throws(ClientError) in try client.getStatus() }
+            context.standardOutput.write(json ? try Rendering.json(status) : Rendering.status(status))
+        }
+        return .success
+    }
+}

@@ -1,0 +1,219 @@
+// Tests of what the subcommands print: `--json` lines checked against the protocol's own encoding and the IDL,
+// and the human formatting of durations, sizes, times, tables and hostile names.
+import BGTaskCLI
+import BGTaskProtocol
+import Foundation
+import Testing
+
+/// Sample values covering every field, set and unset, and hostile strings.
+enum Samples {
+    static let activeApp = AppInfo(name: "org.example.mail", state: .active, pid: 4242, uid: 1000, managed: false)
+    static let backgroundApp = AppInfo(
+        name: "org.example.photos", state: .background, pid: 77, uid: 1000, managed: true,
+        tasks: [TaskInfo(id: 7, name: "upload", ageSec: 63.5), TaskInfo(id: 9, name: "", ageSec: 0.25)],
+        backgroundTimeRemaining: 252.9, memoryBytes: 12_897_485, queuedEvents: 2)
+    static let terminatedApp = AppInfo(
+        name: "evil\nname\u{1B}[2J", state: .terminated, pid: 1, uid: 0, managed: false, exitReason: .memoryReclaim)
+    static let apps = [activeApp, backgroundApp, terminatedApp]
+
+    static let reclaim = HistoryEntry(
+        time: 1_714_564_803.25, app: "org.example.photos", kind: .terminated, reason: .memoryReclaim,
+        band: .backgroundIdle, memoryBytes: 3 << 30, latencyMs: 35.5)
+    static let taskEnded = HistoryEntry(
+        time: 1_714_564_800, app: "org.example.photos", kind: .taskEnded, taskId: 7, taskName: "upload",
+        taskEnd: .expired)
+    static let warning = HistoryEntry(
+        time: 1_714_564_795, app: "org.example.photos", kind: .expirationWarning, taskIds: [7, 9])
+    static let history = [warning, taskEnded, reclaim]
+
+    static let status = GetStatusReply(
+        version: "0.1.0", uptimeSec: 7_500, backends: ["freeze": "cgroup2", "kill": "pidfd", "memory": "pss"],
+        apps: 3, suspended: 1, tasks: 2, memory: ["appsBytes": 125_829_120, "level": "normal", "availablePercent": 42])
+}
+
+/// Decodes one JSON line into a JSON value; records an issue and returns null when it is not exactly one line of
+/// JSON.
+func decodeLine(_ line: String) -> JSONValue {
+    #expect(line.hasSuffix("\n") && line.dropLast().firstIndex(of: "\n") == nil, "one line: \(line)")
+    do {
+        return try JSONDecoder().decode(JSONValue.self, from: Data(line.utf8))
+    } catch {
+        Issue.record("not JSON: \(line)")
+        return .null
+    }
+}
+
+/// The value as the protocol module encodes it, read back as a JSON value.
+func protocolEncoding(_ value: some Encodable) throws -> JSONValue {
+    try JSONDecoder().decode(JSONValue.self, from: JSONEncoder().encode(value))
+}
+
+/// The fields the IDL declares for a named type of io.bgtask.Lifecycle.
+func idlFields(of typeName: String) throws -> [String] {
+    let interface = try VarlinkInterfaceDefinition(parsing: LifecycleInterface.description)
+    let type = try #require(interface.type(named: typeName))
+    guard case .structure(let fields) = type.type else { return [] }
+    return fields.map(\.name)
+}
+
+/// The fields the IDL declares for a method's reply.
+func idlReplyFields(of methodName: String) throws -> [String] {
+    let interface = try VarlinkInterfaceDefinition(parsing: LifecycleInterface.description)
+    return try #require(interface.method(named: methodName)).reply.map(\.name)
+}
+
+@Suite struct JSONOutputTests {
+    /// Each `--json` line is the reply exactly as the protocol module encodes it (so the field names are the
+    /// interface's), with every field the IDL declares present, null ones included.
+    @Test func appRepliesCarryTheInterfaceFields() throws {
+        for app in Samples.apps {
+            let line = try Rendering.json(GetAppReply(app: app))
+            let value = decodeLine(line)
+            #expect(value == (try protocolEncoding(GetAppReply(app: app))))
+            let object = try #require(value["app"]?.objectValue)
+            for field in try idlFields(of: "App") { #expect(object[field] != nil, "App.\(field) in \(line)") }
+            #expect(try JSONDecoder().decode(GetAppReply.self, from: Data(line.utf8)).app == app)
+        }
+        let list = try Rendering.json(ListAppsReply(apps: Samples.apps))
+        #expect(decodeLine(list) == (try protocolEncoding(ListAppsReply(apps: Samples.apps))))
+        #expect(try JSONDecoder().decode(ListAppsReply.self, from: Data(list.utf8)).apps == Samples.apps)
+        let moved = try Rendering.json(SetStateReply(app: Samples.activeApp))
+        #expect(Set(decodeLine(moved).objectValue?.keys.map { $0 } ?? []) == Set(try idlReplyFields(of: "SetState")))
+    }
+
+    @Test func historyRepliesCarryTheInterfaceFields() throws {
+        let line = try Rendering.json(HistoryReply(entries: Samples.history))
+        #expect(decodeLine(line) == (try protocolEncoding(HistoryReply(entries: Samples.history))))
+        #expect(try JSONDecoder().decode(HistoryReply.self, from: Data(line.utf8)).entries == Samples.history)
+        for entry in Samples.history {
+            let watched = try Rendering.json(WatchReply(entry: entry))
+            let object = try #require(decodeLine(watched)["entry"]?.objectValue)
+            for field in try idlFields(of: "HistoryEntry") { #expect(object[field] != nil, "\(field) in \(watched)") }
+            #expect(object["kind"] == .string(entry.kind.rawValue))
+        }
+    }
+
+    @Test func otherRepliesCarryTheInterfaceFields() throws {
+        let replies: [(String, String, JSONValue)] = [
+            ("GetStatus", try Rendering.json(Samples.status), try protocolEncoding(Samples.status)),
+            ("Post", try Rendering.json(PostReply(delivered: 2, queued: 1)),
+             try protocolEncoding(PostReply(delivered: 2, queued: 1))),
+            ("BeginBackgroundTask", try Rendering.json(BeginBackgroundTaskReply(taskId: 7)),
+             try protocolEncoding(BeginBackgroundTaskReply(taskId: 7))),
+            ("BackgroundTimeRemaining", try Rendering.json(BackgroundTimeRemainingReply(seconds: nil)),
+             try protocolEncoding(BackgroundTimeRemainingReply(seconds: nil))),
+            ("BackgroundTimeRemaining", try Rendering.json(BackgroundTimeRemainingReply(seconds: 4.5)),
+             try protocolEncoding(BackgroundTimeRemainingReply(seconds: 4.5))),
+        ]
+        for (method, line, expected) in replies {
+            let value = decodeLine(line)
+            #expect(value == expected, "\(method)")
+            #expect(Set(value.objectValue?.keys.map { $0 } ?? []) == Set(try idlReplyFields(of: method)), "\(method)")
+        }
+        // Unlimited time is an explicit null, not a missing field.
+        #expect(try Rendering.json(BackgroundTimeRemainingReply(seconds: nil)) == "{\"seconds\":null}\n")
+    }
+
+    @Test func valuesJSONCannotHoldFailCleanly() {
+        #expect(throws: CommandFailure.self) { try Rendering.json(BackgroundTimeRemainingReply(seconds: .nan)) }
+    }
+}
+
+@Suite struct HumanOutputTests {
+    /// Durations, worked out by hand: two units at most, rounded down, tenths below 10 s.
+    static let durationRows: [(Double, String)] = [
+        (0.0, "0s"), (0.0004, "0s"), (0.85, "850ms"), (0.9999, "999ms"), (1.0, "1s"), (4.25, "4.2s"),
+        (9.99, "9.9s"), (10.0, "10s"), (42.9, "42s"), (60.0, "1m"), (61.0, "1m 1s"), (252.0, "4m 12s"),
+        (252.9, "4m 12s"), (600.0, "10m"), (3_600.0, "1h"), (3_725.0, "1h 2m"), (86_399.0, "23h 59m"),
+        (3 * 86_400 + 4 * 3_600 + 59, "3d 4h"), (-5.0, "0s"), (Double.nan, "0s"), (Double.infinity, "0s"),
+        // Clamped to Int.max seconds: 106751991167300 days and 15 hours.
+        (1e300, "106751991167300d 15h"),
+    ]
+
+    @Test(arguments: durationRows) func formatsDurations(_ seconds: Double, _ expected: String) {
+        #expect(Formatting.duration(seconds: seconds) == expected)
+    }
+
+    @Test func formatsRemainingTime() {
+        #expect(Formatting.remaining(nil) == "unlimited")
+        #expect(Formatting.remaining(252) == "4m 12s")
+    }
+
+    /// Sizes with binary units, one decimal, worked out by hand.
+    @Test(arguments: [
+        (nil, "-"), (0, "0 B"), (1_023, "1023 B"), (1_024, "1.0 KiB"), (1_536, "1.5 KiB"),
+        (12_897_485, "12.3 MiB"), (1_048_575, "1.0 MiB"), (3 << 30, "3.0 GiB"), (Int.max, "8.0 EiB"),
+    ] as [(Int?, String)])
+    func formatsBytes(_ bytes: Int?, _ expected: String) {
+        #expect(Formatting.bytes(bytes) == expected)
+    }
+
+    @Test func formatsWallClockTimes() throws {
+        let utc = try #require(TimeZone(identifier: "UTC"))
+        #expect(Formatting.wallClock(0, timeZone: utc) == "1970-01-01 00:00:00")
+        // 2024-05-01 00:00:00 UTC is 1714521600; 12 h 0 min 3 s later.
+        #expect(Formatting.wallClock(1_714_564_803.9, timeZone: utc) == "2024-05-01 12:00:03")
+        let tokyo = try #require(TimeZone(identifier: "Asia/Tokyo"))
+        #expect(Formatting.wallClock(0, timeZone: tokyo) == "1970-01-01 09:00:00")
+    }
+
+    @Test func alignsTables() {
+        let table = Formatting.table(header: ["A", "LONG"], rows: [["xyz", "1"], ["p", "22"]])
+        #expect(table == "A    LONG\nxyz  1\np    22\n")
+    }
+
+    @Test func rendersAppTable() {
+        let lines = Rendering.appTable(Samples.apps).split(separator: "\n", omittingEmptySubsequences: false)
+        #expect(lines.count == 5)  // header, three apps, and the empty string after the final newline
+        #expect(lines[0].hasPrefix("NAME"))
+        #expect(lines[1].hasPrefix("org.example.mail    ") && lines[1].contains(" active "))
+        #expect(lines[1].contains("unlimited"))
+        #expect(lines[2].contains("4m 12s") && lines[2].contains("12.3 MiB") && lines[2].contains("background"))
+        // A hostile name stays on its line, its control characters shown as escapes.
+        #expect(lines[3].hasPrefix(#"evil\u{a}name\u{1b}[2J"#) && lines[3].hasSuffix("memory-reclaim"))
+        #expect(Rendering.appTable([]) == "no apps\n")
+    }
+
+    @Test func rendersOneApp() {
+        let text = Rendering.app(Samples.backgroundApp)
+        #expect(text.hasPrefix("org.example.photos\n  state:      background\n"))
+        #expect(text.contains("  process:    pid 77, uid 1000, managed\n"))
+        #expect(text.contains("  remaining:  4m 12s\n"))
+        #expect(text.contains("  memory:     12.3 MiB\n"))
+        #expect(text.contains("  queued:     2 event(s)\n"))
+        #expect(text.contains("  tasks:      2\n    ID  NAME    AGE\n    7   upload  1m 3s\n    9           250ms\n"))
+        let ended = Rendering.app(Samples.terminatedApp)
+        #expect(ended.contains("  exit:       memory-reclaim\n") && ended.contains("  remaining:  -\n"))
+        #expect(!ended.contains("\u{1B}"))
+    }
+
+    @Test func rendersStatus() {
+        #expect(Rendering.status(Samples.status) == """
+            bgtaskd 0.1.0, up 2h 5m
+            backends:  freeze=cgroup2  kill=pidfd  memory=pss
+            apps:      3 (1 suspended)
+            tasks:     2
+            memory:    appsBytes=120.0 MiB  availablePercent=42  level=normal
+
+            """)
+    }
+
+    @Test func rendersHistory() throws {
+        let utc = try #require(TimeZone(identifier: "UTC"))
+        #expect(Rendering.historyLine(Samples.reclaim, timeZone: utc)
+            == "2024-05-01 12:00:03  org.example.photos  terminated  reason=memory-reclaim  band=backgroundIdle  "
+            + "memory=3.0 GiB  latency=35ms\n")
+        #expect(Rendering.historyLine(Samples.taskEnded, timeZone: utc)
+            == "2024-05-01 12:00:00  org.example.photos  taskEnded  task=7 (upload)  end=expired\n")
+        let table = Rendering.historyTable(Samples.history, timeZone: utc)
+        #expect(table.hasPrefix("TIME                 APP                 EVENT              DETAILS\n"))
+        #expect(table.contains("2024-05-01 11:59:55  org.example.photos  expirationWarning  tasks=7,9\n"))
+        #expect(Rendering.historyTable([], timeZone: utc) == "no history\n")
+    }
+
+    @Test func rendersSmallReplies() {
+        #expect(Rendering.stateLine(Samples.activeApp) == "org.example.mail: active\n")
+        #expect(Rendering.postResult(PostReply(delivered: 1, queued: 0)) == "delivered to 1 app, queued for 0\n")
+        #expect(Rendering.postResult(PostReply(delivered: 3, queued: 2)) == "delivered to 3 apps, queued for 2\n")
+    }
+}
