@@ -57,13 +57,17 @@ public final class LifecycleClient: Sendable {
 
     /// Registers the calling process as the app `name` on a connection of its own and returns its event stream,
     /// the first reply (the app) already read. Closing the stream ends the registration and the app's leases.
-    public func register(name: String, exitsOnSuspend: Bool? = nil, state: AppState? = nil) throws(ClientError)
-        -> Registration
-    {
+    ///
+    /// `backgroundTime` asks for a shorter background time budget than the daemon's `BackgroundTimeSec`.
+    public func register(
+        name: String, exitsOnSuspend: Bool? = nil, state: AppState? = nil, backgroundTime: Duration? = nil
+    ) throws(ClientError) -> Registration {
         let dedicated = try VarlinkConnection(socketPath: socketPath, maximumMessageSize: maximumMessageSize)
         do throws(ClientError) {
             let stream = try dedicated.callStreaming(
-                RegisterParameters(name: name, exitsOnSuspend: exitsOnSuspend, state: state))
+                RegisterParameters(
+                    name: name, exitsOnSuspend: exitsOnSuspend, state: state,
+                    backgroundTimeSec: backgroundTime.map { Double($0.components.seconds) + Double($0.components.attoseconds) / 1e18 }))
             guard let first = try stream.next(timeout: timeout) else {
                 throw ClientError.protocolViolation("Register ended without a reply")
             }

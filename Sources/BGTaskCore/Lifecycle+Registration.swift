@@ -38,9 +38,12 @@ extension Lifecycle {
     /// A live name is refused with `appExists` unless the caller is that app's own process, in which case the
     /// registration re-attaches (after a daemon restart, or a reconnecting client); a managed app launched
     /// under this name binds to its launch record.
+    ///
+    /// `backgroundTime` asks for a shorter budget than the policy's (never a longer one); the expiration warning
+    /// then comes at most a quarter of it before the end, so a short budget still leaves time to work.
     public mutating func register(
         name: String, process: ProcessIdentity, exitsOnSuspend: Bool? = nil, initialState: InitialState = .active,
-        now: MonotonicInstant
+        backgroundTime: Duration? = nil, now: MonotonicInstant
     ) throws(LifecycleError) -> Registration {
         var actions: [Action] = []
         if let existing = liveNames[name] {
@@ -61,7 +64,9 @@ extension Lifecycle {
             finish(&actions)
             return Registration(app: existing, isReattached: app.state != .notRunning, actions: actions)
         }
-        let id = createRecord(name: name, process: process, isManaged: false, exitsOnSuspend: exitsOnSuspend, now: now)
+        let id = createRecord(
+            name: name, process: process, isManaged: false, exitsOnSuspend: exitsOnSuspend,
+            backgroundTime: backgroundTime, now: now)
         modify(id) { $0.isRegistered = true }
         audit(.registered, id, now: now, into: &actions)
         start(id, in: initialState, now: now, into: &actions)
@@ -112,14 +117,19 @@ extension Lifecycle {
         return actions
     }
 
-    func resolvedPolicy(for name: String, exitsOnSuspend: Bool?) -> AppPolicy {
+    func resolvedPolicy(for name: String, exitsOnSuspend: Bool?, backgroundTime: Duration? = nil) -> AppPolicy {
         var resolved = policy.appPolicy(for: name)
         if let exitsOnSuspend { resolved.exitsOnSuspend = exitsOnSuspend }
+        if let backgroundTime, backgroundTime > .zero, backgroundTime < resolved.backgroundTime {
+            resolved.backgroundTime = backgroundTime
+            resolved.expirationWarning = min(resolved.expirationWarning, backgroundTime / 4)
+        }
         return resolved
     }
 
     mutating func createRecord(
-        name: String, process: ProcessIdentity, isManaged: Bool, exitsOnSuspend: Bool?, now: MonotonicInstant
+        name: String, process: ProcessIdentity, isManaged: Bool, exitsOnSuspend: Bool?,
+        backgroundTime: Duration? = nil, now: MonotonicInstant
     ) -> AppID {
         let id = apps.makeID()
         if let ended = endedNames.removeValue(forKey: name) {
@@ -129,7 +139,8 @@ extension Lifecycle {
         apps.insert(
             AppRecord(
                 id: id, name: name, pid: process.pid, uid: process.uid, isManaged: isManaged,
-                policy: resolvedPolicy(for: name, exitsOnSuspend: exitsOnSuspend), state: .notRunning,
+                policy: resolvedPolicy(for: name, exitsOnSuspend: exitsOnSuspend, backgroundTime: backgroundTime),
+                state: .notRunning,
                 isRegistered: false, lastForeground: now))
         liveNames[name] = id
         return id

@@ -196,6 +196,14 @@ extension Manager {
             fail(call, .invalidParameter(parameter: "state"))
             return
         }
+        var backgroundTime: Duration?
+        if let seconds = parameters.backgroundTimeSec {
+            guard seconds.isFinite, seconds > 0, seconds < 1e9 else {
+                fail(call, .invalidParameter(parameter: "backgroundTimeSec"))
+                return
+            }
+            backgroundTime = .nanoseconds(Int64(seconds * 1e9))
+        }
         let credentials = call.credentials
         let limit = configuration.limits.connectionsPerUserMax
         let tracked = processes.values.lazy.filter { [core] in core.uid(of: $0.app) == credentials.uid }.count
@@ -207,7 +215,8 @@ extension Manager {
         do {
             registration = try core.register(
                 name: name, process: ProcessIdentity(pid: credentials.pid, uid: credentials.uid),
-                exitsOnSuspend: parameters.exitsOnSuspend, initialState: initialState, now: now)
+                exitsOnSuspend: parameters.exitsOnSuspend, initialState: initialState, backgroundTime: backgroundTime,
+                now: now)
         } catch {
             fail(call, error)
             return

@@ -119,21 +119,27 @@ public struct RegisterParameters: VarlinkMethodCall, Hashable {
     public var exitsOnSuspend: Bool?
     /// The state to start in, `active` or `background`; nil means `active`.
     public var state: AppState?
+    /// A shorter background time budget for this registration, in seconds; nil takes `BackgroundTimeSec`.
+    public var backgroundTimeSec: Double?
 
     /// Registration parameters.
-    public init(name: String, exitsOnSuspend: Bool? = nil, state: AppState? = nil) {
+    public init(
+        name: String, exitsOnSuspend: Bool? = nil, state: AppState? = nil, backgroundTimeSec: Double? = nil
+    ) {
         self.name = name
         self.exitsOnSuspend = exitsOnSuspend
         self.state = state
+        self.backgroundTimeSec = backgroundTimeSec
     }
 
-    enum CodingKeys: String, CodingKey { case name, exitsOnSuspend, state }
+    enum CodingKeys: String, CodingKey { case name, exitsOnSuspend, state, backgroundTimeSec }
 
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         name = try container.decodeParameter(String.self, forKey: .name)
         exitsOnSuspend = try container.decodeParameterIfPresent(Bool.self, forKey: .exitsOnSuspend)
         state = try container.decodeParameterIfPresent(AppState.self, forKey: .state)
+        backgroundTimeSec = try container.decodeParameterIfPresent(Double.self, forKey: .backgroundTimeSec)
     }
 }
 

@@ -57,11 +57,11 @@ public final class PolicyHarness {
     @discardableResult
     public func register(
         _ name: String, pid: Int32? = nil, uid: UInt32 = 1000, exitsOnSuspend: Bool? = nil,
-        initialState: InitialState = .active
+        initialState: InitialState = .active, backgroundTime: Duration? = nil
     ) throws(LifecycleError) -> AppID {
         let registration = try core.register(
             name: name, process: ProcessIdentity(pid: pid ?? Self.pid(for: name), uid: uid),
-            exitsOnSuspend: exitsOnSuspend, initialState: initialState, now: now)
+            exitsOnSuspend: exitsOnSuspend, initialState: initialState, backgroundTime: backgroundTime, now: now)
         execute(registration.actions)
         return registration.app
     }

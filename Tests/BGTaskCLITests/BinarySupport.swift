@@ -16,8 +16,9 @@ final class BGTaskProcess {
     private(set) var outputText = ""
     private var isFinished = false
 
-    /// Starts `bgtask ARGUMENTS...` with `environment` (plus PATH), standard input from /dev/null.
-    init(_ arguments: [String], environment: [String: String]) throws {
+    /// Starts `bgtask ARGUMENTS...` with `environment` (plus PATH), standard input from /dev/null; with
+    /// `.newProcessGroup` it leads its own group, as when started from an interactive shell.
+    init(_ arguments: [String], environment: [String: String], flags: SpawnFlags = []) throws {
         let executable = try Products.path("bgtask")
         let (outputRead, outputWrite) = try FileDescriptor.pipe()
         let (errorRead, errorWrite) = try FileDescriptor.pipe()
@@ -27,7 +28,8 @@ final class BGTaskProcess {
             process = try ProcessSpawner.spawn(
                 [executable] + arguments,
                 options: SpawnOptions(
-                    standardOutput: .fileDescriptor(outputWrite), standardError: .fileDescriptor(errorWrite),
+                    flags: flags, standardOutput: .fileDescriptor(outputWrite),
+                    standardError: .fileDescriptor(errorWrite),
                     environment: variables.map { "\($0.key)=\($0.value)" }))
         } catch {
             for descriptor in [outputRead, outputWrite, errorRead, errorWrite] { try descriptor.close() }

@@ -242,9 +242,28 @@ func trappingCommand(_ signal: String, exitStatus status: Int) -> [String] {
         }
     }
 
-    @Test func budgetSendsTheSignalWhenItRunsOut() throws {
+    @Test func budgetIsAskedOfTheDaemonForARegistrationOfItsOwn() throws {
         try withServer { server throws in
-            let run = try BGTaskProcess(["run", "--budget", "300ms", "--on-expire", "INT", "--"]
+            let run = try BGTaskProcess(["run", "--budget", "1500ms", "--on-expire", "INT", "--"]
+                                        + trappingCommand("INT", exitStatus: 4),
+                                        environment: ["BGTASK_SOCKET": server.socketPath])
+            #expect(server.waitForCall("Register")?.parameters["backgroundTimeSec"] == .number(1.5))
+            try run.waitForOutput(containing: "ready")
+            // The daemon enforces the budget: bgtask signals CMD on the daemon's warning, not on a timer of its own.
+            try server.push(EventInfo(id: 1, kind: .backgroundTaskExpiring, taskIds: [1]))
+            let result = try run.finish()
+            #expect(result.status == .exited(4))
+            #expect(result.output == "ready\ngot INT\n")
+            #expect(!result.errors.contains("is used up"))
+        }
+    }
+
+    @Test func budgetIsALimitOfItsOwnForAJoinedApp() throws {
+        try withServer({ state in
+            state.errors["Register"] = .appExists(app: "org.a")
+            state.remainingSeconds = nil
+        }) { server throws in
+            let run = try BGTaskProcess(["run", "--app", "org.a", "--budget", "300ms", "--on-expire", "INT", "--"]
                                         + trappingCommand("INT", exitStatus: 4),
                                         environment: ["BGTASK_SOCKET": server.socketPath])
             let result = try run.finish()

@@ -101,7 +101,13 @@ struct IDLTests {
         }
         for method in expected.methods {
             let found = try #require(actual.method(named: method.name))
-            #expect(shape(found.parameters) == shape(method.parameters), "\(method.name) parameters")
+            // DESIGN's parameters, in order, come first; an added parameter must be optional so that callers
+            // written against DESIGN's shape keep working.
+            let parameters = shape(found.parameters)
+            #expect(Array(parameters.prefix(method.parameters.count)) == shape(method.parameters), "\(method.name)")
+            for added in parameters.dropFirst(method.parameters.count) {
+                #expect(added.contains(": ?"), "\(method.name) adds a required parameter \(added)")
+            }
             #expect(shape(found.reply) == shape(method.reply), "\(method.name) reply")
         }
         for error in expected.errors {

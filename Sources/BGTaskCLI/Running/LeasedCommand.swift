@@ -47,12 +47,13 @@ final class LeasedCommand: Sendable {
     }
 
     /// Registers `app` in background (or joins it, when `joining` and it is already registered) and begins the
-    /// task `taskName`.
-    static func begin(app: String, joining: Bool, taskName: String, client: LifecycleClient,
+    /// task `taskName`. A registration of its own asks the daemon for `budget` as its background time, so the
+    /// daemon warns before it ends and terminates the app `task-expired` if CMD outlives it.
+    static func begin(app: String, joining: Bool, taskName: String, budget: Duration?, client: LifecycleClient,
                       context: CommandContext) throws(CommandFailure) -> LeasedCommand {
         var registration: Registration?
         do {
-            registration = try client.register(name: app, state: .background)
+            registration = try client.register(name: app, state: .background, backgroundTime: budget)
         } catch {
             guard joining, case .lifecycle(.appExists) = error else { throw failure(error) }
         }
@@ -73,11 +74,14 @@ final class LeasedCommand: Sendable {
         return LeasedCommand(client: client, context: context, app: app, taskId: taskId, registration: registration)
     }
 
-    /// Runs `command` until it exits, forwarding the warning as `signal` (also when `budget` runs out), then ends
-    /// the lease. Returns the command's status, or 128+N when a signal N killed it.
+    /// Runs `command` until it exits, forwarding the warning as `signal` (for a joined app, also when `budget`
+    /// runs out: the daemon enforces it for a registration of bgtask's own), then ends the lease. Returns the
+    /// command's status, or 128+N when a signal N killed it.
     func run(_ command: [String], signal: Signal, budget: Duration?) throws(CommandFailure) -> ExitCode {
         // Installed before the spawn, so a signal sent as soon as CMD starts is not the death of bgtask.
         SignalForwarding.install()
+        let terminalOwner = CommandGroup.lead()
+        defer { CommandGroup.restoreTerminal(to: terminalOwner) }
         let process: SpawnedProcess
         do {
             process = try ProcessSpawner.spawn(command, options: SpawnOptions(standardInput: .inherit))
@@ -102,7 +106,7 @@ final class LeasedCommand: Sendable {
         }
         let status: ExitStatus
         do {
-            if let budget, try !process.pidFD.waitForExit(timeout: budget) {
+            if registration == nil, let budget, try !process.pidFD.waitForExit(timeout: budget) {
                 let limit = Formatting.duration(seconds: budget.seconds)
                 warn(process, target: target, signal: signal, because: "the budget of \(limit) is used up")
             }
@@ -147,12 +151,11 @@ final class LeasedCommand: Sendable {
         because reason: String
     ) {
         guard sent.withLock({ $0.insert(notice).inserted }) else { return }
-        do {
-            try process.pidFD.sendSignal(signal)
+        // To the command's whole group: a shell defers its traps while its foreground child runs.
+        if CommandGroup.send(signal.rawValue) {
             context.progress("\(reason): sent \(signal.name) to \(target)")
-        } catch {
-            // ESRCH: the command has just exited, and the lease is about to end anyway.
-            if error != .noSuchProcess { context.progress("\(reason), but sending \(signal.name) failed: \(error)") }
+        } else {
+            context.progress("\(reason), but sending \(signal.name) failed: errno \(errno)")
         }
     }
 

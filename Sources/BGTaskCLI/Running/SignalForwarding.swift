@@ -4,7 +4,7 @@ import Glibc
 import Synchronization
 
 /// While installed, SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1 and SIGUSR2 sent to bgtask are sent on to the
-/// command, and bgtask keeps waiting for it (as `timeout(1)` does).
+/// command's whole process group (see `CommandGroup`), and bgtask keeps waiting for it (as `timeout(1)` does).
 ///
 /// Signals the kernel generates (Ctrl-C on a terminal, `si_code == SI_KERNEL`) are not forwarded once the command
 /// runs: the terminal already sends them to the whole foreground process group, which includes the command, and a
@@ -33,12 +33,14 @@ enum SignalForwarding {
                 // SI_USER (0), SI_QUEUE (-1) and SI_TKILL (-6) mean another process sent it; SI_KERNEL (0x80)
                 // means the terminal or the kernel did.
                 let isFromKernel = (info?.pointee.si_code ?? 0) > 0
+                // bgtask's own copy of a signal it sent to its group (see `CommandGroup.send`): not an order.
+                if !isFromKernel, info?.pointee._sifields._kill.si_pid == getpid() { return }
                 if isFromKernel && SignalForwarding.target.load(ordering: .sequentiallyConsistent) > 0 { return }
                 SignalForwarding.pending.store(number, ordering: .sequentiallyConsistent)
                 let pid = SignalForwarding.target.load(ordering: .sequentiallyConsistent)
                 guard pid > 0 else { return }
                 let signal = SignalForwarding.pending.exchange(0, ordering: .sequentiallyConsistent)
-                if signal != 0 { kill(pid, signal) }
+                if signal != 0 { CommandGroup.send(signal, fromHandler: true) }
             }
             action.sa_flags = SA_SIGINFO | SA_RESTART
             sigemptyset(&action.sa_mask)
@@ -54,7 +56,7 @@ enum SignalForwarding {
     static func forward(to pid: pid_t) {
         target.store(pid, ordering: .sequentiallyConsistent)
         let signal = pending.exchange(0, ordering: .sequentiallyConsistent)
-        if signal != 0 { kill(pid, signal) }
+        if signal != 0 { CommandGroup.send(signal) }
     }
 
     /// Restores the default actions and forgets the target; call it before reaping the command.

@@ -17,7 +17,7 @@ public struct Run: Subcommand {
         type: .signal, defaultValue: "TERM")
     static let budget = OptionSpec(
         "budget", valueName: "DURATION",
-        help: "A shorter limit of bgtask's own: CMD gets SIGNAL once it has run this long (e.g. 90s, 5min).",
+        help: "A shorter background time than the daemon's (e.g. 90s, 5min): CMD gets SIGNAL before it ends.",
         type: .duration, defaultValue: "the daemon's limit")
     static let command = ArgumentSpec("CMD", help: "The command to run, with its arguments.", isCommand: true)
 
@@ -34,9 +34,12 @@ public struct Run: Subcommand {
             SIGNAL, so CMD can save its work and exit. If CMD is still running when the time is up, the daemon \
             terminates the app: CMD gets SIGNAL again, and after the daemon's grace period bgtask is killed, \
             with CMD when bgtask leads its process group (as it does when started from an interactive shell). \
-            --budget sets a shorter limit: CMD gets SIGNAL once it has run that long. An app registered by \
-            another process gets its own events, so for a joined app bgtask reads the remaining time instead \
-            and sends SIGNAL 5 s before it runs out.
+            --budget asks the daemon for a shorter background time: the warning, and so SIGNAL, comes before it \
+            ends (a quarter of it, at most the daemon's ExpirationWarningSec, before), and if CMD is still \
+            running when it ends the daemon terminates the app as task-expired. An app registered by another \
+            process gets its own events and keeps its own budget, so for a joined app bgtask reads the \
+            remaining time instead, sends SIGNAL 5 s before it runs out, and treats --budget as a limit of its \
+            own: CMD gets SIGNAL once it has run that long.
 
             CMD inherits bgtask's standard input and output; bgtask's own progress lines (the task begun, the \
             warning forwarded) go to standard error. Options end at CMD's first word: write -- before CMD when \
@@ -83,7 +86,7 @@ public struct Run: Subcommand {
         defer { client.close() }
         let lease = try LeasedCommand.begin(
             app: app ?? Run.defaultAppName(program: program, pid: getpid()), joining: app != nil,
-            taskName: taskName ?? program, client: client, context: context)
+            taskName: taskName ?? program, budget: budget, client: client, context: context)
         return try lease.run(command, signal: expirationSignal, budget: budget)
     }
 
