@@ -14,6 +14,7 @@ let package = Package(
         .executable(name: "bgtaskd", targets: ["bgtaskd"]),
         .executable(name: "bgtask", targets: ["bgtask"]),
         .executable(name: "bgtask-bench", targets: ["bgtask-bench"]),
+        .executable(name: "bgtask-demo-app", targets: ["bgtask-demo-app"]),
     ],
     targets: [
         // The lifecycle and lease policy: a pure state machine, standard library only.
@@ -54,8 +55,14 @@ let package = Package(
         .target(
             name: "BGTaskCLI", dependencies: ["BGTaskClient", "BGTaskConfig", "BGTaskProtocol", "BGTaskSystem"]
         ),
-        // The bgtask executable: hands the command line to BGTaskCLI.
-        .executableTarget(name: "bgtask", dependencies: ["BGTaskCLI"]),
+        // The sample app of `bgtask demo`: a BackgroundApplication configured by its arguments, printing one line
+        // per thing it experiences.
+        .target(name: "BGTaskDemoApp", dependencies: ["BGTaskClient"]),
+        .executableTarget(name: "bgtask-demo-app", dependencies: ["BGTaskDemoApp"]),
+        // `bgtask demo`: a private daemon, sample apps, and the scenes narrated with real output (the DemoRunner).
+        .target(name: "BGTaskDemo", dependencies: ["BGTaskCLI", "BGTaskClient", "BGTaskSystem"]),
+        // The bgtask executable: hands the command line to BGTaskCLI, with the demo plugged in.
+        .executableTarget(name: "bgtask", dependencies: ["BGTaskCLI", "BGTaskDemo"]),
         // Test helpers shared by every test target: manual clock and loop, fakes, harnesses.
         .target(
             name: "BGTaskTestSupport", dependencies: ["BGTaskCore", "BGTaskSystem", "BGTaskProtocol"]),

@@ -1,8 +1,7 @@
-// bgtask: the command-line front end of bgtaskd; everything but the wiring lives in BGTaskCLI.
+// bgtask: the command-line front end of bgtaskd; everything but the wiring lives in BGTaskCLI and BGTaskDemo.
 import BGTaskCLI
+import BGTaskDemo
 import Glibc
 
-// The demo's implementation plugs in here as `demoRunner:` (see `DemoRunner`); without one, `bgtask demo` fails
-// with one line saying this build does not include it.
-let status = await BGTaskTool.main(Array(CommandLine.arguments.dropFirst()))
+let status = await BGTaskTool.main(Array(CommandLine.arguments.dropFirst()), demoRunner: LifecycleDemo())
 exit(status.rawValue)

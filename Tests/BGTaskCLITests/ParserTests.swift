@@ -77,7 +77,7 @@ let acceptedRows: [AcceptedRow] = [
     .ok(["history", "-n", "20"], as: History.self) { $0.limit == 20 },
     // An option given twice keeps its last value.
     .ok(["history", "--limit=5", "-n", "7", "--json"], as: History.self) { $0.limit == 7 && $0.json },
-    .ok(["demo"], as: Demo.self) { $0.request.backgroundTime == .seconds(20) },
+    .ok(["demo"], as: Demo.self) { $0.request.backgroundTime == .seconds(6) },
     .ok(["demo", "--background-time", "1min"], as: Demo.self) { $0.request.backgroundTime == .seconds(60) },
     // Global options before or after the subcommand.
     .globals(["--socket", "/s", "status"]) { $0.socketPath == "/s" && !$0.isUser },

@@ -119,7 +119,7 @@ public enum Rendering {
     /// The details of a history entry beyond its time, app and kind, in the order a reader asks about them: the
     /// new state, the task and how it ended, the tasks warned, the reason, then a reclaim's band, memory and
     /// latency, and a warned app's rank.
-    static func details(_ entry: HistoryEntry) -> [String] {
+    public static func details(_ entry: HistoryEntry) -> [String] {
         var details: [String] = []
         if let state = entry.state { details.append("state=\(state.rawValue)") }
         if let taskId = entry.taskId {

@@ -28,24 +28,28 @@ public struct Demo: Subcommand {
     static let backgroundTime = OptionSpec(
         "background-time", valueName: "DURATION",
         help: "The private daemon's BackgroundTimeSec: how long the demo's apps may run in background.",
-        type: .duration, defaultValue: "20s")
+        type: .duration, defaultValue: "6s")
 
-    /// The default of `--background-time`: short, so the expiry the demo shows comes within a minute.
-    static let defaultBackgroundTime = Duration.seconds(20)
+    /// The default of `--background-time`: short, so the whole demo, expiry included, takes about half a minute.
+    static let defaultBackgroundTime = Duration.seconds(6)
 
     public static let spec = CommandSpec(
         name: "demo",
         abstract: "Run a self-contained demonstration with a private daemon",
         discussion: """
-            Starts a private bgtaskd on a temporary socket, apart from any other daemon, and walks through the \
-            lifecycle with demo apps: registering, beginning background tasks, entering background, the \
-            expiration warning, suspension, waking by a notification, and memory reclamation, narrating each \
-            step as the daemon reports it. Everything the demo starts is stopped when it ends or is \
-            interrupted. --socket and --user do not apply: the demo never talks to another daemon.
+            Starts a private bgtaskd in a temporary runtime directory with a short policy, apart from any other \
+            daemon, runs sample apps (bgtask-demo-app, found next to bgtask, as bgtaskd is), and narrates each \
+            scene with what really happens: the apps' own lines, the daemon's audit trail and replies, and /proc. \
+            The scenes: apps register in the foreground and one leaves it; a background task ends in time while \
+            its remaining time counts down, and the app is suspended; a task outlives its background time \
+            (expiration warning, then termination); notifications to a suspended app are coalesced; memory \
+            warnings, then reclamation. Needs no root. Everything the demo starts is stopped and its directory \
+            removed when it ends or is interrupted. --socket and --user do not apply: the demo never talks to \
+            another daemon.
             """,
         options: [backgroundTime],
         examples: [
-            ExampleSpec("bgtask demo", "Watch the whole lifecycle in about a minute."),
+            ExampleSpec("bgtask demo", "Watch the whole lifecycle in about half a minute."),
             ExampleSpec("bgtask demo --background-time 1min", "The same at a slower pace."),
         ]
     )

@@ -1,0 +1,79 @@
+// The private daemon's policy for the demo: short enough that every scene fits in well under a minute.
+import BGTaskCLI
+
+/// The numbers the demo runs with, derived from `--background-time`, and the `bgtaskd.conf` that sets them.
+struct DemoPolicy: Hashable, Sendable {
+    /// `BackgroundTimeSec`: the background time budget of each app.
+    var backgroundTime: Duration
+    /// `ExpirationWarningSec`: 2 s, or a third of a shorter budget, so the warning always comes after the start.
+    var expirationWarning: Duration
+    /// `EnterBackgroundGraceSec`: the sample apps acknowledge within milliseconds; 1 s is ample.
+    var enterBackgroundGrace = Duration.seconds(1)
+    /// `WillTerminateGraceSec`: long enough to see the misbehaving app's willTerminate line before the kill.
+    var willTerminateGrace = Duration.seconds(1)
+    /// `MemoryWarningGraceSec`: long enough to read the warnings before the reclaim.
+    var memoryWarningGrace = Duration.seconds(1)
+    /// `AppsMemoryMax` in MiB. A sample app's PSS measures about 5 MiB (its Swift libraries are shared with the
+    /// other apps, so each pays a part), and the demo runs at most three at once when it measures: 64 MiB stays
+    /// far above them, and far below them plus `allocationMebibytes`.
+    var appsMemoryMaxMebibytes = 64
+    /// What the editor app allocates in background: enough to put the apps well over `AppsMemoryMax`.
+    var allocationMebibytes = 96
+    /// How long the uploader's upload takes: it ends well before the expiration warning would come.
+    var uploadLength: Duration
+
+    /// The shortest and longest `--background-time` the scenes are paced for.
+    static let backgroundTimeRange = Duration.seconds(3)...Duration.seconds(600)
+
+    /// The policy for a background time budget; fails when the budget is outside `backgroundTimeRange`.
+    init(backgroundTime: Duration) throws(DemoFailure) {
+        guard Self.backgroundTimeRange.contains(backgroundTime) else {
+            throw DemoFailure(
+                "--background-time must be between \(Formatting.duration(seconds: Self.backgroundTimeRange.lowerBound.inSeconds)) "
+                    + "and \(Formatting.duration(seconds: Self.backgroundTimeRange.upperBound.inSeconds)) for the "
+                    + "scenes to fit, not \(Formatting.duration(seconds: backgroundTime.inSeconds))")
+        }
+        self.backgroundTime = backgroundTime
+        expirationWarning = min(.seconds(2), backgroundTime / 3)
+        uploadLength = min(.milliseconds(2_500), (backgroundTime - expirationWarning) / 2)
+    }
+
+    /// The configuration file's text, as `bgtaskd --config` reads it.
+    var configuration: String {
+        """
+        # bgtask demo: a short policy so that every scene fits in well under a minute.
+        [Policy]
+        BackgroundTimeSec=\(Self.milliseconds(backgroundTime))
+        ExpirationWarningSec=\(Self.milliseconds(expirationWarning))
+        EnterBackgroundGraceSec=\(Self.milliseconds(enterBackgroundGrace))
+        WillTerminateGraceSec=\(Self.milliseconds(willTerminateGrace))
+
+        [Memory]
+        AppsMemoryMax=\(appsMemoryMaxMebibytes)M
+        MemoryWarningGraceSec=\(Self.milliseconds(memoryWarningGrace))
+
+        """
+    }
+
+    /// The policy on one line, for the narration.
+    var summary: String {
+        [
+            "BackgroundTimeSec=\(Self.readable(backgroundTime))",
+            "ExpirationWarningSec=\(Self.readable(expirationWarning))",
+            "EnterBackgroundGraceSec=\(Self.readable(enterBackgroundGrace))",
+            "WillTerminateGraceSec=\(Self.readable(willTerminateGrace))",
+            "AppsMemoryMax=\(appsMemoryMaxMebibytes)M",
+            "MemoryWarningGraceSec=\(Self.readable(memoryWarningGrace))",
+        ].joined(separator: " ")
+    }
+
+    /// `2500ms`: systemd time syntax, exact.
+    static func milliseconds(_ duration: Duration) -> String {
+        "\(Int64((duration.inSeconds * 1_000).rounded()))ms"
+    }
+
+    /// `6s`, `2.5s`: for people.
+    static func readable(_ duration: Duration) -> String {
+        Formatting.duration(seconds: duration.inSeconds)
+    }
+}

@@ -1,0 +1,144 @@
+// Everything the demo starts, owned in one place: the runtime directory, the daemon, its clients and the apps.
+import BGTaskCLI
+import BGTaskClient
+import BGTaskSystem
+import Foundation
+import Glibc
+
+/// The demo's resources, created as the scenes need them and all released by `tearDown()`, which runs whether
+/// the demo finished, failed or was interrupted.
+final class DemoStage {
+    let transcript: Transcript
+    let policy: DemoPolicy
+    let products: DemoProducts
+    /// The temporary runtime directory: socket, configuration, daemon log.
+    private(set) var directory: String?
+    private(set) var daemon: PrivateDaemon?
+    private var controller: LifecycleClient?
+    private var follower: AuditFollower?
+    /// The apps started, in order.
+    private(set) var apps: [SampleAppProcess] = []
+
+    init(transcript: Transcript, policy: DemoPolicy, products: DemoProducts) {
+        self.transcript = transcript
+        self.policy = policy
+        self.products = products
+    }
+
+    /// The controller's connection to the daemon (what a device shell or `bgtask` holds).
+    var client: LifecycleClient {
+        get throws(DemoFailure) {
+            guard let controller else { throw DemoFailure("the demo's daemon is not running") }
+            return controller
+        }
+    }
+
+    /// The daemon's audit trail as followed since the start.
+    var audit: AuditFollower {
+        get throws(DemoFailure) {
+            guard let follower else { throw DemoFailure("the demo is not following the daemon's audit trail") }
+            return follower
+        }
+    }
+
+    /// Makes the runtime directory, writes the policy, starts the daemon and waits for `READY=1`, connects, and
+    /// starts following the audit trail.
+    func setUp(lifetime: Duration) throws(DemoFailure) {
+        let base = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
+        var template = Array("\(base)/bgtask-demo-XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else {
+            throw DemoFailure("cannot create a temporary directory in \(base): \(Errno(rawValue: errno, operation: "mkdtemp"))")
+        }
+        let directory = String(cString: made)
+        self.directory = directory
+        let socketPath = directory + "/io.bgtask.Lifecycle"
+        guard socketPath.utf8.count <= UnixSocket.maximumPathLength else {
+            throw DemoFailure(
+                "the socket path \(socketPath) is longer than a Unix socket allows "
+                    + "(\(UnixSocket.maximumPathLength) bytes): set TMPDIR to a shorter directory")
+        }
+        let configurationPath = directory + "/bgtaskd.conf"
+        do {
+            try Data(policy.configuration.utf8).write(to: URL(fileURLWithPath: configurationPath))
+        } catch {
+            throw DemoFailure("cannot write \(configurationPath): \(error)")
+        }
+        transcript.say("runtime directory \(directory) (socket, configuration, daemon log; removed at the end)")
+        transcript.say("policy (bgtaskd.conf): \(policy.summary)")
+        transcript.say("starting bgtaskd under timeout(1), with a NOTIFY_SOCKET of the demo's own to learn when it is ready")
+        let daemon = try PrivateDaemon(
+            executable: products.daemon, directory: directory, configurationPath: configurationPath,
+            lifetime: lifetime)
+        self.daemon = daemon
+        let client = try daemonCall("connecting to \(daemon.socketPath)") { () throws(ClientError) in
+            try LifecycleClient(socketPath: daemon.socketPath, timeout: .seconds(10))
+        }
+        controller = client
+        let status = try daemonCall("GetStatus") { () throws(ClientError) in try client.getStatus() }
+        let backends = status.backends.sorted { $0.key < $1.key }
+            .map { "\($0.key)=\($0.value.stringValue ?? "?")" }.joined(separator: " ")
+        transcript.say(
+            "bgtaskd (pid \(daemon.pid)) sent READY=1 after \(Transcript.seconds(daemon.startUpTime)); GetStatus: "
+                + "version \(status.version), backends \(backends)")
+        follower = try AuditFollower(client: client, transcript: transcript)
+        transcript.say("following the daemon's audit trail (Watch): its entries are quoted as \"bgtaskd | ...\"")
+    }
+
+    /// Starts the sample app `name` with `arguments` beyond its name, socket and lifetime.
+    func launch(_ name: String, _ arguments: [String], lifetime: Duration) throws(DemoFailure) -> SampleAppProcess {
+        guard let daemon else { throw DemoFailure("the demo's daemon is not running") }
+        let environment = [
+            "PATH=\(ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")",
+        ]
+        let app = try SampleAppProcess(
+            name: name, executable: products.sampleApp,
+            arguments: ["--name", name, "--socket", daemon.socketPath,
+                        "--lifetime", String(Int(lifetime.inSeconds.rounded(.up)))] + arguments,
+            environment: environment, transcript: transcript)
+        apps.append(app)
+        return app
+    }
+
+    /// Stops everything the demo started, saying what it did: the audit stream, every app still running, the
+    /// daemon, and the runtime directory. Never throws, and ignores interruptions: a second Ctrl-C must not
+    /// leave half of it behind.
+    func tearDown() {
+        transcript.heading("Cleaning up")
+        if let follower {
+            follower.stop()
+            transcript.say("stopped following the audit trail")
+        }
+        follower = nil
+        for app in apps {
+            switch app.end() {
+            case .alreadyEnded(let status):
+                transcript.say("\(app.name) (pid \(app.pid)) had ended: \(status)")
+            case .ended(let status):
+                transcript.say("\(app.name) (pid \(app.pid)): SIGTERM; \(status)")
+            case .stillRunning:
+                transcript.say("\(app.name) (pid \(app.pid)) could not be stopped; it exits by itself within its lifetime")
+            }
+        }
+        controller?.close()
+        controller = nil
+        if let daemon {
+            let (status, took) = daemon.stop()
+            if let status {
+                transcript.say(
+                    "bgtaskd (pid \(daemon.pid)): SIGTERM; \(status) after \(Transcript.seconds(took))")
+            } else {
+                transcript.say("bgtaskd (pid \(daemon.pid)) could not be stopped; timeout(1) ends it")
+            }
+        }
+        daemon = nil
+        if let directory {
+            do {
+                try FileManager.default.removeItem(atPath: directory)
+                transcript.say("removed \(directory)")
+            } catch {
+                transcript.say("could not remove \(directory): \(error)")
+            }
+        }
+        directory = nil
+    }
+}

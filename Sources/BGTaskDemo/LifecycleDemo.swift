@@ -1,0 +1,46 @@
+// `bgtask demo`'s implementation: a private daemon, sample apps, and the scenes narrated with what they really do.
+import BGTaskCLI
+import Foundation
+
+/// The `DemoRunner` that `bgtask` is built with: starts a private `bgtaskd` in a temporary runtime directory with
+/// a short policy, runs sample apps (`bgtask-demo-app`), and narrates each scene with real output — the apps' own
+/// lines, the daemon's audit trail, its replies, and `/proc` — then stops everything it started.
+///
+/// Needs no root: the daemon and the apps run as the calling user, with the signal and PSS backends that need no
+/// cgroup. Everything it starts is stopped when it ends, fails, or is interrupted (Ctrl-C, SIGTERM, SIGHUP); if
+/// bgtask itself is killed outright, the daemon's `timeout(1)` and the apps' own lifetimes end them.
+public struct LifecycleDemo: DemoRunner {
+    /// The demo.
+    public init() {}
+
+    public func runDemo(_ request: DemoRequest, in context: CommandContext) async throws(CommandFailure) -> ExitCode {
+        let transcript = Transcript(output: context.standardOutput)
+        let policy: DemoPolicy
+        let products: DemoProducts
+        do throws(DemoFailure) {
+            policy = try DemoPolicy(backgroundTime: request.backgroundTime)
+            products = try DemoProducts.locate()
+        } catch {
+            throw error.commandFailure
+        }
+        Interruption.install()
+        defer { Interruption.uninstall() }
+        transcript.say(
+            "bgtask demo: iOS-style background execution on Linux, shown with a private bgtaskd and sample apps")
+        // Long enough for every scene at the slowest pace, so nothing outlives a demo that lost track of it.
+        let lifetime = policy.backgroundTime * 4 + .seconds(60)
+        let stage = DemoStage(transcript: transcript, policy: policy, products: products)
+        var failure: DemoFailure?
+        do throws(DemoFailure) {
+            try stage.setUp(lifetime: lifetime)
+            try DemoScenes(stage: stage, lifetime: lifetime, timeZone: context.timeZone).run()
+        } catch {
+            failure = error
+            transcript.say(error.signal == nil ? "the demo failed: \(error)" : "\(error): cleaning up")
+        }
+        stage.tearDown()
+        if let failure { throw failure.commandFailure }
+        transcript.say("The demo took \(Transcript.seconds(transcript.elapsed)); nothing it started is left running.")
+        return .success
+    }
+}
