@@ -1,5 +1,6 @@
 // bgtaskd's command line and configuration: --dump-config, usage errors, SIGHUP reload, socket activation.
 
+import BGTaskConfig
 import BGTaskDaemon
 import BGTaskProtocol
 import BGTaskSystem
@@ -132,5 +133,32 @@ struct CommandLineTests {
         try ProcessGroup(id: activator.pid).send(.terminate)
         _ = try activator.waitForExit()
         #expect(FileManager.default.fileExists(atPath: socketPath))
+    }
+}
+
+@Suite("bgtaskd(8)")
+struct DaemonManPageTests {
+    static let page = Products.packageRoot + "/docs/man/bgtaskd.8"
+
+    @Test("documents every option of the parser and every configuration key")
+    func complete() throws {
+        let text = try String(contentsOfFile: Self.page, encoding: .utf8).replacingOccurrences(of: "\\-", with: "-")
+        let options = DaemonOptions.help.split(whereSeparator: { $0 == " " || $0 == "\n" || $0 == "[" || $0 == "]" })
+            .filter { $0.hasPrefix("--") }.map { String($0.prefix { $0 == "-" || $0.isLetter }) }
+        #expect(!options.isEmpty)
+        for option in Set(options) { #expect(text.contains(option), "\(option) is not in bgtaskd.8") }
+        let keys = DaemonConfiguration().renderINI().split(separator: "\n")
+            .compactMap { line -> String? in line.contains("=") && !line.hasPrefix("#") ? String(line.split(separator: "=")[0]) : nil }
+        #expect(keys.count >= 19)
+        for key in keys { #expect(text.contains(".B \(key)="), "\(key) is not in bgtaskd.8") }
+    }
+
+    @Test("renders with groff without warnings")
+    func renders() throws {
+        let groff = try ChildProcess(["sh", "-c", "groff -man -Tutf8 -wall \"$0\" 2>&1 >/dev/null", Self.page])
+        var warnings: [String] = []
+        while let line = try groff.nextLine() { warnings.append(line) }
+        #expect(try groff.waitForExit() == .exited(0))
+        #expect(warnings.isEmpty, "\(warnings)")
     }
 }
