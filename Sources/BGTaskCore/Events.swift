@@ -108,13 +108,15 @@ public struct AuditRecord: Hashable, Sendable {
     public var memoryBytes: UInt64?
     /// The reclamation rank of a memory warning.
     public var rank: Int?
+    /// For a reclamation: the time from the pressure trigger to the kill decision.
+    public var latency: Duration?
 
     /// Creates a record; the details default to absent.
     public init(
         time: MonotonicInstant, app: AppID, appName: String, kind: AuditKind, state: AppState? = nil,
         reason: TerminationReason? = nil, taskID: TaskID? = nil, taskName: String? = nil,
         taskEnd: TaskEndCause? = nil, taskIDs: [TaskID]? = nil, band: ReclamationBand? = nil,
-        memoryBytes: UInt64? = nil, rank: Int? = nil
+        memoryBytes: UInt64? = nil, rank: Int? = nil, latency: Duration? = nil
     ) {
         self.time = time
         self.app = app
@@ -129,6 +131,7 @@ public struct AuditRecord: Hashable, Sendable {
         self.band = band
         self.memoryBytes = memoryBytes
         self.rank = rank
+        self.latency = latency
     }
 }
 

@@ -108,8 +108,11 @@ extension Lifecycle {
     }
 
     /// Terminates an app to free memory (`memory-reclaim`): with no notice if suspended, else with
-    /// `willTerminate` and the usual grace. The shell re-checks its trigger before calling this.
-    public mutating func reclaim(_ id: AppID, memoryBytes: UInt64?, now: MonotonicInstant) throws(LifecycleError) -> [Action] {
+    /// `willTerminate` and the usual grace. The shell re-checks its trigger before calling this; `triggeredAt`
+    /// (when the pressure episode began) makes the record carry the trigger-to-kill latency.
+    public mutating func reclaim(
+        _ id: AppID, memoryBytes: UInt64?, triggeredAt: MonotonicInstant? = nil, now: MonotonicInstant
+    ) throws(LifecycleError) -> [Action] {
         guard let app = apps[id] else { throw .noSuchApp(id.description) }
         guard let band = reclamationBand(of: id) else {
             throw .invalidState(app: app.name, state: app.state.rawValue)
@@ -118,6 +121,7 @@ extension Lifecycle {
         terminate(id, reason: .memoryReclaim, now: now, into: &actions) {
             $0.band = band
             $0.memoryBytes = memoryBytes
+            $0.latency = triggeredAt.map { now - $0 }
         }
         finish(&actions)
         return actions

@@ -404,8 +404,13 @@ extension Manager {
     private func getStatus(_ call: IncomingCall) {
         guard parameters(GetStatusParameters.self, of: call) != nil else { return }
         var memory: [String: JSONValue] = [
-            "appsMemoryMax": configuration.memory.appsMemoryMaxBytes.map { .number(Double($0)) } ?? .null
+            "appsMemoryMax": configuration.memory.appsMemoryMaxBytes.map { .number(Double($0)) } ?? .null,
+            "level": .string(memoryMonitor?.machine.level.description ?? "normal"),
+            "trigger": "polling",
         ]
+        if let apps = memoryMonitor?.measureApps() {
+            memory["appsBytes"] = .number(Double(apps.values.reduce(0, +)))
+        }
         if let info = try? procFS.memoryInfo() {
             memory["totalBytes"] = .number(Double(info.totalBytes))
             memory["availableBytes"] = .number(Double(info.availableBytes))

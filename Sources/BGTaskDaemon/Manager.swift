@@ -43,6 +43,8 @@ public final class Manager {
     let startedAt: MonotonicInstant
 
     let readBuffer = ReadBuffer()
+    /// Made in `start()`: it needs the manager.
+    var memoryMonitor: MemoryMonitor?
     var listeners: [IOSource] = []
     var ownsSocketFile = false
     var timer: TimerSource?
@@ -115,10 +117,13 @@ public final class Manager {
             throw StartupError(description: "cannot set up the event loop: \(error)")
         }
         resolveControllerGroup()
+        memoryMonitor = MemoryMonitor(manager: self, settings: configuration.memory)
         try openListeners()
+        let appsLimit = configuration.memory.appsMemoryMaxBytes.map { "\($0) bytes" } ?? "infinity"
         logger.notice(
             "bgtaskd \(Self.version) listening on \(socketPath); backends: freeze=sigstop memory=pss kill=pidfd "
-                + "(self-registered apps)")
+                + "(self-registered apps); memory trigger: polling, AppsMemoryMax=\(appsLimit)"
+                + (configuration.memory.reclaimDryRun ? ", ReclaimDryRun" : ""))
         _ = try? notifier.ready()
         updateStatus()
     }
@@ -207,6 +212,7 @@ public final class Manager {
         }
         configuration = result.configuration
         core.updatePolicy(configuration.core)
+        memoryMonitor?.update(configuration.memory)
         trail.capacity = configuration.core.historySize
         resolveControllerGroup()
         logger.notice("configuration reloaded from \(configurationPath)")
@@ -367,6 +373,7 @@ public final class Manager {
             return false
         }
         processes[app] = process
+        memoryMonitor?.appsChanged()
         return true
     }
 
@@ -374,6 +381,8 @@ public final class Manager {
         guard let process = processes.removeValue(forKey: app) else { return }
         process.release()
         perform(core.processExited(app, how: .exited, now: now))
+        memoryMonitor?.victimExited(app)
+        memoryMonitor?.appsChanged()
         if let stream = eventStreams.removeValue(forKey: app) {
             stream.close(because: "the app's process exited")
         }

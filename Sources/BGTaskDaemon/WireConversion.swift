@@ -62,6 +62,7 @@ extension HistoryEntry {
             reason: record.reason.map(ExitReason.init),
             band: record.band.flatMap { ReclaimBand(rawValue: $0.name) },
             memoryBytes: record.memoryBytes.map { Int(clamping: $0) },
+            latencyMs: record.latency.map { $0.secondsValue * 1000 },
             state: record.state.map(BGTaskProtocol.AppState.init),
             taskId: record.taskID.map { Int($0.rawValue) },
             taskName: record.taskID == nil ? nil : (record.taskName ?? ""),

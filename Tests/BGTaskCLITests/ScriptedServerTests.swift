@@ -194,7 +194,9 @@ let utc = TimeZone(identifier: "UTC") ?? .current
 func trappingCommand(_ signal: String, exitStatus status: Int) -> [String] {
     [
         "sh", "-c",
-        "sleep 30 >/dev/null 2>&1 & trap 'echo got \(signal); kill $!; exit \(status)' \(signal); echo ready; wait",
+        // The signal reaches the whole group, so the sleep may be gone already when the trap kills it.
+        "sleep 30 >/dev/null 2>&1 & trap 'echo got \(signal); kill $! 2>/dev/null; exit \(status)' \(signal); "
+            + "echo ready; wait",
     ]
 }
 

@@ -6,6 +6,7 @@ obeys commands on stdin, one per line:
     begin NAME      -> "began ID"          end ID      -> "ended ID"
     remaining       -> "remaining SECONDS|unlimited"
     ack EVENTID     -> "acked EVENTID"     exit CODE   (exits at once)
+    alloc MIB       -> "allocated MIB"     (memory written page by page, so it counts in PSS)
 Failures print "error NAME". The process bounds its own lifetime (--lifetime, default 60 s).
 """
 import argparse
@@ -79,6 +80,7 @@ def main():
         out("stream-closed")
 
     threading.Thread(target=read_events, daemon=True).start()
+    held = []
     for line in sys.stdin:
         words = line.split()
         if not words:
@@ -95,6 +97,11 @@ def main():
             elif words[0] == "ack":
                 ack_connection.Acknowledge(args.name, int(words[1]))
                 out("acked", words[1])
+            elif words[0] == "alloc":
+                block = bytearray(int(words[1]) << 20)
+                block[::4096] = b"\x01" * (len(block) // 4096)
+                held.append(block)
+                out("allocated", words[1])
             elif words[0] == "exit":
                 os._exit(int(words[1]))
             else:

@@ -59,12 +59,16 @@ enum SignalForwarding {
         if signal != 0 { CommandGroup.send(signal) }
     }
 
-    /// Restores the default actions and forgets the target; call it before reaping the command.
+    /// Forgets the target and ignores the signals from now on; call it before reaping the command.
+    ///
+    /// Ignored rather than restored to the default: bgtask only reports the command's status after this, and a
+    /// copy of a signal it sent its own group may still be pending (every thread can have it blocked for a
+    /// moment); with the default action that late copy would kill bgtask instead of being dropped.
     static func uninstall() {
         target.store(0, ordering: .sequentiallyConsistent)
         for number in signals {
             var action = sigaction()
-            action.__sigaction_handler.sa_handler = SIG_DFL
+            action.__sigaction_handler.sa_handler = SIG_IGN
             sigemptyset(&action.sa_mask)
             _ = sigaction(number, &action, nil)
         }
