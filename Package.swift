@@ -95,5 +95,12 @@ let package = Package(
             dependencies: ["BGTaskCLI", "BGTaskProtocol", "BGTaskSystem", "BGTaskTestSupport", "bgtask", "bgtaskd"],
             exclude: ["Snapshots"]
         ),
+        // Runs the real `bgtask demo` end to end, so it depends on the three executables the demo runs.
+        .testTarget(
+            name: "BGTaskDemoTests",
+            dependencies: [
+                "BGTaskDemo", "BGTaskDemoApp", "BGTaskConfig", "BGTaskSystem", "BGTaskTestSupport", "bgtask", "bgtaskd",
+                "bgtask-demo-app",
+            ]),
     ]
 )

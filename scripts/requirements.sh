@@ -15,20 +15,35 @@ as_root() {
     fi
 }
 
-# Debian packages: the libsystemd headers (CSystemd), pkg-config to find them, and the tools the tests drive.
-ensure_packages() {
-    missing=""
-    pkg-config --exists libsystemd 2>/dev/null || missing="$missing libsystemd-dev"
-    command -v pkg-config >/dev/null 2>&1 || missing="$missing pkg-config"
-    command -v setpriv >/dev/null 2>&1 || missing="$missing util-linux"
-    command -v timeout >/dev/null 2>&1 || missing="$missing coreutils"
-    command -v systemd-notify >/dev/null 2>&1 || missing="$missing systemd"
-    command -v python3 >/dev/null 2>&1 || missing="$missing python3"
-    [ -n "$missing" ] || return 0
-    say "bgtask: installing$missing"
+# Debian packages that building bgtaskd and running the demo need, printed as " name name": the libsystemd
+# headers (CSystemd), pkg-config to find them, and timeout(1), which bounds the demo's private daemon.
+missing_build_packages() {
+    pkg-config --exists libsystemd 2>/dev/null || printf ' libsystemd-dev'
+    command -v pkg-config >/dev/null 2>&1 || printf ' pkg-config'
+    command -v timeout >/dev/null 2>&1 || printf ' coreutils'
+}
+
+# Installs the Debian packages named in $1 (a space-separated list); nothing, and no root, when it is empty.
+install_packages() {
+    [ -n "$1" ] || return 0
+    say "bgtask: installing$1"
     as_root apt-get update -qq
     # shellcheck disable=SC2086 # the list is meant to split into words
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $1 >/dev/null
+}
+
+# What building and the demo need (scripts/demo).
+ensure_build_packages() {
+    install_packages "$(missing_build_packages)"
+}
+
+# What building and the whole test suite need (scripts/test): the build's packages and the tools the tests drive.
+ensure_packages() {
+    missing="$(missing_build_packages)"
+    command -v setpriv >/dev/null 2>&1 || missing="$missing util-linux"
+    command -v systemd-notify >/dev/null 2>&1 || missing="$missing systemd"
+    command -v python3 >/dev/null 2>&1 || missing="$missing python3"
+    install_packages "$missing"
 }
 
 # Python's varlink package: the independent Varlink client of the interoperability tests.

@@ -19,6 +19,10 @@ struct DemoPolicy: Hashable, Sendable {
     var appsMemoryMaxMebibytes = 64
     /// What the editor app allocates in background: enough to put the apps well over `AppsMemoryMax`.
     var allocationMebibytes = 96
+    /// How long the editor's render runs after allocating: short, so the editor is suspended, still holding its
+    /// buffer, well before the warning's grace is up (the monitor reads at most 1 s apart when at ease), and is
+    /// reclaimed as a suspended app is: at once, with no notice.
+    var renderLength = Duration.milliseconds(300)
     /// How long the uploader's upload takes: it ends well before the expiration warning would come.
     var uploadLength: Duration
 

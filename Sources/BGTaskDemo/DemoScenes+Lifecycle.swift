@@ -52,11 +52,10 @@ extension DemoScenes {
             transcript.say("GetApp(uploader), reading \(reading) of 3: \(describe(app))")
             if reading < 3 { try pause(interval) }
         }
-        transcript.say("The upload finishes; the uploader calls endBackgroundTask:")
-        let ended = try uploader.waitForLine(
+        transcript.say("When the upload is done, the uploader calls endBackgroundTask:")
+        try uploader.waitForLine(
             startingWith: "\"upload\" is done", after: began.next, timeout: policy.uploadLength + Self.promptTimeout,
             transcript: transcript)
-        _ = ended
         try audit.wait(
             for: .stateChanged, of: "uploader", after: 0, timeout: Self.promptTimeout, transcript: transcript,
             describedAs: "the uploader's suspension"

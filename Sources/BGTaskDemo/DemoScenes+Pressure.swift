@@ -45,7 +45,7 @@ extension DemoScenes {
     }
 
     /// Scene 5: an app's allocation puts the apps over `AppsMemoryMax`: every app is warned, the heaviest as the
-    /// likely victim, and the daemon reclaims it if the apps are still over once the warning's grace is up.
+    /// likely victim, and once the warning's grace is up with the apps still over, the daemon reclaims it.
     func memoryPressure() throws(DemoFailure) {
         transcript.heading("5. Memory pressure: a warning to every app, then reclamation")
         let before = try listApps(
@@ -53,13 +53,12 @@ extension DemoScenes {
                 + "/proc/PID/smaps_rollup). ListApps now:")
         let total = before.filter { $0.state != .terminated }.compactMap(\.memoryBytes).reduce(0, +)
         transcript.say(
-            "Together \(Formatting.bytes(total)), under the \(policy.appsMemoryMaxMebibytes) MiB limit. A fourth "
-                + "app, editor, starts; in background it renders under a background task with a "
-                + "\(policy.allocationMebibytes) MiB buffer.")
-        let renderLength = policy.memoryWarningGrace * 2
+            "Together \(Formatting.bytes(total)), under the limit. A fourth app, editor, starts; sent to the "
+                + "background, it renders under a background task into a \(policy.allocationMebibytes) MiB buffer "
+                + "it keeps when the render is done.")
         let editor = try start(
             "editor",
-            ["--work", Self.secondsArgument(renderLength), "--task", "render",
+            ["--work", Self.secondsArgument(policy.renderLength), "--task", "render",
              "--allocate", String(policy.allocationMebibytes)])
         let auditMark = audit.entries.mark
         let lineMarks = stage.apps.map { ($0, $0.lines.mark) }
@@ -68,32 +67,37 @@ extension DemoScenes {
             startingWith: "allocated", after: 0, timeout: Self.promptTimeout, transcript: transcript)
         let warning = try audit.wait(
             for: .memoryWarning, of: "editor", after: auditMark, timeout: Self.promptTimeout, transcript: transcript,
-            describedAs: "the daemon's memory warning (its monitor compares the apps' memory with AppsMemoryMax)")
-        let rank = warning.entry.rank.map { "likely victim with rank \($0)" } ?? "not a likely victim"
+            describedAs: "the daemon's memory warning (its monitor reads the apps' PSS at most 1s apart)")
+        let rank = warning.entry.rank.map { "the likely victim with rank=\($0)" } ?? "not a likely victim"
+        let band = warning.entry.band.map { " (band \($0.rawValue))" } ?? ""
         transcript.say(
-            "The apps went over AppsMemoryMax: the daemon sent memoryWarning to every app; editor, the heaviest, "
-                + "is the \(rank). Running apps get it at once, suspended ones on resume:")
+            "The apps went over AppsMemoryMax: the daemon sent memoryWarning to every app; editor\(band) is \(rank). "
+                + "Running apps get the warning at once, a suspended one when it next runs:")
         for (app, mark) in lineMarks where app !== editor && !app.hasExited {
             try app.waitForLine(
                 startingWith: "event memoryWarning", after: mark, timeout: Self.promptTimeout, transcript: transcript)
         }
         let reclaim = try audit.wait(
             for: .terminated, of: "editor", after: warning.next,
-            timeout: renderLength + policy.memoryWarningGrace + Self.promptTimeout, transcript: transcript,
+            timeout: policy.memoryWarningGrace + Self.promptTimeout, transcript: transcript,
             describedAs: "the reclamation (MemoryWarningGraceSec=\(DemoPolicy.readable(policy.memoryWarningGrace)) "
                 + "after the warning, if the apps are still over)")
         let entry = reclaim.entry
         var details = ["reason \(entry.reason?.rawValue ?? "?")"]
         if let band = entry.band { details.append("band \(band.rawValue)") }
         if let bytes = entry.memoryBytes { details.append("memory \(Formatting.bytes(bytes))") }
-        if let latency = entry.latencyMs { details.append("\(Transcript.seconds(latency / 1_000)) from trigger to kill") }
+        if let latency = entry.latencyMs {
+            details.append("\(Transcript.seconds(latency / 1_000)) from the first reading over the limit")
+        }
+        let notice = entry.band == .suspended ? "at once, with no notice, as a suspended app is" : "with willTerminate"
         transcript.say(
-            "Still over once the warning's grace was up: the daemon terminated editor (\(details.joined(separator: ", "))).")
+            "The apps were still over when the grace was up: the daemon reclaimed editor \(notice) "
+                + "(\(details.joined(separator: ", "))).")
         guard let status = try editor.waitForExit(timeout: policy.willTerminateGrace + Self.promptTimeout) else {
             throw DemoFailure("the editor (pid \(editor.pid)) is still running after the daemon reclaimed it")
         }
         transcript.say("The editor's process (pid \(editor.pid)), as its parent sees it: \(status).")
         transcript.say("GetApp(editor): \(describe(try getApp("editor")))")
-        try listApps("ListApps after the reclaim:")
+        try listApps("ListApps after the reclaim: back under AppsMemoryMax.")
     }
 }

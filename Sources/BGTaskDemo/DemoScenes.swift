@@ -31,13 +31,20 @@ struct DemoScenes {
         self.timeZone = timeZone
     }
 
+    /// A breath between scenes, so that someone watching can read the end of one before the next begins.
+    static let interlude = Duration.seconds(1)
+
     /// Runs every scene, then the summary.
     func run() throws(DemoFailure) {
         let cast = try appsRegister()
         try leaseEndsInTime(cast.uploader)
+        try pause(Self.interlude)
         try taskOverruns(cast.game)
+        try pause(Self.interlude)
         try notificationsCoalesce(cast.uploader)
+        try pause(Self.interlude)
         try memoryPressure()
+        try pause(Self.interlude)
         try summary()
     }
 

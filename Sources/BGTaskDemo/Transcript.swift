@@ -36,8 +36,11 @@ final class Transcript: Sendable {
 
     /// Lines of a table or a listing, indented under the narration line before them.
     func block(_ text: String) {
-        for row in text.split(separator: "\n", omittingEmptySubsequences: false) where !row.isEmpty {
-            line("    " + row)
+        for row in text.split(separator: "\n") {
+            // A table's last column is padded too: trailing blanks would only be noise in a saved transcript.
+            var trimmed = Substring(row)
+            while trimmed.last == " " { trimmed.removeLast() }
+            line("    " + trimmed)
         }
     }
 

@@ -29,7 +29,7 @@ final class SampleAppDelegate: ApplicationDelegate {
     }
 
     func applicationDidEnterBackground(_ application: BackgroundApplication) {
-        if case .none = options.work {
+        if case .nothing = options.work {
             AppOutput.line("nothing to finish in background: the daemon may suspend it")
             return
         }
@@ -55,10 +55,14 @@ final class SampleAppDelegate: ApplicationDelegate {
     }
 
     func applicationDidReceiveMemoryWarning(_ application: BackgroundApplication, warning: MemoryWarning) {
-        let held = work.withLock { $0.buffer.count } >> 20
-        let standing = warning.isLikelyVictim ? "likely victim, rank \(warning.rank.map(String.init) ?? "?")" : "not a likely victim"
-        if held > 0 {
-            AppOutput.line("memory warning (\(standing)): the \(held) MiB \(options.taskName) buffer is in use: keeping it")
+        // The buffer is the work's: held from the moment the work starts (it may be still filling) to the end.
+        let holdsBuffer = options.allocationMebibytes > 0 && work.withLock { $0.task != .invalid || !$0.buffer.isEmpty }
+        let standing = warning.isLikelyVictim
+            ? "likely victim, rank \(warning.rank.map(String.init) ?? "?")" : "not a likely victim"
+        if holdsBuffer {
+            AppOutput.line(
+                "memory warning (\(standing)): the \(options.allocationMebibytes) MiB \"\(options.taskName)\" buffer "
+                    + "is in use: keeping it")
         } else {
             AppOutput.line("memory warning (\(standing)): nothing cached to free")
         }

@@ -6,7 +6,7 @@ public struct SampleAppOptions: Hashable, Sendable {
     /// What the app does when it enters the background.
     public enum BackgroundWork: Hashable, Sendable {
         /// Nothing: it has no work to finish, so it is suspended at once.
-        case none
+        case nothing
         /// A background task that ends by itself after this long: an upload that finishes in time.
         case finite(Duration)
         /// A background task that never ends and ignores its expiration handler: a misbehaving app.
@@ -18,7 +18,7 @@ public struct SampleAppOptions: Hashable, Sendable {
     /// The daemon's socket (`--socket`).
     public var socketPath: String
     /// What it does in background (`--work SECONDS`, `--work-forever`).
-    public var work: BackgroundWork = .none
+    public var work: BackgroundWork = .nothing
     /// The background task's name (`--task NAME`).
     public var taskName = "work"
     /// MiB it allocates, and touches, when its background work starts (`--allocate MIB`).
@@ -45,7 +45,7 @@ public struct SampleAppOptions: Hashable, Sendable {
     public static func parse(_ arguments: [String]) throws(SampleAppUsageError) -> SampleAppOptions {
         var name: String?
         var socketPath: String?
-        var work = BackgroundWork.none
+        var work = BackgroundWork.nothing
         var taskName: String?
         var allocation = 0
         var report: Duration?

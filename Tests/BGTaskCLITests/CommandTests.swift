@@ -99,7 +99,7 @@ final class RecordingDemoRunner: DemoRunner {
         let run = await runTool(["demo"], demoRunner: runner)
         #expect(run.status == .failure)
         #expect(run.errorLines == ["bgtask demo: error: the private daemon did not start"])
-        #expect(runner.requests.withLock { $0 } == [DemoRequest(backgroundTime: .seconds(20))])
+        #expect(runner.requests.withLock { $0 } == [DemoRequest(backgroundTime: .seconds(6))])
     }
 }
 

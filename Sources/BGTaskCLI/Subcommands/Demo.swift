@@ -30,7 +30,7 @@ public struct Demo: Subcommand {
         help: "The private daemon's BackgroundTimeSec: how long the demo's apps may run in background.",
         type: .duration, defaultValue: "6s")
 
-    /// The default of `--background-time`: short, so the whole demo, expiry included, takes about half a minute.
+    /// The default of `--background-time`: short, so the whole demo, expiry included, takes under half a minute.
     static let defaultBackgroundTime = Duration.seconds(6)
 
     public static let spec = CommandSpec(
@@ -49,7 +49,7 @@ public struct Demo: Subcommand {
             """,
         options: [backgroundTime],
         examples: [
-            ExampleSpec("bgtask demo", "Watch the whole lifecycle in about half a minute."),
+            ExampleSpec("bgtask demo", "Watch the whole lifecycle in under half a minute."),
             ExampleSpec("bgtask demo --background-time 1min", "The same at a slower pace."),
         ]
     )

@@ -1,0 +1,174 @@
+// `bgtask demo` end to end: the real binary, every scene's real data, an exit status of 0, and nothing left behind.
+import BGTaskSystem
+import BGTaskTestSupport
+import Foundation
+import Testing
+
+/// Serialized: each run starts a daemon and four apps and paces itself on wall-clock deadlines; running them one
+/// after another keeps them from slowing each other down on a two-core machine.
+@Suite("bgtask demo", .serialized)
+struct DemoEndToEndTests {
+    /// The user the no-root run runs as.
+    static let nobody: UInt32 = 65534
+
+    /// What every complete run must show, checked against the run's own data.
+    static func expectEveryScene(in run: DemoRun, sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let transcript = run.transcript
+        // The daemon: ready through its NOTIFY_SOCKET, with the backends that need no root and no cgroup.
+        let ready = try #require(run.line(containing: "sent READY=1"), "\(transcript)")
+        #expect(ready.line.contains("freeze=sigstop"), "the demo must need no cgroup: \(ready.line)")
+
+        // 1. Registration in the foreground, then willResignActive before didEnterBackground.
+        for app in ["mail", "uploader", "game"] {
+            #expect(run.line(containing: "\(app) | registered pid=") != nil, "\(app) never registered")
+        }
+        let resigned = try #require(run.line(containing: "uploader | event willResignActive"))
+        let entered = try #require(run.line(containing: "uploader | event didEnterBackground"))
+        #expect(resigned.index < entered.index)
+
+        // 2. The lease: three readings counting down, the task ended, then a stop the kernel reports as T.
+        let readings = run.lines(containing: "GetApp(uploader), reading").compactMap {
+            seconds(after: "backgroundTimeRemaining", in: $0)
+        }
+        #expect(readings.count == 3, "\(transcript)")
+        #expect(readings == readings.sorted(by: >) && Set(readings).count == readings.count, "\(readings)")
+        #expect(run.line(containing: "uploader | began background task") != nil)
+        #expect(run.line(containing: "uploader | \"upload\" is done: ended background task") != nil)
+        let uploaderLine = try #require(run.line(containing: "uploader | registered pid=")).line
+        let uploaderPID = try #require(value(of: "pid", in: uploaderLine))
+        #expect(run.line(containing: "/proc/\(uploaderPID)/stat says T (stopped") != nil, "\(transcript)")
+        #expect(run.line(containing: "bgtaskd | uploader  stateChanged  state=suspended") != nil)
+
+        // 3. The overrun: the warning names the open task, which the app's event lists; then task-expired.
+        let warning = try #require(run.line(containing: "bgtaskd | game  expirationWarning"), "\(transcript)")
+        let warnedTasks = try #require(value(of: "tasks", in: warning.line))
+        let expiring = try #require(run.line(containing: "game | event backgroundTaskExpiring"))
+        #expect(value(of: "taskIds", in: expiring.line) == "[\(warnedTasks)]")
+        #expect(run.line(containing: "game | expiration handler ran") != nil)
+        #expect(run.line(containing: "bgtaskd | game  terminated  reason=task-expired") != nil)
+        #expect(run.line(containing: "game | event willTerminate") != nil)
+        #expect(run.line(containing: "bgtaskd | game  killed  reason=task-expired") != nil)
+        #expect(run.line(containing: "The game's process")?.line.contains("killed by SIGKILL") == true)
+        let historyRows = run.lines.filter {
+            !$0.contains(" | ") && $0.contains(" game ") && $0.contains(" terminated ") && $0.contains("reason=task-expired")
+        }
+        #expect(historyRows.count == 2, "the game's history and the summary's both show it: \(historyRows)")
+        #expect(run.line(containing: "GetApp(game): terminated, exitReason task-expired") != nil)
+
+        // 4. Three coalesced posts arrive as one notification, count=3 and the latest payload, before
+        // willEnterForeground.
+        let posts = run.lines(containing: "Post(new-photos")
+        #expect(posts.count == 3 && posts.allSatisfy { $0.contains("delivered=0 queued=1") }, "\(posts)")
+        let notification = try #require(run.line(containing: "uploader | event notification"), "\(transcript)")
+        #expect(value(of: "count", in: notification.line) == "3")
+        #expect(value(of: "payload", in: notification.line) == "{\"photos\":3}")
+        let foreground = try #require(run.line(containing: "uploader | event willEnterForeground"))
+        #expect(notification.index < foreground.index)
+
+        // 5. Memory: the heaviest is the likely victim with rank 1, the others are warned too, and the suspended
+        // editor is reclaimed.
+        let editorWarning = try #require(run.line(containing: "bgtaskd | editor  memoryWarning"), "\(transcript)")
+        #expect(editorWarning.line.hasSuffix("rank=1"), "\(editorWarning.line)")
+        for app in ["mail", "uploader"] {
+            let line = try #require(run.line(containing: "\(app) | event memoryWarning"), "\(transcript)")
+            #expect(value(of: "likelyVictim", in: line.line) == "false")
+        }
+        let reclaim = try #require(run.line(containing: "bgtaskd | editor  terminated  reason=memory-reclaim"))
+        #expect(reclaim.line.contains("band=suspended"), "\(reclaim.line)")
+        #expect(run.line(containing: "The editor's process")?.line.contains("killed by SIGKILL") == true)
+        #expect(run.line(containing: "GetApp(editor): terminated, exitReason memory-reclaim") != nil)
+
+        // The summary and the clean-up.
+        #expect(run.line(containing: "== Summary ==") != nil)
+        #expect(run.line(containing: "SIGTERM; exited with status 0") != nil, "the daemon stopped cleanly")
+    }
+
+    /// Nothing the run started is left: no process in its session, none of the pids it printed, no file in
+    /// TMPDIR (runtime directory, socket, log).
+    static func expectNothingLeft(
+        by run: DemoRun, startedAtLeast minimumPIDs: Int = 5, sourceLocation: SourceLocation = #_sourceLocation
+    ) {
+        #expect(run.processesLeft().isEmpty, "left running: \(run.processesLeft())", sourceLocation: sourceLocation)
+        for pid in run.printedPIDs {
+            let survivor = try? ProcFS().stat(pid)
+            #expect(survivor == nil || survivor?.sessionID != run.session, "pid \(pid) is still there: \(String(describing: survivor))",
+                    sourceLocation: sourceLocation)
+        }
+        #expect(run.printedPIDs.count >= minimumPIDs, "too few pids printed: \(run.printedPIDs)",
+                sourceLocation: sourceLocation)
+        #expect(run.temporaryLeftovers().isEmpty, "left in TMPDIR: \(run.temporaryLeftovers())",
+                sourceLocation: sourceLocation)
+        if let directory = run.line(containing: "runtime directory ")?.line.split(separator: " ").first(where: {
+            $0.hasPrefix("/")
+        }) {
+            #expect(!FileManager.default.fileExists(atPath: String(directory)), sourceLocation: sourceLocation)
+        } else {
+            Issue.record("no runtime directory line", sourceLocation: sourceLocation)
+        }
+    }
+
+    @Test("runs to completion with every scene's real data, in well under a minute, and leaves nothing behind")
+    func fullRun() throws {
+        let run = try DemoRun(bgtask: try Products.path("bgtask"))
+        let (status, took) = try run.finish()
+        #expect(status == .exited(0), "stderr: \(run.errors)\n\(run.transcript)")
+        #expect(run.errors.isEmpty, "\(run.errors)")
+        #expect(took < .seconds(60), "took \(took)")
+        try Self.expectEveryScene(in: run)
+        Self.expectNothingLeft(by: run)
+    }
+
+    @Test("needs no root: runs to completion as nobody, from a copy of the binaries any user may run")
+    func runsAsNobody() throws {
+        // The build directory may sit where only root can enter: copy the three executables out, as
+        // PermissionTests does.
+        let tools = try ScratchDirectory(prefix: "bgtask-demo-tools")
+        for name in ["bgtask", "bgtaskd", "bgtask-demo-app"] {
+            try FileManager.default.copyItem(atPath: try Products.path(name), toPath: tools.path + "/" + name)
+        }
+        let run = try DemoRun(
+            bgtask: tools.path + "/bgtask",
+            launcher: ["setpriv", "--reuid=\(Self.nobody)", "--regid=\(Self.nobody)", "--clear-groups"])
+        // While it runs, the daemon and the apps are nobody's processes.
+        let ready = try run.waitForLine(containing: "sent READY=1")
+        let registered = try run.waitForLine(containing: "mail | registered pid=")
+        let started = pids(in: ready) + pids(in: registered)
+        #expect(started.count == 2, "\(ready)\n\(registered)")
+        for pid in started {
+            let owner = try FileManager.default.attributesOfItem(atPath: "/proc/\(pid)")[.ownerAccountID]
+            #expect((owner as? NSNumber)?.uint32Value == Self.nobody, "pid \(pid) is owned by \(String(describing: owner))")
+        }
+        let (status, _) = try run.finish()
+        #expect(status == .exited(0), "stderr: \(run.errors)\n\(run.transcript)")
+        try Self.expectEveryScene(in: run)
+        Self.expectNothingLeft(by: run)
+    }
+
+    /// A signal arriving at a given moment of the demo.
+    struct Interruption: CustomTestStringConvertible, Sendable {
+        var signal: Signal
+        /// The transcript line after which the signal is sent.
+        var after: String
+        var testDescription: String { "\(signal.name) after \"\(after)\"" }
+    }
+
+    @Test("a signal stops the demo at once and it cleans up the same way", arguments: [
+        // The uploader has just been suspended: clean-up must end a stopped process too.
+        Interruption(signal: .interrupt, after: "bgtaskd | uploader  stateChanged  state=suspended"),
+        // Mid-wait for the expiration warning, a task open.
+        Interruption(signal: .terminate, after: "game | began background task"),
+        Interruption(signal: .hangUp, after: "mail | registered pid="),
+    ])
+    func interrupted(_ interruption: Interruption) throws {
+        let run = try DemoRun(bgtask: try Products.path("bgtask"))
+        try run.waitForLine(containing: interruption.after)
+        try run.child.process.pidFD.sendSignal(interruption.signal)
+        let (status, _) = try run.finish(timeout: .seconds(30))
+        #expect(status == .exited(128 + interruption.signal.rawValue), "\(run.transcript)")
+        #expect(run.errors.contains("interrupted by \(interruption.signal.name)"), "\(run.errors)")
+        #expect(run.line(containing: "== Cleaning up ==") != nil)
+        #expect(run.line(containing: "== Summary ==") == nil)
+        // At least the daemon and the mail app had started.
+        Self.expectNothingLeft(by: run, startedAtLeast: 2)
+    }
+}

@@ -1,0 +1,48 @@
+// The demo's policy: the range of --background-time it accepts, and a configuration the daemon's parser takes as is.
+import BGTaskConfig
+import Foundation
+import Testing
+
+@testable import BGTaskDemo
+
+@Suite("bgtask demo policy")
+struct DemoPolicyTests {
+    @Test(arguments: [
+        (Duration.seconds(6), true), (.seconds(3), true), (.seconds(600), true), (.milliseconds(2_999), false),
+        (.seconds(601), false), (.zero, false), (.seconds(-5), false), (.seconds(1_000_000), false),
+    ])
+    func acceptsBackgroundTimesTheScenesFit(_ backgroundTime: Duration, _ isAccepted: Bool) {
+        let policy = try? DemoPolicy(backgroundTime: backgroundTime)
+        #expect((policy != nil) == isAccepted)
+        guard let policy else { return }
+        // The warning comes after the start and before the end, and the upload ends before the warning.
+        #expect(policy.expirationWarning > .zero && policy.expirationWarning < backgroundTime)
+        #expect(policy.uploadLength > .zero && policy.uploadLength < backgroundTime - policy.expirationWarning)
+    }
+
+    @Test(arguments: [Duration.seconds(3), .seconds(6), .milliseconds(7_250), .seconds(60), .seconds(600)])
+    func writesAConfigurationTheDaemonReadsWithoutComplaint(_ backgroundTime: Duration) throws {
+        let policy = try DemoPolicy(backgroundTime: backgroundTime)
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-demo-policy-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appendingPathComponent("bgtaskd.conf").path
+        try Data(policy.configuration.utf8).write(to: URL(fileURLWithPath: path))
+        let loaded = ConfigurationLoader(path: path).load()
+        #expect(loaded.diagnostics.isEmpty, "\(loaded.diagnostics)")
+        let app = loaded.configuration.core.defaultAppPolicy
+        #expect(app.backgroundTime == policy.backgroundTime)
+        #expect(app.expirationWarning == policy.expirationWarning)
+        #expect(app.enterBackgroundGrace == policy.enterBackgroundGrace)
+        #expect(app.willTerminateGrace == policy.willTerminateGrace)
+        #expect(loaded.configuration.memory.warningGrace == policy.memoryWarningGrace)
+        #expect(loaded.configuration.memory.appsMemoryMaxBytes == UInt64(policy.appsMemoryMaxMebibytes) << 20)
+    }
+
+    @Test(arguments: [
+        (0.0, "0.00s"), (3.456, "3.45s"), (-1.0, "0.00s"), (10.0, "10.00s"), (0.05, "0.05s"), (59.999, "59.99s"),
+    ])
+    func secondsAreShownRoundedDown(_ value: Double, _ shown: String) {
+        #expect(Transcript.seconds(value) == shown)
+    }
+}
