@@ -32,10 +32,10 @@ struct DemoPolicy: Hashable, Sendable {
     /// The policy for a background time budget; fails when the budget is outside `backgroundTimeRange`.
     init(backgroundTime: Duration) throws(DemoFailure) {
         guard Self.backgroundTimeRange.contains(backgroundTime) else {
+            let range = Self.backgroundTimeRange
             throw DemoFailure(
-                "--background-time must be between \(Formatting.duration(seconds: Self.backgroundTimeRange.lowerBound.inSeconds)) "
-                    + "and \(Formatting.duration(seconds: Self.backgroundTimeRange.upperBound.inSeconds)) for the "
-                    + "scenes to fit, not \(Formatting.duration(seconds: backgroundTime.inSeconds))")
+                "--background-time must be between \(Self.readable(range.lowerBound)) and "
+                    + "\(Self.readable(range.upperBound)) for the scenes to fit, not \(Self.readable(backgroundTime))")
         }
         self.backgroundTime = backgroundTime
         expirationWarning = min(.seconds(2), backgroundTime / 3)

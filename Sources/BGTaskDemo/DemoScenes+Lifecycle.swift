@@ -87,12 +87,14 @@ extension DemoScenes {
             transcript: transcript)
         let warning = try audit.wait(
             for: .expirationWarning, of: "game", after: auditMark, timeout: policy.backgroundTime + Self.promptTimeout,
-            transcript: transcript, describedAs: "the expiration warning (due \(DemoPolicy.readable(warningDue)) "
+            transcript: transcript,
+            describedAs: "the expiration warning (due \(DemoPolicy.readable(warningDue)) "
                 + "after the game entered background)")
         let tasks = (warning.entry.taskIds ?? []).map(String.init).joined(separator: ", ")
         transcript.say(
             "\(Transcript.seconds(ContinuousClock.now - entered)) after entering background: the daemon sent "
-                + "backgroundTaskExpiring for task \(tasks); BackgroundApplication runs that task's expiration handler:")
+                + "backgroundTaskExpiring for task \(tasks); BackgroundApplication runs that task's expiration handler:"
+        )
         let event = try game.waitForLine(
             startingWith: "event backgroundTaskExpiring", after: lineMark, timeout: Self.promptTimeout,
             transcript: transcript)

@@ -58,8 +58,10 @@ extension DemoScenes {
                 + "it keeps when the render is done.")
         let editor = try start(
             "editor",
-            ["--work", Self.secondsArgument(policy.renderLength), "--task", "render",
-             "--allocate", String(policy.allocationMebibytes)])
+            [
+                "--work", Self.secondsArgument(policy.renderLength), "--task", "render",
+                "--allocate", String(policy.allocationMebibytes),
+            ])
         let auditMark = audit.entries.mark
         let lineMarks = stage.apps.map { ($0, $0.lines.mark) }
         try setState("editor", to: .background)

@@ -90,7 +90,9 @@ struct DemoScenes {
             parts.append("no open task")
         }
         if app.state != .terminated {
-            parts.append("backgroundTimeRemaining " + (app.backgroundTimeRemaining.map(Transcript.seconds) ?? "null (unlimited)"))
+            parts.append(
+                "backgroundTimeRemaining " + (app.backgroundTimeRemaining.map(Transcript.seconds) ?? "null (unlimited)")
+            )
         }
         if app.queuedEvents > 0 { parts.append("queuedEvents \(app.queuedEvents)") }
         if let reason = app.exitReason { parts.append("exitReason \(reason.rawValue)") }

@@ -47,7 +47,8 @@ final class DemoStage {
         let base = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
         var template = Array("\(base)/bgtask-demo-XXXXXX".utf8CString)
         guard let made = mkdtemp(&template) else {
-            throw DemoFailure("cannot create a temporary directory in \(base): \(Errno(rawValue: errno, operation: "mkdtemp"))")
+            throw DemoFailure(
+                "cannot create a temporary directory in \(base): \(Errno(rawValue: errno, operation: "mkdtemp"))")
         }
         let directory = String(cString: made)
         self.directory = directory
@@ -65,7 +66,8 @@ final class DemoStage {
         }
         transcript.say("runtime directory \(directory) (socket, configuration, daemon log; removed at the end)")
         transcript.say("policy (bgtaskd.conf): \(policy.summary)")
-        transcript.say("starting bgtaskd under timeout(1), with a NOTIFY_SOCKET of the demo's own to learn when it is ready")
+        transcript.say(
+            "starting bgtaskd under timeout(1), with a NOTIFY_SOCKET of the demo's own to learn when it is ready")
         let daemon = try PrivateDaemon(
             executable: products.daemon, directory: directory, configurationPath: configurationPath,
             lifetime: lifetime)
@@ -88,12 +90,14 @@ final class DemoStage {
     func launch(_ name: String, _ arguments: [String], lifetime: Duration) throws(DemoFailure) -> SampleAppProcess {
         guard let daemon else { throw DemoFailure("the demo's daemon is not running") }
         let environment = [
-            "PATH=\(ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")",
+            "PATH=\(ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")"
         ]
         let app = try SampleAppProcess(
             name: name, executable: products.sampleApp,
-            arguments: ["--name", name, "--socket", daemon.socketPath,
-                        "--lifetime", String(Int(lifetime.inSeconds.rounded(.up)))] + arguments,
+            arguments: [
+                "--name", name, "--socket", daemon.socketPath,
+                "--lifetime", String(Int(lifetime.inSeconds.rounded(.up))),
+            ] + arguments,
             environment: environment, transcript: transcript)
         apps.append(app)
         return app
@@ -116,7 +120,8 @@ final class DemoStage {
             case .ended(let status):
                 transcript.say("\(app.name) (pid \(app.pid)): SIGTERM; \(status)")
             case .stillRunning:
-                transcript.say("\(app.name) (pid \(app.pid)) could not be stopped; it exits by itself within its lifetime")
+                transcript.say(
+                    "\(app.name) (pid \(app.pid)) could not be stopped; it exits by itself within its lifetime")
             }
         }
         controller?.close()

@@ -60,8 +60,10 @@ final class PrivateDaemon {
             // timeout(1) makes itself a process group leader, so the terminal's Ctrl-C reaches bgtask only, which
             // then stops the daemon in order; --kill-after bounds a daemon that would not stop on SIGTERM.
             wrapper = try ProcessSpawner.spawn(
-                ["timeout", "--kill-after=5", String(seconds), executable, "--socket", socketPath, "--config",
-                 configurationPath],
+                [
+                    "timeout", "--kill-after=5", String(seconds), executable, "--socket", socketPath, "--config",
+                    configurationPath,
+                ],
                 options: SpawnOptions(
                     flags: .newProcessGroup, standardError: .fileDescriptor(log), environment: environment))
         } catch {

@@ -88,7 +88,9 @@ enum AppOutput {
     /// `event KIND id=N` and the details the kind carries.
     static func describe(_ event: EventInfo) -> String {
         var words = ["event", event.kind.rawValue, "id=\(event.id)"]
-        if let taskIds = event.taskIds { words.append("taskIds=[" + taskIds.map(String.init).joined(separator: ",") + "]") }
+        if let taskIds = event.taskIds {
+            words.append("taskIds=[" + taskIds.map(String.init).joined(separator: ",") + "]")
+        }
         if let name = event.name { words.append("name=\(name)") }
         if let count = event.count { words.append("count=\(count)") }
         if let payload = event.payload { words.append("payload=\(json(payload))") }

@@ -39,7 +39,8 @@ final class SampleAppDelegate: ApplicationDelegate {
             expirationHandlerRan(in: application)
         }
         guard task != .invalid else {
-            AppOutput.line("beginBackgroundTask(withName: \"\(options.taskName)\") was refused: no background time left")
+            AppOutput.line(
+                "beginBackgroundTask(withName: \"\(options.taskName)\") was refused: no background time left")
             return
         }
         work.withLock {
@@ -57,7 +58,8 @@ final class SampleAppDelegate: ApplicationDelegate {
     func applicationDidReceiveMemoryWarning(_ application: BackgroundApplication, warning: MemoryWarning) {
         // The buffer is the work's: held from the moment the work starts (it may be still filling) to the end.
         let holdsBuffer = options.allocationMebibytes > 0 && work.withLock { $0.task != .invalid || !$0.buffer.isEmpty }
-        let standing = warning.isLikelyVictim
+        let standing =
+            warning.isLikelyVictim
             ? "likely victim, rank \(warning.rank.map(String.init) ?? "?")" : "not a likely victim"
         if holdsBuffer {
             AppOutput.line(
@@ -82,7 +84,8 @@ final class SampleAppDelegate: ApplicationDelegate {
     private func expirationHandlerRan(in application: BackgroundApplication) {
         let task = work.withLock { $0.task }
         if case .forever = options.work {
-            AppOutput.line("expiration handler ran for task \(task): ignoring it and working on (misbehaving on purpose)")
+            AppOutput.line(
+                "expiration handler ran for task \(task): ignoring it and working on (misbehaving on purpose)")
             return
         }
         work.withLock { $0.isCancelled = true }
@@ -111,7 +114,8 @@ final class SampleAppDelegate: ApplicationDelegate {
             if work.withLock({ $0.isCancelled }) { return }
             if case .finite(let length) = options.work, ContinuousClock.now - started >= length { break }
             if work.withLock({ $0.isTerminating }) {
-                AppOutput.line("working on \"\(options.taskName)\" after willTerminate: no background time counts any more")
+                AppOutput.line(
+                    "working on \"\(options.taskName)\" after willTerminate: no background time counts any more")
                 continue
             }
             AppOutput.line(

@@ -50,7 +50,8 @@ struct DemoEndToEndTests {
         #expect(run.line(containing: "bgtaskd | game  killed  reason=task-expired") != nil)
         #expect(run.line(containing: "The game's process")?.line.contains("killed by SIGKILL") == true)
         let historyRows = run.lines.filter {
-            !$0.contains(" | ") && $0.contains(" game ") && $0.contains(" terminated ") && $0.contains("reason=task-expired")
+            !$0.contains(" | ") && $0.contains(" game ") && $0.contains(" terminated ")
+                && $0.contains("reason=task-expired")
         }
         #expect(historyRows.count == 2, "the game's history and the summary's both show it: \(historyRows)")
         #expect(run.line(containing: "GetApp(game): terminated, exitReason task-expired") != nil)
@@ -91,13 +92,17 @@ struct DemoEndToEndTests {
         #expect(run.processesLeft().isEmpty, "left running: \(run.processesLeft())", sourceLocation: sourceLocation)
         for pid in run.printedPIDs {
             let survivor = try? ProcFS().stat(pid)
-            #expect(survivor == nil || survivor?.sessionID != run.session, "pid \(pid) is still there: \(String(describing: survivor))",
-                    sourceLocation: sourceLocation)
+            #expect(
+                survivor == nil || survivor?.sessionID != run.session,
+                "pid \(pid) is still there: \(String(describing: survivor))",
+                sourceLocation: sourceLocation)
         }
-        #expect(run.printedPIDs.count >= minimumPIDs, "too few pids printed: \(run.printedPIDs)",
-                sourceLocation: sourceLocation)
-        #expect(run.temporaryLeftovers().isEmpty, "left in TMPDIR: \(run.temporaryLeftovers())",
-                sourceLocation: sourceLocation)
+        #expect(
+            run.printedPIDs.count >= minimumPIDs, "too few pids printed: \(run.printedPIDs)",
+            sourceLocation: sourceLocation)
+        #expect(
+            run.temporaryLeftovers().isEmpty, "left in TMPDIR: \(run.temporaryLeftovers())",
+            sourceLocation: sourceLocation)
         if let directory = run.line(containing: "runtime directory ")?.line.split(separator: " ").first(where: {
             $0.hasPrefix("/")
         }) {
@@ -136,7 +141,8 @@ struct DemoEndToEndTests {
         #expect(started.count == 2, "\(ready)\n\(registered)")
         for pid in started {
             let owner = try FileManager.default.attributesOfItem(atPath: "/proc/\(pid)")[.ownerAccountID]
-            #expect((owner as? NSNumber)?.uint32Value == Self.nobody, "pid \(pid) is owned by \(String(describing: owner))")
+            #expect(
+                (owner as? NSNumber)?.uint32Value == Self.nobody, "pid \(pid) is owned by \(String(describing: owner))")
         }
         let (status, _) = try run.finish()
         #expect(status == .exited(0), "stderr: \(run.errors)\n\(run.transcript)")
@@ -152,13 +158,15 @@ struct DemoEndToEndTests {
         var testDescription: String { "\(signal.name) after \"\(after)\"" }
     }
 
-    @Test("a signal stops the demo at once and it cleans up the same way", arguments: [
-        // The uploader has just been suspended: clean-up must end a stopped process too.
-        Interruption(signal: .interrupt, after: "bgtaskd | uploader  stateChanged  state=suspended"),
-        // Mid-wait for the expiration warning, a task open.
-        Interruption(signal: .terminate, after: "game | began background task"),
-        Interruption(signal: .hangUp, after: "mail | registered pid="),
-    ])
+    @Test(
+        "a signal stops the demo at once and it cleans up the same way",
+        arguments: [
+            // The uploader has just been suspended: clean-up must end a stopped process too.
+            Interruption(signal: .interrupt, after: "bgtaskd | uploader  stateChanged  state=suspended"),
+            // Mid-wait for the expiration warning, a task open.
+            Interruption(signal: .terminate, after: "game | began background task"),
+            Interruption(signal: .hangUp, after: "mail | registered pid="),
+        ])
     func interrupted(_ interruption: Interruption) throws {
         let run = try DemoRun(bgtask: try Products.path("bgtask"))
         try run.waitForLine(containing: interruption.after)
