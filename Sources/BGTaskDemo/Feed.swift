@@ -19,13 +19,6 @@ final class Feed<Item: Sendable>: @unchecked Sendable {
         return items.count
     }
 
-    /// Every item so far.
-    var all: [Item] {
-        condition.lock()
-        defer { condition.unlock() }
-        return items
-    }
-
     /// Adds an item and wakes the waiters.
     func append(_ item: Item) {
         condition.lock()
@@ -40,13 +33,6 @@ final class Feed<Item: Sendable>: @unchecked Sendable {
         isClosed = true
         condition.broadcast()
         condition.unlock()
-    }
-
-    /// Whether the source ended.
-    var hasEnded: Bool {
-        condition.lock()
-        defer { condition.unlock() }
-        return isClosed
     }
 
     /// The outcome of a bounded wait.

@@ -36,7 +36,16 @@ public struct LifecycleDemo: DemoRunner {
             try DemoScenes(stage: stage, lifetime: lifetime, timeZone: context.timeZone).run()
         } catch {
             failure = error
-            transcript.say(error.signal == nil ? "the demo failed: \(error)" : "\(error): cleaning up")
+            if error.signal == nil {
+                transcript.say("the demo failed: \(error)")
+                if let daemon = stage.daemon {
+                    // The log goes with the runtime directory: show its end while it is still there.
+                    transcript.say("the end of bgtaskd's log:")
+                    transcript.block(PrivateDaemon.lastLines(of: daemon.logPath, count: 10).joined(separator: "\n"))
+                }
+            } else {
+                transcript.say("\(error): cleaning up")
+            }
         }
         stage.tearDown()
         if let failure { throw failure.commandFailure }

@@ -124,9 +124,14 @@ final class PrivateDaemon {
 
     /// The last lines of the daemon's log, on one line, for a failure message.
     static func tail(of logPath: String) -> String {
-        let text = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
-        let lines = text.split(separator: "\n").suffix(3)
+        let lines = lastLines(of: logPath, count: 3)
         return lines.isEmpty ? "its log is empty" : "its log ends: " + lines.joined(separator: " / ")
+    }
+
+    /// The last `count` lines of the log at `logPath`.
+    static func lastLines(of logPath: String, count: Int) -> [String] {
+        let text = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").suffix(count).map(String.init)
     }
 
     /// Stops the daemon (SIGTERM: it resumes every app it stopped, closes its clients and removes its socket)

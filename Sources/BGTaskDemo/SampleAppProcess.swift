@@ -97,14 +97,10 @@ final class SampleAppProcess {
             try Interruption.check()
             let left = deadline - ContinuousClock.now
             let slice = min(left, .milliseconds(100))
-            if try performing(
-                "waiting for \(name) (pid \(pid))",
-                { () throws(Errno) in
-                    try process.pidFD.waitForExit(timeout: max(slice, .zero))
-                })
-            {
-                return try reap()
+            let exited = try performing("waiting for \(name) (pid \(pid))") { () throws(Errno) in
+                try process.pidFD.waitForExit(timeout: max(slice, .zero))
             }
+            if exited { return try reap() }
             if left <= .zero { return nil }
         }
     }
