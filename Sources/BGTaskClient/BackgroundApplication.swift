@@ -444,7 +444,7 @@ public final class BackgroundApplication: Sendable {
                 attempt += 1
                 if attempt > 1 {
                     // A signal means close() was called; the attempt below then sees the closed link and stops.
-                    _ = wakeUp.wait(timeout: .now() + .nanoseconds(Int(clamping: delay.clampedNanoseconds)))
+                    _ = wakeUp.wait(timeout: .now() + .nanoseconds(Int(clamping: delay.nanosecondsClamped)))
                     delay = min(delay * 2, policy.maximumDelay)
                 }
                 guard let app = application.value else { return }
