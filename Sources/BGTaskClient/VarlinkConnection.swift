@@ -73,7 +73,7 @@ public final class VarlinkConnection: Sendable {
 
     /// Calls the method `parameters` belongs to and waits for its reply, at most `timeout` (nil: no limit).
     public func call<M: VarlinkMethodCall>(_ parameters: M, timeout: Duration? = nil) throws(ClientError) -> M.Reply {
-        let deadline = timeout.map { MonotonicClock.now() &+ $0.clampedNanoseconds }
+        let deadline = timeout.map { MonotonicClock.now() &+ $0.nanosecondsClamped }
         return try io.withLock { (channel: inout Channel) throws(ClientError) -> M.Reply in
             try checkIdle(channel)
             try send(encode(parameters, more: false, oneway: false), channel: &channel)
@@ -120,7 +120,7 @@ public final class VarlinkConnection: Sendable {
     func nextStreamedReply<Reply: Decodable & Sendable>(_ type: Reply.Type, method: String, timeout: Duration?)
         throws(ClientError) -> (Reply, isLast: Bool)?
     {
-        let deadline = timeout.map { MonotonicClock.now() &+ $0.clampedNanoseconds }
+        let deadline = timeout.map { MonotonicClock.now() &+ $0.nanosecondsClamped }
         return try io.withLock { (channel: inout Channel) throws(ClientError) -> (Reply, isLast: Bool)? in
             switch channel.status {
             case .idle: return nil
@@ -332,17 +332,5 @@ public final class VarlinkReplyStream<Reply: Decodable & Sendable>: Sendable {
     /// Ends the stream by closing its connection; a thread blocked in `next` returns `.disconnected`.
     public func cancel() {
         connection.close()
-    }
-}
-
-extension Duration {
-    /// Whole nanoseconds, saturating at the bounds of `Int64`.
-    var clampedNanoseconds: Int64 {
-        let (seconds, attoseconds) = components
-        let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
-        if overflow { return seconds > 0 ? .max : .min }
-        let (sum, overflowAgain) = scaled.addingReportingOverflow(attoseconds / 1_000_000_000)
-        if overflowAgain { return seconds > 0 ? .max : .min }
-        return sum
     }
 }

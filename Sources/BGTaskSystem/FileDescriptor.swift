@@ -239,7 +239,7 @@ public struct IOEvents: OptionSet, Hashable, Sendable, CustomStringConvertible {
 
 extension Duration {
     /// Whole nanoseconds, saturating at the bounds of `Int64` (about 292 years).
-    var nanosecondsClamped: Int64 {
+    public var nanosecondsClamped: Int64 {
         let (seconds, attoseconds) = components
         let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
         if overflow { return seconds > 0 ? .max : .min }

@@ -1,8 +1,7 @@
 // bgtask-bench: measures bgtaskd's costs. Build with `swift run -c release bgtask-bench MODE`.
 
-#if canImport(Glibc)
-    import Glibc
-#endif
+import BGTaskSystem
+import Glibc
 
 let usage = """
     usage: bgtask-bench MODE
@@ -12,39 +11,39 @@ let usage = """
               to a raw Unix-socket ping-pong of the same message sizes measured in the same run
     """
 
+/// Prints `message` on standard error and exits with `status`.
+func fail(_ message: String, status: Int32) -> Never {
+    // Nothing is left to report a failing write of the failure message to.
+    try? FileDescriptor.standardError.writeAll(Array("bgtask-bench: \(message)\n".utf8))
+    exit(status)
+}
+
 let arguments = Array(CommandLine.arguments.dropFirst())
 switch arguments.first {
 case "core":
     var benchmark = CoreBenchmark()
     if arguments.count == 3, arguments[1] == "--populations" {
         let populations = arguments[2].split(separator: ",").compactMap { Int($0) }.filter { $0 > 0 }
-        guard !populations.isEmpty else {
-            FileDescriptorOutput.standardError.write("bgtask-bench: --populations takes positive integers\n")
-            exit(64)
-        }
+        guard !populations.isEmpty else { fail("--populations takes positive integers\n\(usage)", status: 64) }
         benchmark.populations = populations
     } else if arguments.count != 1 {
-        FileDescriptorOutput.standardError.write(usage + "\n")
-        exit(64)
+        fail("unexpected arguments\n\(usage)", status: 64)
     }
     for line in benchmark.run() { print(line) }
 case "ipc":
     do {
         for line in try IPCBenchmark().run() { print(line) }
     } catch {
-        FileDescriptorOutput.standardError.write("bgtask-bench: \(error)\n")
-        exit(1)
+        fail("\(error)", status: 1)
     }
 case "ipc-echo-server" where arguments.count == 2:
     do {
         exit(try runEchoServer(path: arguments[1]))
     } catch {
-        FileDescriptorOutput.standardError.write("bgtask-bench: echo server: \(error)\n")
-        exit(1)
+        fail("echo server: \(error)", status: 1)
     }
 case "-h", "--help", "help":
     print(usage)
 default:
-    FileDescriptorOutput.standardError.write("bgtask-bench: unknown or missing mode\n\(usage)\n")
-    exit(64)
+    fail("unknown or missing mode\n\(usage)", status: 64)
 }

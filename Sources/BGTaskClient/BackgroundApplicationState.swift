@@ -1,0 +1,100 @@
+// The state BackgroundApplication keeps under its lock: leases, the connection link, and a weak reference type.
+
+import BGTaskSystem
+import Dispatch
+import Foundation
+import Synchronization
+
+/// A background task as the client tracks it.
+struct Lease {
+    /// The name given when it began.
+    var name: String?
+    /// The daemon's task id; nil while the lease is not held (being begun, or to be begun after a reconnect).
+    var taskId: Int?
+    /// Taken (set to nil) when it runs, so it runs at most once.
+    var expirationHandler: (@Sendable () -> Void)?
+}
+
+/// The link between the application and the daemon.
+enum Link {
+    /// Registered; events arrive on this registration's stream.
+    case registered(Registration)
+    /// The stream ended unexpectedly; the event thread is registering again.
+    case reconnecting
+    /// Reconnection gave up.
+    case gaveUp
+    /// `close()` was called.
+    case closed
+
+    var isRegistered: Bool {
+        if case .registered = self { return true }
+        return false
+    }
+
+    /// Registered or on the way back to it.
+    var isAlive: Bool {
+        switch self {
+        case .registered, .reconnecting: true
+        case .gaveUp, .closed: false
+        }
+    }
+}
+
+/// Everything `BackgroundApplication` changes after `init`, behind one lock.
+struct State {
+    var app: AppInfo
+    var applicationState: ApplicationState
+    var link: Link
+    var acknowledgesAutomatically: Bool
+    weak var delegate: (any ApplicationDelegate)?
+    var leases: [BackgroundTaskIdentifier: Lease] = [:]
+    var nextTaskNumber = 1
+    /// Daemon task ids listed by `backgroundTaskExpiring` before their `BeginBackgroundTask` reply was recorded.
+    var expiringUnclaimed: Set<Int> = []
+    var lastRemaining: (seconds: Double, measuredAt: Int64)?
+    var reconnectCount = 0
+    var eventObservers: [ObserverToken: @Sendable (EventInfo) -> Void] = [:]
+    var connectionObservers: [ObserverToken: @Sendable (ConnectionEvent) -> Void] = [:]
+    var nextObserverNumber = 1
+
+    init(app: AppInfo, applicationState: ApplicationState, link: Link, acknowledgesAutomatically: Bool) {
+        self.app = app
+        self.applicationState = applicationState
+        self.link = link
+        self.acknowledgesAutomatically = acknowledgesAutomatically
+    }
+
+    mutating func addEventObserver(_ observer: @escaping @Sendable (EventInfo) -> Void) -> ObserverToken {
+        let token = ObserverToken(number: nextObserverNumber)
+        nextObserverNumber += 1
+        eventObservers[token] = observer
+        return token
+    }
+
+    mutating func addConnectionObserver(_ observer: @escaping @Sendable (ConnectionEvent) -> Void) -> ObserverToken {
+        let token = ObserverToken(number: nextObserverNumber)
+        nextObserverNumber += 1
+        connectionObservers[token] = observer
+        return token
+    }
+
+    func identifier(forTaskId taskId: Int) -> BackgroundTaskIdentifier? {
+        leases.first { $0.value.taskId == taskId }?.key
+    }
+
+    /// The task's expiration handler, removed so that it cannot run twice; nil when it ran or there is none.
+    mutating func takeExpirationHandler(_ identifier: BackgroundTaskIdentifier) -> (@Sendable () -> Void)? {
+        defer { leases[identifier]?.expirationHandler = nil }
+        return leases[identifier]?.expirationHandler
+    }
+}
+
+/// A weak reference that can cross threads; the referenced object is itself `Sendable`.
+final class WeakReference<Object: AnyObject & Sendable>: Sendable {
+    /// The object, or nil once it was deallocated.
+    weak let value: Object?
+
+    init(_ value: Object) {
+        self.value = value
+    }
+}
