@@ -74,7 +74,7 @@ extension DemoScenes {
         let band = warning.entry.band.map { " (band \($0.rawValue))" } ?? ""
         transcript.say(
             "The apps went over AppsMemoryMax: the daemon sent memoryWarning to every app; editor\(band) is \(rank). "
-                + "Running apps get the warning at once, a suspended one when it next runs:")
+                + "Running apps get it at once (a suspended app would get it when it next runs):")
         for (app, mark) in lineMarks where app !== editor && !app.hasExited {
             try app.waitForLine(
                 startingWith: "event memoryWarning", after: mark, timeout: Self.promptTimeout, transcript: transcript)
