@@ -295,7 +295,8 @@ extension Manager {
 
     private func listApps(_ call: IncomingCall) {
         guard parameters(ListAppsParameters.self, of: call) != nil else { return }
-        let apps = core.snapshots(now: now)
+        // Live apps and the terminated ones still remembered (the interface's ListApps).
+        let apps = core.snapshots(now: now, includeEnded: true)
             .filter { mayControl(uid: $0.uid, call.connection) }
             .map { AppInfo($0, memoryBytes: processes[$0.id]?.memoryBytes(procFS), now: now) }
         reply(call, ListAppsReply(apps: apps))

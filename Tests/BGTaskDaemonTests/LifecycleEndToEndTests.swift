@@ -134,6 +134,9 @@ struct LifecycleEndToEndTests {
         let status = try control.lifecycle("GetStatus")
         #expect(status.parameters["tasks"] == .number(0))
         #expect(status.parameters["apps"] == .number(0))
+        // Still listed, as terminated, with its reason (ListApps lists the ended apps still remembered).
+        let listed = try control.lifecycle("ListApps").parameters["apps"]?.arrayValue ?? []
+        #expect(listed.contains { $0["name"] == "victim" && $0["state"] == "terminated" && $0["exitReason"] != .null })
     }
 
     @Test("an app holding a file lock is not frozen, and is terminated suspended-holding-lock")
