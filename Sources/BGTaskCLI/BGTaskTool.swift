@@ -35,13 +35,19 @@ public enum BGTaskTool {
         ],
         exitStatuses: [
             ExitStatusSpec("0", "Success."),
-            ExitStatusSpec("1", "Operational failure: no daemon at the socket, no such app or task, or the daemon "
-                + "refused the request; one line on standard error says what went wrong."),
-            ExitStatusSpec("64", "Usage error: the command line does not fit the subcommand (EX_USAGE); the error "
-                + "and the subcommand's usage are printed on standard error."),
+            ExitStatusSpec(
+                "1",
+                "Operational failure: no daemon at the socket, no such app or task, or the daemon "
+                    + "refused the request; one line on standard error says what went wrong."),
+            ExitStatusSpec(
+                "64",
+                "Usage error: the command line does not fit the subcommand (EX_USAGE); the error "
+                    + "and the subcommand's usage are printed on standard error."),
             ExitStatusSpec("126, 127", "bgtask run could not execute CMD (126), or found no such command (127)."),
-            ExitStatusSpec("CMD's status", "bgtask run exits with the status of CMD, or 128+N when CMD was "
-                + "killed by signal N."),
+            ExitStatusSpec(
+                "CMD's status",
+                "bgtask run exits with the status of CMD, or 128+N when CMD was "
+                    + "killed by signal N."),
         ],
         seeAlso: ["bgtaskd(8)", "bgtaskd.conf(5)", "systemd-inhibit(1)", "varlinkctl(1)"],
         commands: [

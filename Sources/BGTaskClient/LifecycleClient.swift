@@ -67,7 +67,9 @@ public final class LifecycleClient: Sendable {
             let stream = try dedicated.callStreaming(
                 RegisterParameters(
                     name: name, exitsOnSuspend: exitsOnSuspend, state: state,
-                    backgroundTimeSec: backgroundTime.map { Double($0.components.seconds) + Double($0.components.attoseconds) / 1e18 }))
+                    backgroundTimeSec: backgroundTime.map {
+                        Double($0.components.seconds) + Double($0.components.attoseconds) / 1e18
+                    }))
             guard let first = try stream.next(timeout: timeout) else {
                 throw ClientError.protocolViolation("Register ended without a reply")
             }

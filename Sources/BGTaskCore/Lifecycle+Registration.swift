@@ -147,7 +147,8 @@ extension Lifecycle {
     }
 
     /// Puts a just-registered app in its first running state.
-    mutating func start(_ id: AppID, in initialState: InitialState, now: MonotonicInstant, into actions: inout [Action]) {
+    mutating func start(_ id: AppID, in initialState: InitialState, now: MonotonicInstant, into actions: inout [Action])
+    {
         switch initialState {
         case .active:
             changeState(id, to: .active, now: now, into: &actions)

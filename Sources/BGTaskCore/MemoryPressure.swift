@@ -176,7 +176,8 @@ public struct MemoryPressureMachine: Sendable {
         case (.warned(let warnedAt, let triggeredAt), .warning):
             if now - warnedAt >= thresholds.warningGrace {
                 phase = .reclaiming(triggeredAt: triggeredAt)
-                decision = victimsPending ? .none : .reclaim(bytesToFree: assessment.bytesToFree, triggeredAt: triggeredAt)
+                decision =
+                    victimsPending ? .none : .reclaim(bytesToFree: assessment.bytesToFree, triggeredAt: triggeredAt)
             } else {
                 decision = .none
             }

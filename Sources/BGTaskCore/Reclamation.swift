@@ -14,7 +14,8 @@ public struct ReclamationCandidate: Hashable, Sendable {
     public var lastForeground: MonotonicInstant
 
     /// Creates a candidate.
-    public init(app: AppID, name: String, band: ReclamationBand, memoryBytes: UInt64, lastForeground: MonotonicInstant) {
+    public init(app: AppID, name: String, band: ReclamationBand, memoryBytes: UInt64, lastForeground: MonotonicInstant)
+    {
         self.app = app
         self.name = name
         self.band = band
@@ -42,7 +43,8 @@ public enum Reclamation {
 
     /// The shortest prefix of `ordered` whose memory adds up to at least `bytesToFree` (all of it if it never
     /// does; none when nothing needs freeing).
-    public static func victims(in ordered: [ReclamationCandidate], toFree bytesToFree: UInt64) -> [ReclamationCandidate] {
+    public static func victims(in ordered: [ReclamationCandidate], toFree bytesToFree: UInt64) -> [ReclamationCandidate]
+    {
         guard bytesToFree > 0 else { return [] }
         var freed: UInt64 = 0
         var count = 0

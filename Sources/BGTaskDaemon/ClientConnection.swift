@@ -96,9 +96,11 @@ final class ClientConnection {
     }
 
     private func readAvailable() {
-        let result = readBuffer.bytes.withUnsafeMutableBytes { bytes in Self.attempt { () throws(Errno) in
-            try descriptor.read(into: bytes)
-        } }
+        let result = readBuffer.bytes.withUnsafeMutableBytes { bytes in
+            Self.attempt { () throws(Errno) in
+                try descriptor.read(into: bytes)
+            }
+        }
         switch result {
         case .wouldBlock:
             return
@@ -111,7 +113,6 @@ final class ClientConnection {
             processMessages()
         }
     }
-
 
     /// The outcome of one non-blocking read or write.
     private enum Attempt {
@@ -148,9 +149,11 @@ final class ClientConnection {
         guard !isClosed else { return }
         let wasEmpty = bufferedOutput == 0
         if wasEmpty {
-            let result = message.withUnsafeBytes { bytes in Self.attempt { () throws(Errno) in
-                try descriptor.send(bytes)
-            } }
+            let result = message.withUnsafeBytes { bytes in
+                Self.attempt { () throws(Errno) in
+                    try descriptor.send(bytes)
+                }
+            }
             switch result {
             case .failed(let error):
                 close(because: "write failed: \(error)")
@@ -174,9 +177,11 @@ final class ClientConnection {
 
     private func flush() {
         writing: while bufferedOutput > 0 {
-            let result = output[outputStart...].withUnsafeBytes { bytes in Self.attempt { () throws(Errno) in
-                try descriptor.send(bytes)
-            } }
+            let result = output[outputStart...].withUnsafeBytes { bytes in
+                Self.attempt { () throws(Errno) in
+                    try descriptor.send(bytes)
+                }
+            }
             switch result {
             case .wouldBlock:
                 break writing

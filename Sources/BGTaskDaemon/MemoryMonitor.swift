@@ -118,7 +118,8 @@ final class MemoryMonitor {
     }
 
     /// Reclaims in the core's order until `bytesToFree` is covered, re-checking the trigger before each kill.
-    private func reclaim(bytesToFree: UInt64, readings: [AppID: UInt64], triggeredAt: MonotonicInstant, trigger: String) {
+    private func reclaim(bytesToFree: UInt64, readings: [AppID: UInt64], triggeredAt: MonotonicInstant, trigger: String)
+    {
         let order = manager.core.reclamationOrder(readings: readings)
         let victims = Reclamation.victims(in: order, toFree: bytesToFree)
         guard !victims.isEmpty else {

@@ -71,8 +71,9 @@ public final class EventLoop {
         let microseconds = TimerSource.microseconds(deadline)
         let accuracyMicroseconds = UInt64(max(1, accuracy.nanosecondsClamped / 1000))
         try register(source, operation: "sd_event_add_time(\(name))") { pointer, userdata in
-            sd_event_add_time(event, &pointer, CLOCK_MONOTONIC, microseconds, accuracyMicroseconds,
-                              timerTrampoline, userdata)
+            sd_event_add_time(
+                event, &pointer, CLOCK_MONOTONIC, microseconds, accuracyMicroseconds,
+                timerTrampoline, userdata)
         }
         return source
     }
@@ -302,8 +303,10 @@ public final class IOSource: EventSource {
     public let fileDescriptor: FileDescriptor
     fileprivate let handler: (IOSource, IOEvents) -> Void
 
-    fileprivate init(loop: EventLoop, name: String, fileDescriptor: FileDescriptor,
-                     handler: @escaping (IOSource, IOEvents) -> Void) {
+    fileprivate init(
+        loop: EventLoop, name: String, fileDescriptor: FileDescriptor,
+        handler: @escaping (IOSource, IOEvents) -> Void
+    ) {
         self.fileDescriptor = fileDescriptor
         self.handler = handler
         super.init(loop: loop, name: name, isOneShot: false)
@@ -421,8 +424,9 @@ private let signalTrampoline: sd_event_signal_handler_t = { _, info, userdata in
     let source = Unmanaged<SignalSource>.fromOpaque(userdata).takeUnretainedValue()
     // The kernel only reports valid signal numbers, so the conversion cannot fail for a real delivery.
     guard let signal = Signal(rawValue: Int32(bitPattern: info.pointee.ssi_signo)) else { return 0 }
-    let details = SignalInfo(signal: signal, senderPID: pid_t(bitPattern: info.pointee.ssi_pid),
-                             senderUID: info.pointee.ssi_uid)
+    let details = SignalInfo(
+        signal: signal, senderPID: pid_t(bitPattern: info.pointee.ssi_pid),
+        senderUID: info.pointee.ssi_uid)
     withExtendedLifetime(source) { source.handler(source, details) }
     return 0
 }

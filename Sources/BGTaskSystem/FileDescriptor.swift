@@ -138,7 +138,7 @@ public struct FileDescriptor: RawRepresentable, Hashable, Sendable, CustomString
     public func close() throws(Errno) {
         do throws(Errno) {
             _ = try systemCall("close(fd \(rawValue))", retryOnInterrupt: false) { Glibc.close(rawValue) }
-        } catch where error == .interrupted {
+        } catch  where error == .interrupted {
             return
         }
     }
@@ -176,9 +176,10 @@ public struct FileDescriptor: RawRepresentable, Hashable, Sendable, CustomString
 
     /// `dup3`-style duplicate with `O_CLOEXEC`, as a new descriptor the caller closes.
     public func duplicate() throws(Errno) -> FileDescriptor {
-        FileDescriptor(rawValue: try systemCall("fcntl(fd \(rawValue), F_DUPFD_CLOEXEC)") {
-            fcntl(rawValue, F_DUPFD_CLOEXEC, 0)
-        })
+        FileDescriptor(
+            rawValue: try systemCall("fcntl(fd \(rawValue), F_DUPFD_CLOEXEC)") {
+                fcntl(rawValue, F_DUPFD_CLOEXEC, 0)
+            })
     }
 
     /// Waits until the descriptor reports one of `events` (or an error/hang-up, which poll always reports),
@@ -232,7 +233,8 @@ public struct IOEvents: OptionSet, Hashable, Sendable, CustomStringConvertible {
         ]
         let present = names.filter { contains($0.0) }.map(\.1)
         let unknown = subtracting(IOEvents(names.map(\.0)))
-        return "[" + (present + (unknown.isEmpty ? [] : ["0x\(String(unknown.rawValue, radix: 16))"]))
+        return "["
+            + (present + (unknown.isEmpty ? [] : ["0x\(String(unknown.rawValue, radix: 16))"]))
             .joined(separator: ", ") + "]"
     }
 }

@@ -120,8 +120,9 @@ public struct Logger: Sendable {
         let message = message()
         let fields = fields()
         if destination == .journal && sendToJournal(priority, message, fields) { return }
-        let line = Logger.formatLine(identifier: identifier, pid: pid, priority: priority, message: message,
-                                     fields: fields)
+        let line = Logger.formatLine(
+            identifier: identifier, pid: pid, priority: priority, message: message,
+            fields: fields)
         // One write per line, so lines from several threads do not interleave (below PIPE_BUF).
         try? stream.writeAll(Array(line.utf8))  // Logging must not fail its caller; see above.
     }
@@ -152,8 +153,10 @@ public struct Logger: Sendable {
     /// Priorities from `.warning` up are named after the pid; `BGTASK_` is dropped from field names and
     /// `MESSAGE_ID` left out (noise on a terminal); values with spaces, quotes or `=` are quoted; control
     /// characters are escaped so a message always stays on one line.
-    public static func formatLine(identifier: String, pid: pid_t, priority: LogPriority, message: String,
-                                  fields: [LogField]) -> String {
+    public static func formatLine(
+        identifier: String, pid: pid_t, priority: LogPriority, message: String,
+        fields: [LogField]
+    ) -> String {
         var line = "\(identifier)[\(pid)]: "
         if priority <= .warning { line += "\(priority): " }
         line += escaped(message)
@@ -227,8 +230,10 @@ private func withIOVectors<Result>(_ arrays: [[UInt8]], _ body: ([iovec]) -> Res
         guard index < arrays.count else { return body(vectors) }
         return arrays[index].withUnsafeBytes { bytes in
             // sd_journal_sendv only reads; the mutable pointer is what struct iovec declares.
-            vectors.append(iovec(iov_base: UnsafeMutableRawPointer(mutating: bytes.baseAddress),
-                                 iov_len: bytes.count))
+            vectors.append(
+                iovec(
+                    iov_base: UnsafeMutableRawPointer(mutating: bytes.baseAddress),
+                    iov_len: bytes.count))
             return build(index + 1)
         }
     }

@@ -127,8 +127,10 @@ public struct ProcessStat: Hashable, Sendable {
     public var startTime: UInt64
 
     /// A stat record from its parts (tests, state files).
-    public init(pid: pid_t, command: String, state: ProcessState, parentPID: pid_t, processGroupID: pid_t,
-                sessionID: pid_t, startTime: UInt64) {
+    public init(
+        pid: pid_t, command: String, state: ProcessState, parentPID: pid_t, processGroupID: pid_t,
+        sessionID: pid_t, startTime: UInt64
+    ) {
         self.pid = pid
         self.command = command
         self.state = state
@@ -302,8 +304,10 @@ public struct FileLock: Hashable, Sendable {
     public var end: Int64?
 
     /// A lock row from its parts.
-    public init(ordinal: Int64, isBlockedWaiter: Bool, kind: Kind, enforcement: Enforcement, access: Access,
-                pid: pid_t, file: FileID?, start: Int64, end: Int64?) {
+    public init(
+        ordinal: Int64, isBlockedWaiter: Bool, kind: Kind, enforcement: Enforcement, access: Access,
+        pid: pid_t, file: FileID?, start: Int64, end: Int64?
+    ) {
         self.ordinal = ordinal
         self.isBlockedWaiter = isBlockedWaiter
         self.kind = kind
@@ -378,8 +382,9 @@ public struct FileLock: Hashable, Sendable {
         } else {
             throw failure("bad end \(quoted(values[6]))")
         }
-        return FileLock(ordinal: ordinal, isBlockedWaiter: isBlockedWaiter, kind: kind, enforcement: enforcement,
-                        access: access, pid: pid, file: file, start: start, end: end)
+        return FileLock(
+            ordinal: ordinal, isBlockedWaiter: isBlockedWaiter, kind: kind, enforcement: enforcement,
+            access: access, pid: pid, file: file, start: start, end: end)
     }
 }
 
@@ -523,7 +528,8 @@ public struct Pressure: Hashable, Sendable {
         else {
             throw ProcParseError(file: "pressure", line: line, reason: "missing avg10, avg60, avg300 or total")
         }
-        return PressureStall(average10: average10, average60: average60, average300: average300,
-                             totalMicroseconds: total)
+        return PressureStall(
+            average10: average10, average60: average60, average300: average300,
+            totalMicroseconds: total)
     }
 }

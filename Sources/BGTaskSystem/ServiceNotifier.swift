@@ -50,15 +50,17 @@ public struct ServiceNotifier: Sendable {
     @discardableResult
     public func storeFileDescriptors(_ descriptors: [FileDescriptor], name: String) throws(Errno) -> Bool {
         // FDNAME: at most 255 printable characters, no ':' (the separator of LISTEN_FDNAMES).
-        let cleanName = String(name.map { character -> Character in
-            let code = character.asciiValue ?? 0  // Non-ASCII counts as unprintable here.
-            return code < 0x20 || code == 0x7f || character == ":" ? "_" : character
-        }.prefix(255))
+        let cleanName = String(
+            name.map { character -> Character in
+                let code = character.asciiValue ?? 0  // Non-ASCII counts as unprintable here.
+                return code < 0x20 || code == 0x7f || character == ":" ? "_" : character
+            }.prefix(255))
         let raw = descriptors.map(\.rawValue)
         return try systemCall("sd_pid_notify_with_fds(FDSTORE)", convention: .returnsNegativeErrno) {
             raw.withUnsafeBufferPointer { buffer in
-                sd_pid_notify_with_fds(0, 0, "FDSTORE=1\nFDNAME=\(cleanName)", buffer.baseAddress,
-                                       UInt32(buffer.count))
+                sd_pid_notify_with_fds(
+                    0, 0, "FDSTORE=1\nFDNAME=\(cleanName)", buffer.baseAddress,
+                    UInt32(buffer.count))
             }
         } > 0
     }

@@ -130,8 +130,10 @@ public struct Signal: RawRepresentable, Hashable, Sendable, CustomStringConverti
         var set = sigset_t()
         sigemptyset(&set)
         for signal in signals { sigaddset(&set, signal.rawValue) }
-        _ = try systemCall("pthread_sigmask(\(signals.map(\.name).joined(separator: ",")))",
-                           convention: .returnsErrorNumber) {
+        _ = try systemCall(
+            "pthread_sigmask(\(signals.map(\.name).joined(separator: ",")))",
+            convention: .returnsErrorNumber
+        ) {
             pthread_sigmask(how, &set, nil)
         }
     }

@@ -85,7 +85,7 @@ public enum UnixSocket {
                 accept4(listener.rawValue, nil, nil, Int32(SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue))
             }
             return FileDescriptor(rawValue: fd)
-        } catch where error == .wouldBlock || error == .connectionAborted {
+        } catch  where error == .wouldBlock || error == .connectionAborted {
             // ECONNABORTED: the client gave up before we accepted; there is nothing to serve.
             return nil
         }
@@ -105,7 +105,7 @@ public enum UnixSocket {
                         }
                     }
                 }
-            } catch where error == .interrupted {
+            } catch  where error == .interrupted {
                 // An interrupted connect goes on in the background; calling it again would fail with
                 // EALREADY. Wait for it to finish and read its outcome instead.
                 _ = try fd.poll(for: .writable, timeout: nil)
@@ -147,7 +147,8 @@ public enum UnixSocket {
             switch result {
             case .success:
                 return Array(groups.prefix(Int(length) / MemoryLayout<gid_t>.size))
-            case .failure(let error) where error.rawValue == ERANGE && Int(length) > capacity * MemoryLayout<gid_t>.size:
+            case .failure(let error)
+            where error.rawValue == ERANGE && Int(length) > capacity * MemoryLayout<gid_t>.size:
                 // The kernel wrote the size it needs into `length`.
                 capacity = Int(length) / MemoryLayout<gid_t>.size
             case .failure(let error):
@@ -177,7 +178,7 @@ public enum UnixSocket {
                 bgtask_peer_pidfd(socket.rawValue)
             }
             return PidFD(fileDescriptor: FileDescriptor(rawValue: fd), pid: credentials.pid)
-        } catch where error == .protocolNotAvailable || error == .noSuchProcess || error == .noData {
+        } catch  where error == .protocolNotAvailable || error == .noSuchProcess || error == .noData {
             return nil
         }
     }
@@ -235,7 +236,7 @@ public enum UnixSocket {
         var status = stat()
         do throws(Errno) {
             _ = try systemCall("lstat(\(path))") { lstat(path, &status) }
-        } catch where error == .noSuchFileOrDirectory {
+        } catch  where error == .noSuchFileOrDirectory {
             return
         }
         guard status.st_mode & S_IFMT == S_IFSOCK else { return }
@@ -243,12 +244,12 @@ public enum UnixSocket {
             let probe = try connect(path: path)
             try? probe.close()  // Only the successful connect mattered.
             throw Errno(rawValue: EADDRINUSE, operation: "listen(\(path)) [another process accepts on it]")
-        } catch where error == .connectionRefused || error == .noSuchFileOrDirectory {
+        } catch  where error == .connectionRefused || error == .noSuchFileOrDirectory {
             // Refused: a socket file whose listener is gone. Missing: someone removed it meanwhile.
         }
         do throws(Errno) {
             _ = try systemCall("unlink(\(path))") { unlink(path) }
-        } catch where error == .noSuchFileOrDirectory {
+        } catch  where error == .noSuchFileOrDirectory {
             return
         }
     }
@@ -262,9 +263,10 @@ public enum UnixSocket {
         return value
     }
 
-    private static func setSocketOption(_ socket: FileDescriptor, _ option: Int32, _ value: Int32,
-                                        operation: String) throws(Errno)
-    {
+    private static func setSocketOption(
+        _ socket: FileDescriptor, _ option: Int32, _ value: Int32,
+        operation: String
+    ) throws(Errno) {
         var value = value
         _ = try systemCall(operation) {
             setsockopt(socket.rawValue, SOL_SOCKET, option, &value, socklen_t(MemoryLayout<Int32>.size))

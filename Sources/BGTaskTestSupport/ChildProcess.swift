@@ -68,7 +68,8 @@ public final class ChildProcess {
             }
             let remaining = deadline - MonotonicClock.now()
             guard remaining > 0 else {
-                throw HarnessError("pid \(pid) printed no full line within \(timeout); so far: \(transcript.suffix(20))")
+                throw HarnessError(
+                    "pid \(pid) printed no full line within \(timeout); so far: \(transcript.suffix(20))")
             }
             let ready = try output.poll(for: .readable, timeout: .nanoseconds(remaining))
             guard !ready.isEmpty else { continue }

@@ -67,8 +67,10 @@ public final class DaemonHarness {
         var options = SpawnOptions(flags: .newProcessGroup, standardError: .fileDescriptor(log))
         options.environment = variables.map { "\($0.key)=\($0.value)" }
         process = try ProcessSpawner.spawn(
-            ["timeout", "--kill-after=10", Self.lifetimeLimit, try Products.path("bgtaskd"), "--socket", socketPath,
-             "--config", configurationPath] + arguments,
+            [
+                "timeout", "--kill-after=10", Self.lifetimeLimit, try Products.path("bgtaskd"), "--socket", socketPath,
+                "--config", configurationPath,
+            ] + arguments,
             options: options)
         let wrapper = process
         do {

@@ -219,7 +219,8 @@ public final class PolicyHarness {
                     pendingEffects.append("\(entry.appName) terminated (\(entry.reason?.rawValue ?? "?"))")
                 case .taskEnded where entry.taskEnd != .ended:
                     pendingEffects.append(
-                        "\(entry.appName) \(entry.taskID?.description ?? "?") ended (\(entry.taskEnd?.rawValue ?? "?"))")
+                        "\(entry.appName) \(entry.taskID?.description ?? "?") ended (\(entry.taskEnd?.rawValue ?? "?"))"
+                    )
                 case .suspensionDeferred:
                     pendingEffects.append("\(entry.appName) suspension deferred")
                 default:

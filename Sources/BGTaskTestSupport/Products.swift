@@ -9,7 +9,8 @@ public enum Products {
     /// The build directory holding the test binary and the package's executables.
     public static let directory: String = {
         // Safe enough for tests: /proc/self/exe always resolves for a running process.
-        let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
+        let executable =
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
             ?? CommandLine.arguments[0]
         var url = URL(fileURLWithPath: executable).deletingLastPathComponent()
         // An .xctest bundle directory (when the runner loads it) sits in the build directory too.

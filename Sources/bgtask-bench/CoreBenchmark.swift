@@ -11,27 +11,28 @@ struct CoreBenchmark {
     /// Timed repetitions per measurement; the fastest is reported (the others include noise from the host).
     var repetitions = 5
 
-    func run() -> [String] {
+    func run() throws(LifecycleError) -> [String] {
         var lines = ["live leases   begin+end ns/op   deadline ns/op"]
         var baseline: (Double, Double)?
         for population in populations {
-            let beginEnd = measureBeginEnd(liveLeases: population)
-            let deadline = measureDeadlines(liveLeases: population)
+            let beginEnd = try measureBeginEnd(liveLeases: population)
+            let deadline = try measureDeadlines(liveLeases: population)
             baseline = baseline ?? (beginEnd, deadline)
             lines.append(
                 pad(String(population), 11) + pad(format(beginEnd), 18) + pad(format(deadline), 17))
         }
         if let baseline, let last = populations.last, populations.count > 1 {
-            let beginEnd = measureBeginEnd(liveLeases: last) / baseline.0
-            let deadline = measureDeadlines(liveLeases: last) / baseline.1
+            let beginEnd = try measureBeginEnd(liveLeases: last) / baseline.0
+            let deadline = try measureDeadlines(liveLeases: last) / baseline.1
             lines.append(
-                "ratio \(last) / \(populations[0]) (re-measured): begin+end \(format(beginEnd))x, deadline \(format(deadline))x")
+                "ratio \(last) / \(populations[0]) (re-measured): begin+end \(format(beginEnd))x, deadline \(format(deadline))x"
+            )
         }
         return lines
     }
 
     /// A core with `count` apps in background, each holding one lease, their deadlines spread over a second.
-    private func populatedCore(_ count: Int) -> (Lifecycle, [AppID], MonotonicInstant) {
+    private func populatedCore(_ count: Int) throws(LifecycleError) -> (Lifecycle, [AppID], MonotonicInstant) {
         var policy = CorePolicy()
         policy.historySize = 16
         policy.tasksPerAppMax = 1_000
@@ -41,11 +42,10 @@ struct CoreBenchmark {
         apps.reserveCapacity(count)
         let spacing = Duration.nanoseconds(max(1, 1_000_000_000 / Int64(count)))
         for index in 0..<count {
-            // Force-try is safe here: fresh unique names in a fresh core cannot be refused.
-            let registration = try! core.register(
+            let registration = try core.register(
                 name: "app\(index)", process: ProcessIdentity(pid: Int32(index + 2), uid: 1000), now: now)
-            _ = try! core.beginBackgroundTask(registration.app, name: "work", now: now)
-            _ = try! core.setState(registration.app, to: .background, now: now)
+            _ = try core.beginBackgroundTask(registration.app, name: "work", now: now)
+            _ = try core.setState(registration.app, to: .background, now: now)
             apps.append(registration.app)
             now = now + spacing
         }
@@ -53,8 +53,8 @@ struct CoreBenchmark {
     }
 
     /// Nanoseconds per begin+end pair, on apps visited in a scattered order.
-    private func measureBeginEnd(liveLeases: Int) -> Double {
-        var (core, apps, now) = populatedCore(liveLeases)
+    private func measureBeginEnd(liveLeases: Int) throws(LifecycleError) -> Double {
+        var (core, apps, now) = try populatedCore(liveLeases)
         let operations = 200_000
         var best = Double.infinity
         var index = 0
@@ -65,9 +65,8 @@ struct CoreBenchmark {
                 // A multiplicative stride scatters consecutive operations across the whole population.
                 index = (index &+ 7_919) % apps.count
                 let app = apps[index]
-                // Safe: the app is live and below its task limit, so begin cannot fail; the id was just issued.
-                let task = try! core.beginBackgroundTask(app, name: nil, now: now).task
-                _ = try! core.endBackgroundTask(app, task: task, now: now)
+                let task = try core.beginBackgroundTask(app, name: nil, now: now).task
+                _ = try core.endBackgroundTask(app, task: task, now: now)
             }
             best = min(best, nanoseconds(clock.now - start) / Double(operations))
             now = now + .nanoseconds(1)
@@ -77,8 +76,8 @@ struct CoreBenchmark {
 
     /// Nanoseconds per deadline: fire the earliest (an expiration warning), then send that app to the
     /// foreground and back so the population and the queue size stay constant.
-    private func measureDeadlines(liveLeases: Int) -> Double {
-        var (core, _, _) = populatedCore(liveLeases)
+    private func measureDeadlines(liveLeases: Int) throws(LifecycleError) -> Double {
+        var (core, _, _) = try populatedCore(liveLeases)
         let operations = 100_000
         var best = Double.infinity
         for _ in 0..<repetitions {
@@ -88,8 +87,8 @@ struct CoreBenchmark {
                 // Safe: every app holds a lease in background, so a deadline is always pending.
                 let due = core.nextDeadline!
                 for case .send(_, let app) in core.deadlineReached(now: due) {
-                    _ = try! core.setState(app, to: .inactive, now: due)
-                    _ = try! core.setState(app, to: .background, now: due)
+                    _ = try core.setState(app, to: .inactive, now: due)
+                    _ = try core.setState(app, to: .background, now: due)
                 }
             }
             best = min(best, nanoseconds(clock.now - start) / Double(operations))

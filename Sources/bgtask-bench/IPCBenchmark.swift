@@ -38,7 +38,7 @@ struct IPCBenchmark {
         defer { echo.stop() }
 
         var lines = [
-            "clients  server   calls/s   pairs/s   p50 µs   p99 µs",
+            "clients  server   calls/s   pairs/s   p50 µs   p99 µs"
         ]
         var ratios: [String] = []
         for clients in clientCounts {
@@ -70,7 +70,8 @@ struct IPCBenchmark {
             if let daemonSocket {
                 let registration = try UnixSocket.connect(path: daemonSocket)
                 try registration.sendAll(
-                    Array(#"{"method":"io.bgtask.Lifecycle.Register","parameters":{"name":"\#(app)"},"more":true}"#.utf8)
+                    Array(
+                        #"{"method":"io.bgtask.Lifecycle.Register","parameters":{"name":"\#(app)"},"more":true}"#.utf8)
                         + [0])
                 _ = try readFrame(registration)
                 registrations.append(registration)
@@ -84,9 +85,10 @@ struct IPCBenchmark {
         for (index, connection) in connections.enumerated() {
             let app = "bench-\(clients)-\(index)"
             let pairs = pairsPerClient
-            let begin = Array(
-                #"{"method":"io.bgtask.Lifecycle.BeginBackgroundTask","parameters":{"app":"\#(app)","name":null}}"#
-                    .utf8) + [0]
+            let begin =
+                Array(
+                    #"{"method":"io.bgtask.Lifecycle.BeginBackgroundTask","parameters":{"app":"\#(app)","name":null}}"#
+                        .utf8) + [0]
             finished.enter()
             let thread = Thread {
                 defer { finished.leave() }
@@ -101,9 +103,10 @@ struct IPCBenchmark {
                         guard let task = taskID(in: reply) else {
                             throw BenchError("unexpected reply: \(String(decoding: reply, as: UTF8.self))")
                         }
-                        let end = Array(
-                            #"{"method":"io.bgtask.Lifecycle.EndBackgroundTask","parameters":{"app":"\#(app)","taskId":\#(task)}}"#
-                                .utf8) + [0]
+                        let end =
+                            Array(
+                                #"{"method":"io.bgtask.Lifecycle.EndBackgroundTask","parameters":{"app":"\#(app)","taskId":\#(task)}}"#
+                                    .utf8) + [0]
                         sent = MonotonicClock.now()
                         try connection.sendAll(end)
                         _ = try readFrame(connection)
@@ -256,8 +259,10 @@ func runEchoServer(path: String) throws -> Int32 {
                 }
                 var buffer = (buffers[client.rawValue] ?? []) + chunk
                 while let end = buffer.firstIndex(of: 0) {
-                    let isEnd = buffer[..<end].count > 0 && String(decoding: buffer[..<end], as: UTF8.self)
-                        .contains("taskId")
+                    let isEnd =
+                        buffer[..<end].count > 0
+                        && String(decoding: buffer[..<end], as: UTF8.self)
+                            .contains("taskId")
                     buffer.removeSubrange(...end)
                     try? client.sendAll(isEnd ? endReply : beginReply)
                 }

@@ -29,7 +29,11 @@ case "core":
     } else if arguments.count != 1 {
         fail("unexpected arguments\n\(usage)", status: 64)
     }
-    for line in benchmark.run() { print(line) }
+    do {
+        for line in try benchmark.run() { print(line) }
+    } catch {
+        fail("the policy refused a benchmark step: \(error)", status: 1)
+    }
 case "ipc":
     do {
         for line in try IPCBenchmark().run() { print(line) }

@@ -7,7 +7,6 @@ import Testing
 /// How a child process ended; named apart from Swift Testing's own `ExitStatus`.
 typealias ProcessStatus = BGTaskSystem.ExitStatus
 
-
 /// A running bgtask: its pidfd and the read ends of its standard output and error.
 final class BGTaskProcess {
     let process: SpawnedProcess
@@ -66,16 +65,18 @@ final class BGTaskProcess {
             let left = deadline &- MonotonicClock.now()
             guard left > 0, try !output.poll(for: .readable, timeout: .nanoseconds(left)).isEmpty else {
                 if recordingTimeout {
-                    Issue.record("no \(String(reflecting: text)) on standard output: \(outputText)",
-                                 sourceLocation: sourceLocation)
+                    Issue.record(
+                        "no \(String(reflecting: text)) on standard output: \(outputText)",
+                        sourceLocation: sourceLocation)
                 }
                 return false
             }
             let bytes = try output.read(upTo: 4_096)
             if bytes.isEmpty {
                 if recordingTimeout {
-                    Issue.record("standard output ended without \(String(reflecting: text)): \(outputText)",
-                                 sourceLocation: sourceLocation)
+                    Issue.record(
+                        "standard output ended without \(String(reflecting: text)): \(outputText)",
+                        sourceLocation: sourceLocation)
                 }
                 return false
             }

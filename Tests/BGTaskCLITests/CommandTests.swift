@@ -8,7 +8,8 @@ import Testing
 
 /// Every subcommand that talks to the daemon, with the arguments it needs.
 let daemonCommandLines: [[String]] = [
-    ["status"], ["status", "org.a"], ["apps"], ["run", "--", "true"], ["begin", "org.a", "work"], ["end", "org.a", "1"],
+    ["status"], ["status", "org.a"], ["apps"], ["run", "--", "true"], ["begin", "org.a", "work"],
+    ["end", "org.a", "1"],
     ["remaining", "org.a"], ["foreground", "org.a"], ["background", "org.a"], ["deactivate", "org.a"],
     ["terminate", "org.a"], ["post", "sync"], ["watch"], ["history", "-n", "3"],
 ]
@@ -82,8 +83,11 @@ final class RecordingDemoRunner: DemoRunner {
     @Test func demoWithoutRunnerFailsWithOneLine() async {
         let run = await runTool(["demo"])
         #expect(run.status == .failure)
-        #expect(run.errorLines == ["bgtask demo: error: this build of bgtask does not include the demo "
-            + "(it was built without a DemoRunner)"])
+        #expect(
+            run.errorLines == [
+                "bgtask demo: error: this build of bgtask does not include the demo "
+                    + "(it was built without a DemoRunner)"
+            ])
     }
 
     @Test func demoRunsThroughTheHook() async {

@@ -70,8 +70,9 @@ func historyEntries(of app: String, daemon: DaemonHarness) throws -> [HistoryEnt
     /// `backgroundTaskExpiring` to CMD as SIGTERM; bgtask exits with CMD's status.
     @Test func runForwardsTheRealExpirationWarning() throws {
         let daemon = try DaemonHarness(configuration: shortPolicy)
-        let run = try BGTaskProcess(["run", "--"] + trappingCommand("TERM", exitStatus: 3),
-                                    environment: ["BGTASK_SOCKET": daemon.socketPath])
+        let run = try BGTaskProcess(
+            ["run", "--"] + trappingCommand("TERM", exitStatus: 3),
+            environment: ["BGTASK_SOCKET": daemon.socketPath])
         let app = Run.defaultAppName(program: "sh", pid: run.process.pid)
         let result = try run.finish()
         #expect(result.status == .exited(3), "\(result.errors)\n\(daemon.log)")
@@ -89,9 +90,10 @@ func historyEntries(of app: String, daemon: DaemonHarness) throws -> [HistoryEnt
     @Test func controlsARunningApp() throws {
         let daemon = try DaemonHarness(configuration: roomyPolicy)
         let app = "e2e.app"
-        let holder = try BGTaskProcess(["run", "--app", app, "--name", "hold", "--"]
-                                       + trappingCommand("TERM", exitStatus: 0),
-                                       environment: ["BGTASK_SOCKET": daemon.socketPath])
+        let holder = try BGTaskProcess(
+            ["run", "--app", app, "--name", "hold", "--"]
+                + trappingCommand("TERM", exitStatus: 0),
+            environment: ["BGTASK_SOCKET": daemon.socketPath])
         try holder.waitForOutput(containing: "ready")
 
         let listed = try decode(ListAppsReply.self, try runBinary(["apps", "--json"], against: daemon).output).apps
@@ -102,8 +104,9 @@ func historyEntries(of app: String, daemon: DaemonHarness) throws -> [HistoryEnt
         #expect(table.hasPrefix("NAME") && table.contains("\n\(app) ") && table.contains(" background "))
         let detail = try runBinary(["status", app], against: daemon)
         #expect(detail.output.hasPrefix("\(app)\n  state:      background\n"), "\(detail.output)")
-        let remaining = try decode(BackgroundTimeRemainingReply.self,
-                                   try runBinary(["remaining", app, "--json"], against: daemon).output)
+        let remaining = try decode(
+            BackgroundTimeRemainingReply.self,
+            try runBinary(["remaining", app, "--json"], against: daemon).output)
         #expect((remaining.seconds ?? -1) > 0 && (remaining.seconds ?? 31) <= 30)
 
         // A script's own task on the app: begin prints the id, end ends it once.
@@ -148,11 +151,13 @@ func historyEntries(of app: String, daemon: DaemonHarness) throws -> [HistoryEnt
     @Test func runJoinsAnAppRegisteredByAnotherProcess() throws {
         let daemon = try DaemonHarness(configuration: roomyPolicy)
         let app = "e2e.join"
-        let holder = try BGTaskProcess(["run", "--app", app, "--"] + trappingCommand("TERM", exitStatus: 0),
-                                       environment: ["BGTASK_SOCKET": daemon.socketPath])
+        let holder = try BGTaskProcess(
+            ["run", "--app", app, "--"] + trappingCommand("TERM", exitStatus: 0),
+            environment: ["BGTASK_SOCKET": daemon.socketPath])
         try holder.waitForOutput(containing: "ready")
-        let joined = try runBinary(["run", "--app", app, "--name", "joined", "--", "sh", "-c", "exit 7"],
-                                   against: daemon)
+        let joined = try runBinary(
+            ["run", "--app", app, "--name", "joined", "--", "sh", "-c", "exit 7"],
+            against: daemon)
         #expect(joined.status == .exited(7), "\(joined.errors)")
         #expect(joined.errors.hasPrefix("bgtask: joined app \(app); task 2 began\n"))
         // The joined task (2) ended; the holder's (1) goes on.

@@ -70,7 +70,8 @@ let commandNames = BGTaskTool.spec.commands.map { $0.spec.name }
         let spec = try #require(BGTaskTool.spec.command(named: name)?.spec)
         #expect(!spec.abstract.hasSuffix("."))
         #expect(!spec.abstract.isEmpty && !spec.discussion.isEmpty)
-        let longNames = spec.options.map(\.name) + spec.flags.map(\.name) + BGTaskTool.spec.globalOptions.map(\.name)
+        let longNames =
+            spec.options.map(\.name) + spec.flags.map(\.name) + BGTaskTool.spec.globalOptions.map(\.name)
             + BGTaskTool.spec.globalFlags.map(\.name) + ["help"]
         #expect(Set(longNames).count == longNames.count, "\(longNames)")
         let shortNames = (spec.options.compactMap(\.shortName) + spec.flags.compactMap(\.shortName) + ["h"])

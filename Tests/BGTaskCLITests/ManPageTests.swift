@@ -62,8 +62,10 @@ import Testing
                 text.append(character)
             }
         }
-        for heading in ["NAME", "SYNOPSIS", "DESCRIPTION", "COMMANDS", "OPTIONS", "ENVIRONMENT", "EXIT STATUS",
-                        "EXAMPLES", "SEE ALSO"] {
+        for heading in [
+            "NAME", "SYNOPSIS", "DESCRIPTION", "COMMANDS", "OPTIONS", "ENVIRONMENT", "EXIT STATUS",
+            "EXAMPLES", "SEE ALSO",
+        ] {
             #expect(text.contains("\n\(heading)\n"), "\(heading)")
         }
         #expect(text.contains("bgtask run [--name NAME]"))

@@ -96,14 +96,22 @@ func idlReplyFields(of methodName: String) throws -> [String] {
     @Test func otherRepliesCarryTheInterfaceFields() throws {
         let replies: [(String, String, JSONValue)] = [
             ("GetStatus", try Rendering.json(Samples.status), try protocolEncoding(Samples.status)),
-            ("Post", try Rendering.json(PostReply(delivered: 2, queued: 1)),
-             try protocolEncoding(PostReply(delivered: 2, queued: 1))),
-            ("BeginBackgroundTask", try Rendering.json(BeginBackgroundTaskReply(taskId: 7)),
-             try protocolEncoding(BeginBackgroundTaskReply(taskId: 7))),
-            ("BackgroundTimeRemaining", try Rendering.json(BackgroundTimeRemainingReply(seconds: nil)),
-             try protocolEncoding(BackgroundTimeRemainingReply(seconds: nil))),
-            ("BackgroundTimeRemaining", try Rendering.json(BackgroundTimeRemainingReply(seconds: 4.5)),
-             try protocolEncoding(BackgroundTimeRemainingReply(seconds: 4.5))),
+            (
+                "Post", try Rendering.json(PostReply(delivered: 2, queued: 1)),
+                try protocolEncoding(PostReply(delivered: 2, queued: 1))
+            ),
+            (
+                "BeginBackgroundTask", try Rendering.json(BeginBackgroundTaskReply(taskId: 7)),
+                try protocolEncoding(BeginBackgroundTaskReply(taskId: 7))
+            ),
+            (
+                "BackgroundTimeRemaining", try Rendering.json(BackgroundTimeRemainingReply(seconds: nil)),
+                try protocolEncoding(BackgroundTimeRemainingReply(seconds: nil))
+            ),
+            (
+                "BackgroundTimeRemaining", try Rendering.json(BackgroundTimeRemainingReply(seconds: 4.5)),
+                try protocolEncoding(BackgroundTimeRemainingReply(seconds: 4.5))
+            ),
         ]
         for (method, line, expected) in replies {
             let value = decodeLine(line)
@@ -140,10 +148,11 @@ func idlReplyFields(of methodName: String) throws -> [String] {
     }
 
     /// Sizes with binary units, one decimal, worked out by hand.
-    @Test(arguments: [
-        (nil, "-"), (0, "0 B"), (1_023, "1023 B"), (1_024, "1.0 KiB"), (1_536, "1.5 KiB"),
-        (12_897_485, "12.3 MiB"), (1_048_575, "1.0 MiB"), (3 << 30, "3.0 GiB"), (Int.max, "8.0 EiB"),
-    ] as [(Int?, String)])
+    @Test(
+        arguments: [
+            (nil, "-"), (0, "0 B"), (1_023, "1023 B"), (1_024, "1.0 KiB"), (1_536, "1.5 KiB"),
+            (12_897_485, "12.3 MiB"), (1_048_575, "1.0 MiB"), (3 << 30, "3.0 GiB"), (Int.max, "8.0 EiB"),
+        ] as [(Int?, String)])
     func formatsBytes(_ bytes: Int?, _ expected: String) {
         #expect(Formatting.bytes(bytes) == expected)
     }
@@ -188,23 +197,26 @@ func idlReplyFields(of methodName: String) throws -> [String] {
     }
 
     @Test func rendersStatus() {
-        #expect(Rendering.status(Samples.status) == """
-            bgtaskd 0.1.0, up 2h 5m
-            backends:  freeze=cgroup2  kill=pidfd  memory=pss
-            apps:      3 (1 suspended)
-            tasks:     2
-            memory:    appsBytes=120.0 MiB  availablePercent=42  level=normal
+        #expect(
+            Rendering.status(Samples.status) == """
+                bgtaskd 0.1.0, up 2h 5m
+                backends:  freeze=cgroup2  kill=pidfd  memory=pss
+                apps:      3 (1 suspended)
+                tasks:     2
+                memory:    appsBytes=120.0 MiB  availablePercent=42  level=normal
 
-            """)
+                """)
     }
 
     @Test func rendersHistory() throws {
         let utc = try #require(TimeZone(identifier: "UTC"))
-        #expect(Rendering.historyLine(Samples.reclaim, timeZone: utc)
-            == "2024-05-01 12:00:03  org.example.photos  terminated  reason=memory-reclaim  band=backgroundIdle  "
-            + "memory=3.0 GiB  latency=35ms\n")
-        #expect(Rendering.historyLine(Samples.taskEnded, timeZone: utc)
-            == "2024-05-01 12:00:00  org.example.photos  taskEnded  task=7 (upload)  end=expired\n")
+        #expect(
+            Rendering.historyLine(Samples.reclaim, timeZone: utc)
+                == "2024-05-01 12:00:03  org.example.photos  terminated  reason=memory-reclaim  band=backgroundIdle  "
+                + "memory=3.0 GiB  latency=35ms\n")
+        #expect(
+            Rendering.historyLine(Samples.taskEnded, timeZone: utc)
+                == "2024-05-01 12:00:00  org.example.photos  taskEnded  task=7 (upload)  end=expired\n")
         let table = Rendering.historyTable(Samples.history, timeZone: utc)
         #expect(table.hasPrefix("TIME                 APP                 EVENT              DETAILS\n"))
         #expect(table.contains("2024-05-01 11:59:55  org.example.photos  expirationWarning  tasks=7,9\n"))

@@ -66,7 +66,8 @@ let acceptedRows: [AcceptedRow] = [
     .ok(["post", "sync"], as: Post.self) {
         $0.name == "sync" && $0.payload == nil && $0.behavior == nil && $0.app == nil
     },
-    .ok(["post", "sync", "--payload", #"{"a": [1, 2.5, null], "b": {"c": "d"}}"#, "--behavior", "wake", "--app", "x"],
+    .ok(
+        ["post", "sync", "--payload", #"{"a": [1, 2.5, null], "b": {"c": "d"}}"#, "--behavior", "wake", "--app", "x"],
         as: Post.self
     ) {
         $0.payload == ["a": [1, 2.5, .null], "b": ["c": "d"]] && $0.behavior == .wake && $0.app == "x"
@@ -154,8 +155,9 @@ let usageErrorRows: [UsageErrorRow] = [
     UsageErrorRow(["--usr", "apps"], "unknown option '--usr' (did you mean '--user'?)", command: nil),
     UsageErrorRow(["status", "--jsn"], "unknown option '--jsn' (did you mean '--json'?)", command: "status"),
     UsageErrorRow(["run", "--nmae", "x", "ls"], "unknown option '--nmae' (did you mean '--name'?)", command: "run"),
-    UsageErrorRow(["run", "--on-expiry", "INT", "ls"],
-                  "unknown option '--on-expiry' (did you mean '--on-expire'?)", command: "run"),
+    UsageErrorRow(
+        ["run", "--on-expiry", "INT", "ls"],
+        "unknown option '--on-expiry' (did you mean '--on-expire'?)", command: "run"),
     UsageErrorRow(["status", "-x"], "unknown option '-x'", command: "status"),
     // Short options are single letters: no grouping, no attached values.
     UsageErrorRow(["apps", "-aj"], "unknown option '-aj'", command: "apps"),
@@ -183,98 +185,127 @@ let usageErrorRows: [UsageErrorRow] = [
     // The command of `run`.
     UsageErrorRow(["run"], "missing CMD: give the command to run after '--'", command: "run"),
     UsageErrorRow(["run", "--"], "missing CMD: give the command to run after '--'", command: "run"),
-    UsageErrorRow(["run", "--name", "x", "--budget", "5s", "--"], "missing CMD: give the command to run after '--'",
-                  command: "run"),
+    UsageErrorRow(
+        ["run", "--name", "x", "--budget", "5s", "--"], "missing CMD: give the command to run after '--'",
+        command: "run"),
     // Durations.
-    UsageErrorRow(["run", "--budget", "5parsecs", "ls"],
-                  #"invalid DURATION '5parsecs' for '--budget': unknown unit "parsecs" "#
-                      + "(expected one of \(durationUnits))",
-                  command: "run"),
-    UsageErrorRow(["run", "--budget", "0", "ls"],
-                  "invalid DURATION '0' for '--budget': must be longer than zero", command: "run"),
-    UsageErrorRow(["run", "--budget=-5s", "ls"],
-                  "invalid DURATION '-5s' for '--budget': negative values are not allowed", command: "run"),
-    UsageErrorRow(["run", "--budget", "infinity", "ls"],
-                  #"invalid DURATION 'infinity' for '--budget': "infinity" is not allowed here "#
-                      + "(expected a finite time span)",
-                  command: "run"),
-    UsageErrorRow(["run", "--budget", "5sec5", "ls"],
-                  #"invalid DURATION '5sec5' for '--budget': "5" needs a unit when the value has several components"#,
-                  command: "run"),
-    UsageErrorRow(["demo", "--background-time", "soon"],
-                  #"invalid DURATION 'soon' for '--background-time': expected a number, found "soon" "#
-                      + #"(expected a number with a unit, such as "5s", "500ms" or "1h 30min")"#,
-                  command: "demo"),
+    UsageErrorRow(
+        ["run", "--budget", "5parsecs", "ls"],
+        #"invalid DURATION '5parsecs' for '--budget': unknown unit "parsecs" "#
+            + "(expected one of \(durationUnits))",
+        command: "run"),
+    UsageErrorRow(
+        ["run", "--budget", "0", "ls"],
+        "invalid DURATION '0' for '--budget': must be longer than zero", command: "run"),
+    UsageErrorRow(
+        ["run", "--budget=-5s", "ls"],
+        "invalid DURATION '-5s' for '--budget': negative values are not allowed", command: "run"),
+    UsageErrorRow(
+        ["run", "--budget", "infinity", "ls"],
+        #"invalid DURATION 'infinity' for '--budget': "infinity" is not allowed here "#
+            + "(expected a finite time span)",
+        command: "run"),
+    UsageErrorRow(
+        ["run", "--budget", "5sec5", "ls"],
+        #"invalid DURATION '5sec5' for '--budget': "5" needs a unit when the value has several components"#,
+        command: "run"),
+    UsageErrorRow(
+        ["demo", "--background-time", "soon"],
+        #"invalid DURATION 'soon' for '--background-time': expected a number, found "soon" "#
+            + #"(expected a number with a unit, such as "5s", "500ms" or "1h 30min")"#,
+        command: "demo"),
     // Signals.
-    UsageErrorRow(["run", "-s", "FOO", "ls"],
-                  "invalid SIGNAL 'FOO' for '-s': " + signalReason,
-                  command: "run"),
-    UsageErrorRow(["run", "--on-expire", "0", "ls"],
-                  "invalid SIGNAL '0' for '--on-expire': " + signalReason,
-                  command: "run"),
-    UsageErrorRow(["run", "--on-expire", "65", "ls"],
-                  "invalid SIGNAL '65' for '--on-expire': " + signalReason,
-                  command: "run"),
-    UsageErrorRow(["run", "--on-expire=", "ls"],
-                  "invalid SIGNAL '' for '--on-expire': " + signalReason,
-                  command: "run"),
-    UsageErrorRow(["run", "--on-expire", "SIGTERMX", "ls"],
-                  "invalid SIGNAL 'SIGTERMX' for '--on-expire': " + signalReason,
-                  command: "run"),
+    UsageErrorRow(
+        ["run", "-s", "FOO", "ls"],
+        "invalid SIGNAL 'FOO' for '-s': " + signalReason,
+        command: "run"),
+    UsageErrorRow(
+        ["run", "--on-expire", "0", "ls"],
+        "invalid SIGNAL '0' for '--on-expire': " + signalReason,
+        command: "run"),
+    UsageErrorRow(
+        ["run", "--on-expire", "65", "ls"],
+        "invalid SIGNAL '65' for '--on-expire': " + signalReason,
+        command: "run"),
+    UsageErrorRow(
+        ["run", "--on-expire=", "ls"],
+        "invalid SIGNAL '' for '--on-expire': " + signalReason,
+        command: "run"),
+    UsageErrorRow(
+        ["run", "--on-expire", "SIGTERMX", "ls"],
+        "invalid SIGNAL 'SIGTERMX' for '--on-expire': " + signalReason,
+        command: "run"),
     // JSON payloads.
-    UsageErrorRow(["post", "n", "--payload", "{x"],
-                  #"invalid JSON '{x' for '--payload': "# + invalidJSONReason,
-                  command: "post"),
-    UsageErrorRow(["post", "n", "--payload", ""],
-                  #"invalid JSON '' for '--payload': "# + invalidJSONReason,
-                  command: "post"),
-    UsageErrorRow(["post", "n", "--payload", #"{"a":1} trailing"#],
-                  #"invalid JSON '{"a":1} trailing' for '--payload': "# + invalidJSONReason,
-                  command: "post"),
-    UsageErrorRow(["post", "n", "--payload", "[1]"],
-                  #"invalid JSON '[1]' for '--payload': "# + notObjectReason,
-                  command: "post"),
-    UsageErrorRow(["post", "n", "--payload", "null"],
-                  #"invalid JSON 'null' for '--payload': "# + notObjectReason,
-                  command: "post"),
-    UsageErrorRow(["post", "n", "--payload", "\"text\""],
-                  #"invalid JSON '"text"' for '--payload': "# + notObjectReason,
-                  command: "post"),
-    UsageErrorRow(["post", "n", "--payload", deeplyNested],
-                  "invalid JSON '\(deeplyNested.prefix(64))...' for '--payload': JSON nested deeper than 64 levels",
-                  command: "post"),
+    UsageErrorRow(
+        ["post", "n", "--payload", "{x"],
+        #"invalid JSON '{x' for '--payload': "# + invalidJSONReason,
+        command: "post"),
+    UsageErrorRow(
+        ["post", "n", "--payload", ""],
+        #"invalid JSON '' for '--payload': "# + invalidJSONReason,
+        command: "post"),
+    UsageErrorRow(
+        ["post", "n", "--payload", #"{"a":1} trailing"#],
+        #"invalid JSON '{"a":1} trailing' for '--payload': "# + invalidJSONReason,
+        command: "post"),
+    UsageErrorRow(
+        ["post", "n", "--payload", "[1]"],
+        #"invalid JSON '[1]' for '--payload': "# + notObjectReason,
+        command: "post"),
+    UsageErrorRow(
+        ["post", "n", "--payload", "null"],
+        #"invalid JSON 'null' for '--payload': "# + notObjectReason,
+        command: "post"),
+    UsageErrorRow(
+        ["post", "n", "--payload", "\"text\""],
+        #"invalid JSON '"text"' for '--payload': "# + notObjectReason,
+        command: "post"),
+    UsageErrorRow(
+        ["post", "n", "--payload", deeplyNested],
+        "invalid JSON '\(deeplyNested.prefix(64))...' for '--payload': JSON nested deeper than 64 levels",
+        command: "post"),
     // Behaviours and states.
-    UsageErrorRow(["post", "n", "--behavior", "sometimes"],
-                  "invalid BEHAVIOR 'sometimes' for '--behavior': expected one of drop, coalesce, hold, wake",
-                  command: "post"),
-    UsageErrorRow(["post", "n", "--behavior", "WAKE"],
-                  "invalid BEHAVIOR 'WAKE' for '--behavior': expected one of drop, coalesce, hold, wake",
-                  command: "post"),
-    UsageErrorRow(["apps", "--state", "sleeping"],
-                  "invalid STATE 'sleeping' for '--state': expected one of notRunning, inactive, active, background, "
-                      + "suspended, terminated",
-                  command: "apps"),
+    UsageErrorRow(
+        ["post", "n", "--behavior", "sometimes"],
+        "invalid BEHAVIOR 'sometimes' for '--behavior': expected one of drop, coalesce, hold, wake",
+        command: "post"),
+    UsageErrorRow(
+        ["post", "n", "--behavior", "WAKE"],
+        "invalid BEHAVIOR 'WAKE' for '--behavior': expected one of drop, coalesce, hold, wake",
+        command: "post"),
+    UsageErrorRow(
+        ["apps", "--state", "sleeping"],
+        "invalid STATE 'sleeping' for '--state': expected one of notRunning, inactive, active, background, "
+            + "suspended, terminated",
+        command: "apps"),
     // Numbers.
-    UsageErrorRow(["end", "org.a", "abc"], "invalid TASK 'abc': expected a whole number of at least 1", command: "end"),
+    UsageErrorRow(
+        ["end", "org.a", "abc"], "invalid TASK 'abc': expected a whole number of at least 1", command: "end"),
     UsageErrorRow(["end", "org.a", "0"], "invalid TASK '0': expected a whole number of at least 1", command: "end"),
     UsageErrorRow(["end", "org.a", "+5"], "invalid TASK '+5': expected a whole number of at least 1", command: "end"),
-    UsageErrorRow(["end", "org.a", "\u{0663}"], "invalid TASK '\u{0663}': expected a whole number of at least 1",
-                  command: "end"),
-    UsageErrorRow(["end", "org.a", "99999999999999999999"],
-                  "invalid TASK '99999999999999999999': expected a whole number of at least 1", command: "end"),
-    UsageErrorRow(["history", "--limit", "0"],
-                  "invalid N '0' for '--limit': expected a whole number of at least 1", command: "history"),
+    UsageErrorRow(
+        ["end", "org.a", "\u{0663}"], "invalid TASK '\u{0663}': expected a whole number of at least 1",
+        command: "end"),
+    UsageErrorRow(
+        ["end", "org.a", "99999999999999999999"],
+        "invalid TASK '99999999999999999999': expected a whole number of at least 1", command: "end"),
+    UsageErrorRow(
+        ["history", "--limit", "0"],
+        "invalid N '0' for '--limit': expected a whole number of at least 1", command: "history"),
     // Conflicts.
-    UsageErrorRow(["status", "--socket", "/s", "--user"], "'--socket' and '--user' cannot be used together",
-                  command: "status"),
-    UsageErrorRow(["--user", "apps", "--socket=/s"], "'--socket' and '--user' cannot be used together",
-                  command: "apps"),
+    UsageErrorRow(
+        ["status", "--socket", "/s", "--user"], "'--socket' and '--user' cannot be used together",
+        command: "status"),
+    UsageErrorRow(
+        ["--user", "apps", "--socket=/s"], "'--socket' and '--user' cannot be used together",
+        command: "apps"),
     // Hostile words stay on one line and are cut when long.
     UsageErrorRow(["status", "--js\non"], #"unknown option '--js\non' (did you mean '--json'?)"#, command: "status"),
     UsageErrorRow(["st\u{1B}[31matus"], #"unknown subcommand 'st\u{1b}[31matus'"#, command: nil),
-    UsageErrorRow(["end", "org.a", String(repeating: "9", count: 200)],
-                  "invalid TASK '\(String(repeating: "9", count: 64))...': expected a whole number of at least 1",
-                  command: "end"),
+    UsageErrorRow(
+        ["end", "org.a", String(repeating: "9", count: 200)],
+        "invalid TASK '\(String(repeating: "9", count: 64))...': expected a whole number of at least 1",
+        command: "end"),
     UsageErrorRow(["status", "a", "it's"], #"unexpected argument 'it\'s'"#, command: "status"),
 ]
 
@@ -332,8 +363,9 @@ let deeplyNested = "{\"a\":" + String(repeating: "[", count: 100) + String(repea
         }
         #expect(
             throws: UsageError(
-                .badValue("x", valueName: "SIGNAL", option: "-s",
-                          reason: "expected a signal name or number, such as TERM, SIGINT or 15"),
+                .badValue(
+                    "x", valueName: "SIGNAL", option: "-s",
+                    reason: "expected a signal name or number, such as TERM, SIGINT or 15"),
                 command: "run")
         ) { try parser.parse(["run", "-s", "x", "ls"]) }
     }

@@ -21,8 +21,10 @@ struct RunBudgetTests {
         let daemon = try DaemonHarness(configuration: budgetPolicy)
         let start = MonotonicClock.now()
         let run = try BGTaskProcess(
-            ["run", "--app", "trapper", "--budget", "2s", "--on-expire", "TERM", "--", "sh", "-c",
-             "trap 'exit 7' TERM; sleep 60 & wait"],
+            [
+                "run", "--app", "trapper", "--budget", "2s", "--on-expire", "TERM", "--", "sh", "-c",
+                "trap 'exit 7' TERM; sleep 60 & wait",
+            ],
             environment: ["BGTASK_SOCKET": daemon.socketPath])
         let result = try run.finish()
         let elapsed = Double(MonotonicClock.now() - start) / 1e9

@@ -52,7 +52,8 @@ final class ScriptedServer: Sendable {
 
     /// Starts serving, with `configure` setting what the server answers.
     init(_ configure: (inout State) -> Void = { _ in }) throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-cli-\(UUID().uuidString)")
+        directory =
+            FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-cli-\(UUID().uuidString)")
             .path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         socketPath = directory + "/" + LifecycleInterface.name
@@ -126,9 +127,13 @@ final class ScriptedServer: Sendable {
     func waitForCall(_ method: String, count: Int = 1, sourceLocation: SourceLocation = #_sourceLocation)
         -> ReceivedCall?
     {
-        guard waitUntil("call \(count) of \(method)", sourceLocation: sourceLocation, {
-            $0.calls.filter { $0.method == method }.count >= count
-        }) else { return nil }
+        guard
+            waitUntil(
+                "call \(count) of \(method)", sourceLocation: sourceLocation,
+                {
+                    $0.calls.filter { $0.method == method }.count >= count
+                })
+        else { return nil }
         return calls(method)[count - 1]
     }
 

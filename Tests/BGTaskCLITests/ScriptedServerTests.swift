@@ -9,8 +9,9 @@ import Testing
 /// Apps the scripted server knows.
 let serverApps = [
     AppInfo(name: "org.a", state: .active, pid: 10, uid: 1000, managed: false),
-    AppInfo(name: "org.b", state: .suspended, pid: 11, uid: 1000, managed: true, backgroundTimeRemaining: 30,
-            memoryBytes: 1_048_576),
+    AppInfo(
+        name: "org.b", state: .suspended, pid: 11, uid: 1000, managed: true, backgroundTimeRemaining: 30,
+        memoryBytes: 1_048_576),
     AppInfo(name: "org.gone", state: .terminated, pid: 12, uid: 1000, managed: false, exitReason: .taskExpired),
 ]
 
@@ -67,8 +68,9 @@ let utc = TimeZone(identifier: "UTC") ?? .current
             let run = try runBinary(["status", "org.nope"], against: server)
             #expect(run.status == .exited(1))
             #expect(run.output.isEmpty)
-            #expect(run.errors == "bgtask status: error: no app named \"org.nope\"; 'bgtask apps --all' lists the "
-                + "apps the daemon knows\n")
+            #expect(
+                run.errors == "bgtask status: error: no app named \"org.nope\"; 'bgtask apps --all' lists the "
+                    + "apps the daemon knows\n")
         }
     }
 
@@ -77,8 +79,9 @@ let utc = TimeZone(identifier: "UTC") ?? .current
             #expect(try runBinary(["apps"], against: server).output == Rendering.appTable(Array(serverApps.prefix(2))))
             #expect(try runBinary(["apps", "--all"], against: server).output == Rendering.appTable(serverApps))
             let terminated = try runBinary(["apps", "--state", "terminated", "--json"], against: server)
-            #expect(try JSONDecoder().decode(ListAppsReply.self, from: Data(terminated.output.utf8)).apps
-                == [serverApps[2]])
+            #expect(
+                try JSONDecoder().decode(ListAppsReply.self, from: Data(terminated.output.utf8)).apps
+                    == [serverApps[2]])
         }
     }
 
@@ -100,8 +103,9 @@ let utc = TimeZone(identifier: "UTC") ?? .current
         try withServer({ $0.errors["EndBackgroundTask"] = .noSuchTask(app: "org.a", taskId: 9) }) { server throws in
             let run = try runBinary(["end", "org.a", "9"], against: server)
             #expect(run.status == .exited(1))
-            #expect(run.errors == "bgtask end: error: app \"org.a\" has no open task 9; 'bgtask status org.a' lists "
-                + "its open tasks\n")
+            #expect(
+                run.errors == "bgtask end: error: app \"org.a\" has no open task 9; 'bgtask status org.a' lists "
+                    + "its open tasks\n")
         }
     }
 
@@ -123,8 +127,9 @@ let utc = TimeZone(identifier: "UTC") ?? .current
             #expect(run.output == "org.a: \(state)\n")
             #expect(server.waitForCall("SetState")?.parameters == ["app": "org.a", "state": .string(state)])
             let json = try runBinary([command, "org.a", "--json"], against: server)
-            #expect(try JSONDecoder().decode(SetStateReply.self, from: Data(json.output.utf8)).app.state.rawValue
-                == state)
+            #expect(
+                try JSONDecoder().decode(SetStateReply.self, from: Data(json.output.utf8)).app.state.rawValue
+                    == state)
         }
     }
 
@@ -132,8 +137,10 @@ let utc = TimeZone(identifier: "UTC") ?? .current
         try withServer({ $0.errors["SetState"] = .permissionDenied() }) { server throws in
             let run = try runBinary(["background", "org.a"], against: server)
             #expect(run.status == .exited(1))
-            #expect(run.errors.hasPrefix("bgtask background: error: bgtaskd refused io.bgtask.Lifecycle.SetState: "
-                + "permission denied"))
+            #expect(
+                run.errors.hasPrefix(
+                    "bgtask background: error: bgtaskd refused io.bgtask.Lifecycle.SetState: "
+                        + "permission denied"))
             #expect(run.errors.filter { $0 == "\n" }.count == 1)
         }
     }
@@ -147,8 +154,9 @@ let utc = TimeZone(identifier: "UTC") ?? .current
                 ["post", "sync", "--payload", #"{"n": [1, "x"]}"#, "--behavior", "hold", "--app", "org.b"],
                 against: server)
             #expect(post.output == "delivered to 2 apps, queued for 1\n")
-            #expect(server.waitForCall("Post")?.parameters
-                == ["name": "sync", "payload": ["n": [1, "x"]], "behavior": "hold", "app": "org.b"])
+            #expect(
+                server.waitForCall("Post")?.parameters
+                    == ["name": "sync", "payload": ["n": [1, "x"]], "behavior": "hold", "app": "org.b"])
             let all = try runBinary(["post", "sync", "--json"], against: server)
             #expect(all.output == "{\"delivered\":2,\"queued\":1}\n")
             #expect(server.waitForCall("Post", count: 2)?.parameters == ["name": "sync"])
@@ -172,8 +180,9 @@ let utc = TimeZone(identifier: "UTC") ?? .current
             #expect(run.output == serverHistory.map { Rendering.historyLine($0, timeZone: utc) }.joined())
             let json = try runBinary(["watch", "--json"], against: server)
             let lines = json.output.split(separator: "\n")
-            #expect(try lines.map { try JSONDecoder().decode(WatchReply.self, from: Data($0.utf8)).entry }
-                == serverHistory)
+            #expect(
+                try lines.map { try JSONDecoder().decode(WatchReply.self, from: Data($0.utf8)).entry }
+                    == serverHistory)
         }
     }
 
@@ -203,8 +212,9 @@ func trappingCommand(_ signal: String, exitStatus status: Int) -> [String] {
 @Suite struct RunCommandTests {
     @Test func registersInBackgroundAndForwardsTheExpirationWarning() throws {
         try withServer { server throws in
-            let run = try BGTaskProcess(["run", "--"] + trappingCommand("TERM", exitStatus: 3),
-                                        environment: ["BGTASK_SOCKET": server.socketPath])
+            let run = try BGTaskProcess(
+                ["run", "--"] + trappingCommand("TERM", exitStatus: 3),
+                environment: ["BGTASK_SOCKET": server.socketPath])
             let register = try #require(server.waitForCall("Register"))
             #expect(register.parameters["state"] == "background")
             let name = try #require(register.parameters["name"]?.stringValue)
@@ -230,9 +240,10 @@ func trappingCommand(_ signal: String, exitStatus status: Int) -> [String] {
 
     @Test func willTerminateIsForwardedToo() throws {
         try withServer { server throws in
-            let run = try BGTaskProcess(["run", "--name", "export", "-s", "USR1", "--"]
-                                        + trappingCommand("USR1", exitStatus: 0),
-                                        environment: ["BGTASK_SOCKET": server.socketPath])
+            let run = try BGTaskProcess(
+                ["run", "--name", "export", "-s", "USR1", "--"]
+                    + trappingCommand("USR1", exitStatus: 0),
+                environment: ["BGTASK_SOCKET": server.socketPath])
             #expect(server.waitForCall("BeginBackgroundTask")?.parameters["name"] == "export")
             try run.waitForOutput(containing: "ready")
             try server.push(EventInfo(id: 1, kind: .willTerminate))
@@ -246,9 +257,10 @@ func trappingCommand(_ signal: String, exitStatus status: Int) -> [String] {
 
     @Test func budgetIsAskedOfTheDaemonForARegistrationOfItsOwn() throws {
         try withServer { server throws in
-            let run = try BGTaskProcess(["run", "--budget", "1500ms", "--on-expire", "INT", "--"]
-                                        + trappingCommand("INT", exitStatus: 4),
-                                        environment: ["BGTASK_SOCKET": server.socketPath])
+            let run = try BGTaskProcess(
+                ["run", "--budget", "1500ms", "--on-expire", "INT", "--"]
+                    + trappingCommand("INT", exitStatus: 4),
+                environment: ["BGTASK_SOCKET": server.socketPath])
             #expect(server.waitForCall("Register")?.parameters["backgroundTimeSec"] == .number(1.5))
             try run.waitForOutput(containing: "ready")
             // The daemon enforces the budget: bgtask signals CMD on the daemon's warning, not on a timer of its own.
@@ -265,9 +277,10 @@ func trappingCommand(_ signal: String, exitStatus status: Int) -> [String] {
             state.errors["Register"] = .appExists(app: "org.a")
             state.remainingSeconds = nil
         }) { server throws in
-            let run = try BGTaskProcess(["run", "--app", "org.a", "--budget", "300ms", "--on-expire", "INT", "--"]
-                                        + trappingCommand("INT", exitStatus: 4),
-                                        environment: ["BGTASK_SOCKET": server.socketPath])
+            let run = try BGTaskProcess(
+                ["run", "--app", "org.a", "--budget", "300ms", "--on-expire", "INT", "--"]
+                    + trappingCommand("INT", exitStatus: 4),
+                environment: ["BGTASK_SOCKET": server.socketPath])
             let result = try run.finish()
             #expect(result.status == .exited(4))
             #expect(result.output == "ready\ngot INT\n")
@@ -280,8 +293,9 @@ func trappingCommand(_ signal: String, exitStatus status: Int) -> [String] {
             state.errors["Register"] = .appExists(app: "org.a")
             state.remainingSeconds = nil  // In the foreground until the test says otherwise.
         }) { server throws in
-            let run = try BGTaskProcess(["run", "--app", "org.a", "--"] + trappingCommand("TERM", exitStatus: 3),
-                                        environment: ["BGTASK_SOCKET": server.socketPath])
+            let run = try BGTaskProcess(
+                ["run", "--app", "org.a", "--"] + trappingCommand("TERM", exitStatus: 3),
+                environment: ["BGTASK_SOCKET": server.socketPath])
             #expect(server.waitForCall("BeginBackgroundTask")?.parameters == ["app": "org.a", "name": "sh"])
             try run.waitForOutput(containing: "ready")
             server.waitForCall("BackgroundTimeRemaining")
@@ -298,8 +312,9 @@ func trappingCommand(_ signal: String, exitStatus status: Int) -> [String] {
 
     @Test func signalsSentToBGTaskReachTheCommand() throws {
         try withServer { server throws in
-            let run = try BGTaskProcess(["run", "--"] + trappingCommand("TERM", exitStatus: 5),
-                                        environment: ["BGTASK_SOCKET": server.socketPath])
+            let run = try BGTaskProcess(
+                ["run", "--"] + trappingCommand("TERM", exitStatus: 5),
+                environment: ["BGTASK_SOCKET": server.socketPath])
             try run.waitForOutput(containing: "ready")
             try run.send(.terminate)
             let result = try run.finish()
@@ -327,8 +342,10 @@ func trappingCommand(_ signal: String, exitStatus status: Int) -> [String] {
                 let run = try runBinary(["run", "--"] + command, against: server)
                 #expect(run.status == expected, "\(command)")
                 if expected == .exited(127) {
-                    #expect(run.errors.hasSuffix("bgtask run: error: cannot run '\(command[0])': No such file or "
-                        + "directory\n"))
+                    #expect(
+                        run.errors.hasSuffix(
+                            "bgtask run: error: cannot run '\(command[0])': No such file or "
+                                + "directory\n"))
                 }
                 if expected == .exited(126) {
                     #expect(run.errors.hasSuffix("bgtask run: error: cannot run '\(command[0])': Permission denied\n"))
@@ -342,8 +359,9 @@ func trappingCommand(_ signal: String, exitStatus status: Int) -> [String] {
             let run = try runBinary(["run", "--app", "org.a", "--", "sh", "-c", "echo ran"], against: server)
             #expect(run.status == .exited(1))
             #expect(run.output.isEmpty)
-            #expect(run.errors == "bgtask run: error: app \"org.a\" has no background time left; it gets a fresh "
-                + "budget once it returns to the foreground ('bgtask foreground org.a')\n")
+            #expect(
+                run.errors == "bgtask run: error: app \"org.a\" has no background time left; it gets a fresh "
+                    + "budget once it returns to the foreground ('bgtask foreground org.a')\n")
         }
     }
 }

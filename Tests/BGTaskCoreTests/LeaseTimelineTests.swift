@@ -256,7 +256,8 @@ struct LeaseTimelineTests {
         try h.setState(relaunched, .background)
         #expect(
             h.takeEffects() == [
-                "sync ← willResignActive", "sync ← didEnterBackground", "sync ← backgroundTaskExpiring [\(task.rawValue)]",
+                "sync ← willResignActive", "sync ← didEnterBackground",
+                "sync ← backgroundTaskExpiring [\(task.rawValue)]",
                 "sync \(task) ended (expired)", "sync terminated (task-expired)", "sync ← willTerminate",
             ])
     }

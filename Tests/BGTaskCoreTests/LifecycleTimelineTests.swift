@@ -193,7 +193,9 @@ struct LifecycleTimelineTests {
         _ = h.takeEffects()
         try h.reclaim(mail, memoryBytes: 1 << 20)
         #expect(
-            h.takeEffects() == ["mail task#1 ended (app-ended)", "mail terminated (memory-reclaim)", "mail ← willTerminate"])
+            h.takeEffects() == [
+                "mail task#1 ended (app-ended)", "mail terminated (memory-reclaim)", "mail ← willTerminate",
+            ])
         h.advance(by: .seconds(5))
         #expect(h.takeEffects() == ["kill mail (memory-reclaim)"])
     }
@@ -346,9 +348,11 @@ struct LifecycleTimelineTests {
         #expect(h.takeEffects() == ["suspend chat"])
     }
 
-    @Test("every way an app ends records its reason, visible in its snapshot", arguments: [
-        ProcessEnd.exited, ProcessEnd.crashed,
-    ])
+    @Test(
+        "every way an app ends records its reason, visible in its snapshot",
+        arguments: [
+            ProcessEnd.exited, ProcessEnd.crashed,
+        ])
     func processEndsRecordReasons(how: ProcessEnd) throws {
         let h = PolicyHarness()
         let app = try h.register("app")

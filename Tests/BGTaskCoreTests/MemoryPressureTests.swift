@@ -19,7 +19,8 @@ private let thresholds = MemoryThresholds(
 
 private let assessmentRows: [AssessmentRow] = [
     AssessmentRow(
-        label: "under every limit", reading: MemoryReading(appsBytes: 50 * mebibyte, availableBytes: 500, totalBytes: 1000),
+        label: "under every limit",
+        reading: MemoryReading(appsBytes: 50 * mebibyte, availableBytes: 500, totalBytes: 1000),
         level: .normal, bytesToFree: 0),
     AssessmentRow(
         label: "at AppsMemoryMax exactly is not over", reading: MemoryReading(appsBytes: 100 * mebibyte),
@@ -36,7 +37,8 @@ private let assessmentRows: [AssessmentRow] = [
         reading: MemoryReading(appsBytes: 0, availableBytes: 40, totalBytes: 1000), level: .critical,
         bytesToFree: 70),
     AssessmentRow(
-        label: "both triggers: the larger amount", reading: MemoryReading(appsBytes: 101 * mebibyte, availableBytes: 0, totalBytes: 4000 * mebibyte),
+        label: "both triggers: the larger amount",
+        reading: MemoryReading(appsBytes: 101 * mebibyte, availableBytes: 0, totalBytes: 4000 * mebibyte),
         level: .critical, bytesToFree: 440 * mebibyte),
     AssessmentRow(
         label: "no meminfo: only the apps' limit counts", reading: MemoryReading(appsBytes: 10 * mebibyte),
@@ -63,12 +65,16 @@ struct MemoryPressureTests {
         let over = MemoryReading(appsBytes: 130 * mebibyte)
         let start = MonotonicInstant.seconds(100)
         #expect(machine.observe(over, victimsPending: false, now: start).decision == .warn(bytesToFree: 40 * mebibyte))
-        #expect(machine.observe(over, victimsPending: false, now: start + .milliseconds(499)).decision == MemoryPressureMachine.Decision.none)
+        #expect(
+            machine.observe(over, victimsPending: false, now: start + .milliseconds(499)).decision
+                == MemoryPressureMachine.Decision.none)
         #expect(
             machine.observe(over, victimsPending: false, now: start + .milliseconds(500)).decision
                 == .reclaim(bytesToFree: 40 * mebibyte, triggeredAt: start))
         // While victims are exiting, no new ones.
-        #expect(machine.observe(over, victimsPending: true, now: start + .milliseconds(600)).decision == MemoryPressureMachine.Decision.none)
+        #expect(
+            machine.observe(over, victimsPending: true, now: start + .milliseconds(600)).decision
+                == MemoryPressureMachine.Decision.none)
         #expect(
             machine.observe(over, victimsPending: false, now: start + .milliseconds(700)).decision
                 == .reclaim(bytesToFree: 40 * mebibyte, triggeredAt: start))
@@ -81,14 +87,17 @@ struct MemoryPressureTests {
         _ = machine.observe(MemoryReading(appsBytes: 101 * mebibyte), victimsPending: false, now: start)
         #expect(machine.isUnderPressure)
         // At 95% the episode goes on (a total hovering at the limit does not flap).
-        let hovering = machine.observe(MemoryReading(appsBytes: 95 * mebibyte), victimsPending: false, now: start + .seconds(1))
+        let hovering = machine.observe(
+            MemoryReading(appsBytes: 95 * mebibyte), victimsPending: false, now: start + .seconds(1))
         #expect(hovering.assessment.level == .warning)
         #expect(machine.isUnderPressure)
         _ = machine.observe(MemoryReading(appsBytes: 89 * mebibyte), victimsPending: false, now: start + .seconds(2))
         #expect(!machine.isUnderPressure)
         // A new episode warns again.
-        #expect(machine.observe(MemoryReading(appsBytes: 101 * mebibyte), victimsPending: false, now: start + .seconds(3)).decision
-            == .warn(bytesToFree: 101 * mebibyte - UInt64(Double(100 * mebibyte) * 0.9)))
+        #expect(
+            machine.observe(MemoryReading(appsBytes: 101 * mebibyte), victimsPending: false, now: start + .seconds(3))
+                .decision
+                == .warn(bytesToFree: 101 * mebibyte - UInt64(Double(100 * mebibyte) * 0.9)))
     }
 
     @Test("critical: reclaim at once, with no warning grace")
@@ -96,7 +105,9 @@ struct MemoryPressureTests {
         var machine = MemoryPressureMachine(thresholds: thresholds)
         let now = MonotonicInstant.seconds(5)
         let critical = MemoryReading(appsBytes: 0, availableBytes: 10, totalBytes: 1000)
-        #expect(machine.observe(critical, victimsPending: false, now: now).decision == .reclaim(bytesToFree: 100, triggeredAt: now))
+        #expect(
+            machine.observe(critical, victimsPending: false, now: now).decision
+                == .reclaim(bytesToFree: 100, triggeredAt: now))
     }
 
     @Test("polling speeds up as headroom shrinks: 1 s at ease, 100 ms at the limit and under pressure")

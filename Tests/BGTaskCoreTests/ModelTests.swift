@@ -1,8 +1,9 @@
 // A seeded randomized model test: thousands of random operation sequences, invariants checked after every step.
 
-@testable import BGTaskCore
 import BGTaskTestSupport
 import Testing
+
+@testable import BGTaskCore
 
 #if canImport(Glibc)
     import Glibc
@@ -37,7 +38,8 @@ private struct ModelRun {
         policy.defaultAppPolicy.launchTimeout = .milliseconds(Int64.random(in: 100...6_000, using: &random))
         policy.defaultAppPolicy.lockedSuspendGrace = .milliseconds(Int64.random(in: 0...3_000, using: &random))
         if random.chance(30) {
-            policy.defaultAppPolicy.backgroundBudgetPerDay = .milliseconds(Int64.random(in: 500...40_000, using: &random))
+            policy.defaultAppPolicy.backgroundBudgetPerDay = .milliseconds(
+                Int64.random(in: 500...40_000, using: &random))
         }
         policy.tasksPerAppMax = Int.random(in: 1...4, using: &random)
         policy.heldEventsPerAppMax = Int.random(in: 1...3, using: &random)
@@ -136,7 +138,8 @@ private struct ModelRun {
             let behavior = DeliveryBehavior.allCases.randomElement(using: &random)!
             let target = random.chance(50) ? app : nil
             let name = ["x", "y"].randomElement(using: &random)!
-            let result = try h.post(name, payload: "\(Int.random(in: 0...9, using: &random))", behavior: behavior, to: target)
+            let result = try h.post(
+                name, payload: "\(Int.random(in: 0...9, using: &random))", behavior: behavior, to: target)
             return "post \(name) \(behavior) to \(target?.description ?? "all") -> \(result)"
         case 62..<64:
             guard let app else { return "no app" }
@@ -193,7 +196,8 @@ private struct ModelRun {
                 guard let task = entry.taskID, begun.contains(task) else { return "unknown task ended" }
                 endings[task, default: 0] += 1
                 if endings[task]! > 1 { return "\(task) ended \(endings[task]!) times" }
-            case .stateChanged where entry.state?.isForeground == true || entry.state == .terminated
+            case .stateChanged
+            where entry.state?.isForeground == true || entry.state == .terminated
                 || entry.state == .notRunning:
                 leftForeground.insert(entry.app)
             default:
@@ -201,16 +205,22 @@ private struct ModelRun {
             }
         }
         let open = Set(h.core.apps.values.flatMap(\.openTaskIDs))
-        if open.count != h.core.openTaskCount { return "open task count \(h.core.openTaskCount) but \(open.count) open" }
+        if open.count != h.core.openTaskCount {
+            return "open task count \(h.core.openTaskCount) but \(open.count) open"
+        }
         let expectedOpen = begun.filter { endings[$0] == nil }
-        if open != expectedOpen { return "open tasks \(open.sorted()) but begun-and-not-ended \(expectedOpen.sorted())" }
+        if open != expectedOpen {
+            return "open tasks \(open.sorted()) but begun-and-not-ended \(expectedOpen.sorted())"
+        }
 
         for app in h.core.apps.values {
             let id = app.id
             // A suspended app has no open task, no queued wake event, and is stopped; nothing else is.
             if app.state == .suspended {
                 if !app.openTasks.isEmpty { return "suspended \(id) holds tasks \(app.openTaskIDs)" }
-                if app.queue.contains(where: { $0.behavior == .wake }) { return "suspended \(id) has a wake event queued" }
+                if app.queue.contains(where: { $0.behavior == .wake }) {
+                    return "suspended \(id) has a wake event queued"
+                }
                 if !h.frozen.contains(id) { return "suspended \(id) is not stopped" }
             } else if h.frozen.contains(id) {
                 return "\(id) is stopped in state \(app.state)"
@@ -218,7 +228,9 @@ private struct ModelRun {
             if app.state == .terminated && !app.openTasks.isEmpty { return "terminated \(id) holds tasks" }
             // No app stays in background past its budget with an open task.
             if app.state == .background && !app.openTasks.isEmpty {
-                guard let end = app.budgetEnd, end > now else { return "\(id) in background past its budget with tasks" }
+                guard let end = app.budgetEnd, end > now else {
+                    return "\(id) in background past its budget with tasks"
+                }
             }
             // Remaining time never increases while in background.
             let remaining = h.core.remaining(of: app, now: now)
@@ -229,8 +241,12 @@ private struct ModelRun {
         }
         // The armed deadline equals the earliest pending one, and nothing due is left pending.
         let earliest = h.core.apps.values.compactMap { $0.deadlines.earliest?.order.instant }.min()
-        if h.armedDeadline != earliest { return "armed \(String(describing: h.armedDeadline)) but earliest \(String(describing: earliest))" }
-        if h.core.nextDeadline != earliest { return "queue says \(String(describing: h.core.nextDeadline)) but earliest \(String(describing: earliest))" }
+        if h.armedDeadline != earliest {
+            return "armed \(String(describing: h.armedDeadline)) but earliest \(String(describing: earliest))"
+        }
+        if h.core.nextDeadline != earliest {
+            return "queue says \(String(describing: h.core.nextDeadline)) but earliest \(String(describing: earliest))"
+        }
         if let earliest, earliest <= now { return "deadline \(earliest) left pending at \(now)" }
         if h.core.deadlines.count != h.core.apps.values.filter({ !$0.deadlines.isEmpty }).count {
             return "deadline queue holds \(h.core.deadlines.count) apps"
@@ -281,6 +297,8 @@ struct ModelTests {
             + AppState.allCases.filter { $0 != .notRunning }.map { "state \($0)" } + ["state notRunning"]
         let missing = expected.filter { coverage[$0] == nil }
         #expect(missing.isEmpty, "never reached: \(missing)")
-        print("model coverage: \(coverage.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))")
+        print(
+            "model coverage: \(coverage.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))"
+        )
     }
 }

@@ -51,7 +51,9 @@ struct ReclamationTests {
             includeForeground: false, expected: []),
         Row(
             label: "ReclaimForeground=yes: foreground last, heaviest first",
-            candidates: [("fg1", .foreground, 500, 0), ("fg2", .foreground, 600, 0), ("t", .backgroundWithTasks, 1, 0)],
+            candidates: [
+                ("fg1", .foreground, 500, 0), ("fg2", .foreground, 600, 0), ("t", .backgroundWithTasks, 1, 0),
+            ],
             includeForeground: true, expected: ["t", "fg2", "fg1"]),
         Row(
             label: "empty middle bands are skipped",
@@ -63,7 +65,9 @@ struct ReclamationTests {
             includeForeground: false, expected: ["old", "mid", "recent"]),
         Row(
             label: "full tie: the older registration first, whatever the input order",
-            candidates: [("first", .suspended, 50, 100), ("second", .suspended, 50, 100), ("third", .suspended, 50, 100)],
+            candidates: [
+                ("first", .suspended, 50, 100), ("second", .suspended, 50, 100), ("third", .suspended, 50, 100),
+            ],
             includeForeground: false, expected: ["first", "second", "third"]),
         Row(
             label: "zero-byte readings still ordered, last in their band",
@@ -149,7 +153,10 @@ struct ReclamationTests {
         h.memoryWarning(readings: [fg: 500, big: 300, small: 100, busy: 50], bytesToFree: 350)
         #expect(h.takeEffects() == ["fg ← memoryWarning safe", "busy ← memoryWarning safe"])
         try h.setState(big, .active)
-        #expect(h.takeEffects() == ["resume big", "big ← memoryWarning victim#1", "big ← willEnterForeground", "big ← didBecomeActive"])
+        #expect(
+            h.takeEffects() == [
+                "resume big", "big ← memoryWarning victim#1", "big ← willEnterForeground", "big ← didBecomeActive",
+            ])
         try h.setState(small, .inactive)
         #expect(h.takeEffects() == ["resume small", "small ← memoryWarning victim#2", "small ← willEnterForeground"])
     }

@@ -10,11 +10,14 @@ import Glibc
 import Testing
 
 /// Runs `bgtaskd ARGUMENTS` to completion; returns its status, stdout and stderr.
-private func runDaemon(_ arguments: [String]) throws -> (status: BGTaskSystem.ExitStatus, output: String, errors: String) {
+private func runDaemon(_ arguments: [String]) throws -> (
+    status: BGTaskSystem.ExitStatus, output: String, errors: String
+) {
     let directory = try ScratchDirectory()
     let errorPath = directory.path + "/stderr"
     let errorFile = try FileDescriptor.open(errorPath, .writeOnly, options: [.create, .truncate])
-    let process = try ChildProcess(["timeout", "30", try Products.path("bgtaskd")] + arguments, standardError: errorFile)
+    let process = try ChildProcess(
+        ["timeout", "30", try Products.path("bgtaskd")] + arguments, standardError: errorFile)
     try errorFile.close()
     var output: [String] = []
     while let line = try process.nextLine() { output.append(line) }
@@ -28,7 +31,8 @@ struct CommandLineTests {
     @Test("--dump-config prints the effective configuration: main file, drop-ins in order, per-app overrides")
     func dumpConfiguration() throws {
         let directory = try ScratchDirectory()
-        let main = try directory.write("bgtaskd.conf", "[Policy]\nBackgroundTimeSec=10min\n[Memory]\nAppsMemoryMax=1G\n")
+        let main = try directory.write(
+            "bgtaskd.conf", "[Policy]\nBackgroundTimeSec=10min\n[Memory]\nAppsMemoryMax=1G\n")
         try directory.write("bgtaskd.conf.d/10-short.conf", "[Policy]\nBackgroundTimeSec=90s\n")
         try directory.write("bgtaskd.conf.d/20-warn.conf", "[Policy]\nExpirationWarningSec=3s\n")
         try directory.write("apps.d/org.example.mail.conf", "[Policy]\nBackgroundTimeSec=5min\n")
@@ -88,7 +92,8 @@ struct CommandLineTests {
         let before = try pythonApp(daemon, name: "before")
         try before.send("begin keep")
         try before.waitForLine(startingWith: "began")
-        try "[Policy]\nBackgroundTimeSec=30s\n".write(toFile: daemon.configurationPath, atomically: true, encoding: .utf8)
+        try "[Policy]\nBackgroundTimeSec=30s\n".write(
+            toFile: daemon.configurationPath, atomically: true, encoding: .utf8)
         try daemon.daemonPidFD.sendSignal(.hangUp)
         let deadline = MonotonicClock.now() + 10_000_000_000
         while !daemon.log.contains("configuration reloaded") && MonotonicClock.now() < deadline {
@@ -114,10 +119,11 @@ struct CommandLineTests {
         let directory = try ScratchDirectory()
         let socketPath = directory.path + "/activated.sock"
         let configuration = try directory.write("bgtaskd.conf", DaemonHarness.fastPolicy)
-        let activator = try ChildProcess([
-            "timeout", "60", "systemd-socket-activate", "-l", socketPath, "--fdname=varlink",
-            try Products.path("bgtaskd"), "--config", configuration, "--socket", directory.path + "/unused.sock",
-        ], flags: .newProcessGroup)
+        let activator = try ChildProcess(
+            [
+                "timeout", "60", "systemd-socket-activate", "-l", socketPath, "--fdname=varlink",
+                try Products.path("bgtaskd"), "--config", configuration, "--socket", directory.path + "/unused.sock",
+            ], flags: .newProcessGroup)
         defer { activator.terminate() }
         // systemd-socket-activate listens first and starts bgtaskd on the first connection.
         var client: RawVarlinkClient?
@@ -148,7 +154,9 @@ struct DaemonManPageTests {
         #expect(!options.isEmpty)
         for option in Set(options) { #expect(text.contains(option), "\(option) is not in bgtaskd.8") }
         let keys = DaemonConfiguration().renderINI().split(separator: "\n")
-            .compactMap { line -> String? in line.contains("=") && !line.hasPrefix("#") ? String(line.split(separator: "=")[0]) : nil }
+            .compactMap { line -> String? in
+                line.contains("=") && !line.hasPrefix("#") ? String(line.split(separator: "=")[0]) : nil
+            }
         #expect(keys.count >= 19)
         for key in keys { #expect(text.contains(".B \(key)="), "\(key) is not in bgtaskd.8") }
     }

@@ -7,12 +7,13 @@ import Foundation
 import Testing
 
 /// A small apps' budget (the fixture apps use ~10–20 MiB of PSS each) and a short warning grace.
-private let memoryPolicy = DaemonHarness.fastPolicy + """
+private let memoryPolicy =
+    DaemonHarness.fastPolicy + """
 
-    [Memory]
-    AppsMemoryMax=96M
-    MemoryWarningGraceSec=300ms
-    """
+        [Memory]
+        AppsMemoryMax=96M
+        MemoryWarningGraceSec=300ms
+        """
 
 @Suite("Memory reclamation", .serialized)
 struct MemoryReclamationTests {

@@ -66,8 +66,9 @@ struct PermissionTests {
         let task = try number(after: "began", in: try app.waitForLine(startingWith: "began"))
         let nobody = try OtherUser(uid: Self.nobody, gid: Self.nobody)
         let denied = "io.bgtask.Lifecycle.PermissionDenied"
-        #expect(try nobody.call(daemon, "EndBackgroundTask", ["app": "rootapp", "taskId": .number(Double(task))])
-            .errorName == denied)
+        #expect(
+            try nobody.call(daemon, "EndBackgroundTask", ["app": "rootapp", "taskId": .number(Double(task))])
+                .errorName == denied)
         #expect(try nobody.call(daemon, "BeginBackgroundTask", ["app": "rootapp"]).errorName == denied)
         #expect(try nobody.call(daemon, "SetState", ["app": "rootapp", "state": "background"]).errorName == denied)
         #expect(try nobody.call(daemon, "Terminate", ["app": "rootapp"]).errorName == denied)
@@ -118,13 +119,15 @@ struct PermissionTests {
         defer { app.terminate() }
         let member = try OtherUser(uid: 4243, gid: 4243, groups: [4242])
         let outsider = try OtherUser(uid: 4244, gid: 4244, groups: [4343])
-        #expect(try outsider.call(daemon, "SetState", ["app": "rootapp", "state": "inactive"]).errorName
-            == "io.bgtask.Lifecycle.PermissionDenied")
+        #expect(
+            try outsider.call(daemon, "SetState", ["app": "rootapp", "state": "inactive"]).errorName
+                == "io.bgtask.Lifecycle.PermissionDenied")
         let moved = try member.call(daemon, "SetState", ["app": "rootapp", "state": "inactive"])
         #expect(moved.parameters["app"]?["state"] == "inactive", "\(moved)")
         #expect(try member.call(daemon, "ListApps").parameters["apps"]?.arrayValue?.count == 1)
         // App calls stay with the app's own uid and root, even for controllers.
-        #expect(try member.call(daemon, "BeginBackgroundTask", ["app": "rootapp"]).errorName
-            == "io.bgtask.Lifecycle.PermissionDenied")
+        #expect(
+            try member.call(daemon, "BeginBackgroundTask", ["app": "rootapp"]).errorName
+                == "io.bgtask.Lifecycle.PermissionDenied")
     }
 }

@@ -65,10 +65,12 @@ struct VarlinkConformanceTests {
         let explicit = try DaemonOptions.parse(["--socket", "/tmp/s"])
         #expect(try explicit.resolvedSocketPath(environment: ["RUNTIME_DIRECTORY": "/run/x"]) == "/tmp/s")
         let user = try DaemonOptions.parse(["--user"])
-        #expect(try user.resolvedSocketPath(environment: ["XDG_RUNTIME_DIR": "/run/user/1000"])
-            == "/run/user/1000/bgtaskd/\(file)")
+        #expect(
+            try user.resolvedSocketPath(environment: ["XDG_RUNTIME_DIR": "/run/user/1000"])
+                == "/run/user/1000/bgtaskd/\(file)")
         #expect(throws: DaemonOptions.UsageError.self) { try user.resolvedSocketPath(environment: [:]) }
-        #expect(user.resolvedConfigurationPath(environment: ["HOME": "/home/a"]) == "/home/a/.config/bgtaskd/bgtaskd.conf")
+        #expect(
+            user.resolvedConfigurationPath(environment: ["HOME": "/home/a"]) == "/home/a/.config/bgtaskd/bgtaskd.conf")
         #expect(system.resolvedConfigurationPath(environment: [:]) == "/etc/bgtaskd/bgtaskd.conf")
     }
 }

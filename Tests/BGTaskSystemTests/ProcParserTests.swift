@@ -4,7 +4,8 @@ import Testing
 
 /// The 52 fields of a real /proc/PID/stat line after the command, with start time 8123 (field 22).
 private func statLine(pid: String = "1234", command: String, state: String = "S", tail: String? = nil) -> String {
-    let rest = tail ?? "1 1234 1234 0 -1 4194560 120 0 0 0 0 0 0 0 20 0 1 0 8123 2383872 233 "
+    let rest =
+        tail ?? "1 1234 1234 0 -1 4194560 120 0 0 0 0 0 0 0 20 0 1 0 8123 2383872 233 "
         + "18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0"
     return "\(pid) (\(command)) \(state) \(rest)\n"
 }
@@ -20,33 +21,57 @@ extension String {
 
 @Suite struct ProcessStatParserTests {
     static let good: [(String, ProcessStat)] = [
-        (statLine(command: "sleep"),
-         ProcessStat(pid: 1234, command: "sleep", state: .sleeping, parentPID: 1, processGroupID: 1234,
-                     sessionID: 1234, startTime: 8123)),
-        (statLine(command: "my app", state: "T"),
-         ProcessStat(pid: 1234, command: "my app", state: .stopped, parentPID: 1, processGroupID: 1234,
-                     sessionID: 1234, startTime: 8123)),
+        (
+            statLine(command: "sleep"),
+            ProcessStat(
+                pid: 1234, command: "sleep", state: .sleeping, parentPID: 1, processGroupID: 1234,
+                sessionID: 1234, startTime: 8123)
+        ),
+        (
+            statLine(command: "my app", state: "T"),
+            ProcessStat(
+                pid: 1234, command: "my app", state: .stopped, parentPID: 1, processGroupID: 1234,
+                sessionID: 1234, startTime: 8123)
+        ),
         // A command that fakes the end of the command and the following fields.
-        (statLine(command: "a) (b", state: "R"),
-         ProcessStat(pid: 1234, command: "a) (b", state: .running, parentPID: 1, processGroupID: 1234,
-                     sessionID: 1234, startTime: 8123)),
-        (statLine(command: ") Z 99 99 99 0 -1", state: "Z"),
-         ProcessStat(pid: 1234, command: ") Z 99 99 99 0 -1", state: .zombie, parentPID: 1,
-                     processGroupID: 1234, sessionID: 1234, startTime: 8123)),
-        (statLine(command: "", state: "D"),
-         ProcessStat(pid: 1234, command: "", state: .diskSleep, parentPID: 1, processGroupID: 1234,
-                     sessionID: 1234, startTime: 8123)),
-        (statLine(command: "((", state: "I"),
-         ProcessStat(pid: 1234, command: "((", state: .idle, parentPID: 1, processGroupID: 1234,
-                     sessionID: 1234, startTime: 8123)),
+        (
+            statLine(command: "a) (b", state: "R"),
+            ProcessStat(
+                pid: 1234, command: "a) (b", state: .running, parentPID: 1, processGroupID: 1234,
+                sessionID: 1234, startTime: 8123)
+        ),
+        (
+            statLine(command: ") Z 99 99 99 0 -1", state: "Z"),
+            ProcessStat(
+                pid: 1234, command: ") Z 99 99 99 0 -1", state: .zombie, parentPID: 1,
+                processGroupID: 1234, sessionID: 1234, startTime: 8123)
+        ),
+        (
+            statLine(command: "", state: "D"),
+            ProcessStat(
+                pid: 1234, command: "", state: .diskSleep, parentPID: 1, processGroupID: 1234,
+                sessionID: 1234, startTime: 8123)
+        ),
+        (
+            statLine(command: "((", state: "I"),
+            ProcessStat(
+                pid: 1234, command: "((", state: .idle, parentPID: 1, processGroupID: 1234,
+                sessionID: 1234, startTime: 8123)
+        ),
         // Unknown state letters are kept, not rejected.
-        (statLine(command: "w", state: "W"),
-         ProcessStat(pid: 1234, command: "w", state: .other("W"), parentPID: 1, processGroupID: 1234,
-                     sessionID: 1234, startTime: 8123)),
+        (
+            statLine(command: "w", state: "W"),
+            ProcessStat(
+                pid: 1234, command: "w", state: .other("W"), parentPID: 1, processGroupID: 1234,
+                sessionID: 1234, startTime: 8123)
+        ),
         // Exactly the 20 fields after the command that are needed, and the largest start time.
-        ("7 (x) S 0 0 0 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 18446744073709551615",
-         ProcessStat(pid: 7, command: "x", state: .sleeping, parentPID: 0, processGroupID: 0, sessionID: 0,
-                     startTime: .max)),
+        (
+            "7 (x) S 0 0 0 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 18446744073709551615",
+            ProcessStat(
+                pid: 7, command: "x", state: .sleeping, parentPID: 0, processGroupID: 0, sessionID: 0,
+                startTime: .max)
+        ),
     ]
 
     @Test(arguments: good)
@@ -96,32 +121,56 @@ extension String {
 
 @Suite struct LockParserTests {
     static let good: [(String, FileLock)] = [
-        ("1: POSIX  ADVISORY  WRITE 1234 08:01:1311 0 EOF",
-         FileLock(ordinal: 1, isBlockedWaiter: false, kind: .posix, enforcement: .advisory, access: .write,
-                  pid: 1234, file: .init(deviceMajor: 8, deviceMinor: 1, inode: 1311), start: 0, end: nil)),
-        ("2: FLOCK  ADVISORY  READ  5678 00:2a:789 0 EOF",
-         FileLock(ordinal: 2, isBlockedWaiter: false, kind: .flock, enforcement: .advisory, access: .read,
-                  pid: 5678, file: .init(deviceMajor: 0, deviceMinor: 0x2a, inode: 789), start: 0, end: nil)),
-        ("3: OFDLCK ADVISORY  WRITE -1 fd:01:42 100 199",
-         FileLock(ordinal: 3, isBlockedWaiter: false, kind: .openFileDescription, enforcement: .advisory,
-                  access: .write, pid: -1, file: .init(deviceMajor: 0xfd, deviceMinor: 1, inode: 42), start: 100,
-                  end: 199)),
-        ("3: -> OFDLCK ADVISORY  WRITE -1 fd:01:42 100 199",
-         FileLock(ordinal: 3, isBlockedWaiter: true, kind: .openFileDescription, enforcement: .advisory,
-                  access: .write, pid: -1, file: .init(deviceMajor: 0xfd, deviceMinor: 1, inode: 42), start: 100,
-                  end: 199)),
-        ("4:  -> FLOCK  ADVISORY  WRITE 77 103:02:18446744073709551615 0 EOF",
-         FileLock(ordinal: 4, isBlockedWaiter: true, kind: .flock, enforcement: .advisory, access: .write,
-                  pid: 77, file: .init(deviceMajor: 0x103, deviceMinor: 2, inode: .max), start: 0, end: nil)),
-        ("5: LEASE  ACTIVE    UNLCK 99 00:1f:4242 0 EOF",
-         FileLock(ordinal: 5, isBlockedWaiter: false, kind: .lease, enforcement: .active, access: .unlock,
-                  pid: 99, file: .init(deviceMajor: 0, deviceMinor: 0x1f, inode: 4242), start: 0, end: nil)),
-        ("6: POSIX  MANDATORY WRITE 0 08:01:1 0 0",
-         FileLock(ordinal: 6, isBlockedWaiter: false, kind: .posix, enforcement: .mandatory, access: .write,
-                  pid: 0, file: .init(deviceMajor: 8, deviceMinor: 1, inode: 1), start: 0, end: 0)),
-        ("7: POSIX  *NOINODE* READ  12 <none>:0 0 EOF",
-         FileLock(ordinal: 7, isBlockedWaiter: false, kind: .posix, enforcement: .noInode, access: .read,
-                  pid: 12, file: nil, start: 0, end: nil)),
+        (
+            "1: POSIX  ADVISORY  WRITE 1234 08:01:1311 0 EOF",
+            FileLock(
+                ordinal: 1, isBlockedWaiter: false, kind: .posix, enforcement: .advisory, access: .write,
+                pid: 1234, file: .init(deviceMajor: 8, deviceMinor: 1, inode: 1311), start: 0, end: nil)
+        ),
+        (
+            "2: FLOCK  ADVISORY  READ  5678 00:2a:789 0 EOF",
+            FileLock(
+                ordinal: 2, isBlockedWaiter: false, kind: .flock, enforcement: .advisory, access: .read,
+                pid: 5678, file: .init(deviceMajor: 0, deviceMinor: 0x2a, inode: 789), start: 0, end: nil)
+        ),
+        (
+            "3: OFDLCK ADVISORY  WRITE -1 fd:01:42 100 199",
+            FileLock(
+                ordinal: 3, isBlockedWaiter: false, kind: .openFileDescription, enforcement: .advisory,
+                access: .write, pid: -1, file: .init(deviceMajor: 0xfd, deviceMinor: 1, inode: 42), start: 100,
+                end: 199)
+        ),
+        (
+            "3: -> OFDLCK ADVISORY  WRITE -1 fd:01:42 100 199",
+            FileLock(
+                ordinal: 3, isBlockedWaiter: true, kind: .openFileDescription, enforcement: .advisory,
+                access: .write, pid: -1, file: .init(deviceMajor: 0xfd, deviceMinor: 1, inode: 42), start: 100,
+                end: 199)
+        ),
+        (
+            "4:  -> FLOCK  ADVISORY  WRITE 77 103:02:18446744073709551615 0 EOF",
+            FileLock(
+                ordinal: 4, isBlockedWaiter: true, kind: .flock, enforcement: .advisory, access: .write,
+                pid: 77, file: .init(deviceMajor: 0x103, deviceMinor: 2, inode: .max), start: 0, end: nil)
+        ),
+        (
+            "5: LEASE  ACTIVE    UNLCK 99 00:1f:4242 0 EOF",
+            FileLock(
+                ordinal: 5, isBlockedWaiter: false, kind: .lease, enforcement: .active, access: .unlock,
+                pid: 99, file: .init(deviceMajor: 0, deviceMinor: 0x1f, inode: 4242), start: 0, end: nil)
+        ),
+        (
+            "6: POSIX  MANDATORY WRITE 0 08:01:1 0 0",
+            FileLock(
+                ordinal: 6, isBlockedWaiter: false, kind: .posix, enforcement: .mandatory, access: .write,
+                pid: 0, file: .init(deviceMajor: 8, deviceMinor: 1, inode: 1), start: 0, end: 0)
+        ),
+        (
+            "7: POSIX  *NOINODE* READ  12 <none>:0 0 EOF",
+            FileLock(
+                ordinal: 7, isBlockedWaiter: false, kind: .posix, enforcement: .noInode, access: .read,
+                pid: 12, file: nil, start: 0, end: nil)
+        ),
     ]
 
     @Test(arguments: good)
@@ -235,13 +284,20 @@ extension String {
 
 @Suite struct PressureParserTests {
     @Test func parsesSomeAndFull() throws {
-        let text = "some avg10=1.25 avg60=0.50 avg300=0.10 total=123456\n"
+        let text =
+            "some avg10=1.25 avg60=0.50 avg300=0.10 total=123456\n"
             + "full avg10=0.75 avg60=0.00 avg300=100.00 total=18446744073709551615\n"
         let pressure = try Pressure.parse(text)
-        #expect(pressure.some == PressureStall(average10: 1.25, average60: 0.5, average300: 0.1,
-                                              totalMicroseconds: 123_456))
-        #expect(pressure.full == PressureStall(average10: 0.75, average60: 0, average300: 100,
-                                              totalMicroseconds: .max))
+        #expect(
+            pressure.some
+                == PressureStall(
+                    average10: 1.25, average60: 0.5, average300: 0.1,
+                    totalMicroseconds: 123_456))
+        #expect(
+            pressure.full
+                == PressureStall(
+                    average10: 0.75, average60: 0, average300: 100,
+                    totalMicroseconds: .max))
     }
 
     @Test func fullIsOptionalAndUnknownKeysAreIgnored() throws {

@@ -6,19 +6,24 @@ import Testing
 @Suite struct LoggerTests {
     static let lines: [(LogPriority, String, [LogField], String)] = [
         (.info, "app entered background", [.app("mail")], "app entered background (APP=mail)"),
-        (.warning, "terminated", [.app("mail"), .task(3), .reason("task-expired")],
-         "warning: terminated (APP=mail TASK=3 REASON=task-expired)"),
+        (
+            .warning, "terminated", [.app("mail"), .task(3), .reason("task-expired")],
+            "warning: terminated (APP=mail TASK=3 REASON=task-expired)"
+        ),
         (.error, "kill failed", [.messageID("0123456789abcdef0123456789abcdef")], "error: kill failed"),
         (.notice, "two\nlines\tand\u{1b}[31m", [], "two\\nlines\\tand\\x1b[31m"),
-        (.info, "quoted", [.app("my app"), LogField("NOTE", "a=\"b\"\\"), LogField("EMPTY", "")],
-         #"quoted (APP="my app" NOTE="a=\"b\"\\" EMPTY="")"#),
+        (
+            .info, "quoted", [.app("my app"), LogField("NOTE", "a=\"b\"\\"), LogField("EMPTY", "")],
+            #"quoted (APP="my app" NOTE="a=\"b\"\\" EMPTY="")"#
+        ),
         (.info, "fake fields", [.app("x) (REASON=spoofed")], #"fake fields (APP="x) (REASON=spoofed")"#),
     ]
 
     @Test(arguments: lines)
     func formatsOneReadableLine(priority: LogPriority, message: String, fields: [LogField], expected: String) {
-        let line = Logger.formatLine(identifier: "bgtaskd", pid: 42, priority: priority, message: message,
-                                     fields: fields)
+        let line = Logger.formatLine(
+            identifier: "bgtaskd", pid: 42, priority: priority, message: message,
+            fields: fields)
         #expect(line == "bgtaskd[42]: " + expected + "\n")
     }
 
@@ -32,8 +37,9 @@ import Testing
         logger.info("done")
         try writeEnd.close()
         let output = try readToEnd(readEnd)
-        #expect(output == "bgtaskd[\(getpid())]: warning: app killed (APP=mail REASON=memory-reclaim)\n"
-            + "bgtaskd[\(getpid())]: done\n")
+        #expect(
+            output == "bgtaskd[\(getpid())]: warning: app killed (APP=mail REASON=memory-reclaim)\n"
+                + "bgtaskd[\(getpid())]: done\n")
     }
 
     @Test func automaticPicksTheStreamWhenStderrIsNotTheJournal() throws {

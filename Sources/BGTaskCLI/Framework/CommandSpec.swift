@@ -33,8 +33,10 @@ public struct ArgumentSpec: Hashable, Sendable {
     public var isCommand: Bool
 
     /// A positional argument; required and single unless told otherwise.
-    public init(_ name: String, help: String, type: ValueType = .text, isOptional: Bool = false,
-                isCommand: Bool = false) {
+    public init(
+        _ name: String, help: String, type: ValueType = .text, isOptional: Bool = false,
+        isCommand: Bool = false
+    ) {
         self.name = name
         self.help = help
         self.type = type
@@ -59,8 +61,10 @@ public struct OptionSpec: Hashable, Sendable {
     public var defaultValue: String?
 
     /// An option with a value.
-    public init(_ name: String, short shortName: Character? = nil, valueName: String, help: String,
-                type: ValueType = .text, defaultValue: String? = nil) {
+    public init(
+        _ name: String, short shortName: Character? = nil, valueName: String, help: String,
+        type: ValueType = .text, defaultValue: String? = nil
+    ) {
         self.name = name
         self.shortName = shortName
         self.valueName = valueName
@@ -129,8 +133,10 @@ public struct CommandSpec: Hashable, Sendable {
     public var examples: [ExampleSpec]
 
     /// A subcommand's declaration.
-    public init(name: String, abstract: String, discussion: String = "", arguments: [ArgumentSpec] = [],
-                options: [OptionSpec] = [], flags: [FlagSpec] = [], examples: [ExampleSpec] = []) {
+    public init(
+        name: String, abstract: String, discussion: String = "", arguments: [ArgumentSpec] = [],
+        options: [OptionSpec] = [], flags: [FlagSpec] = [], examples: [ExampleSpec] = []
+    ) {
         self.name = name
         self.abstract = abstract
         self.discussion = discussion

@@ -40,8 +40,9 @@ public func failure(_ error: ClientError) -> CommandFailure {
     case .lifecycle(.noSuchTask(let app, _)):
         return CommandFailure("\(error); 'bgtask status \(app)' lists its open tasks")
     case .lifecycle(.backgroundTimeExhausted(let app)):
-        return CommandFailure("\(error); it gets a fresh budget once it returns to the foreground "
-            + "('bgtask foreground \(app)')")
+        return CommandFailure(
+            "\(error); it gets a fresh budget once it returns to the foreground "
+                + "('bgtask foreground \(app)')")
     case .timedOut:
         return CommandFailure("\(error); it may be overloaded or stopped ('systemctl status bgtaskd')")
     default:

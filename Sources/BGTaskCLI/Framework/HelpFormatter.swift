@@ -30,7 +30,8 @@ public enum HelpFormatter {
 
     /// The tool's own usage: `bgtask [--socket PATH] [--user] SUBCOMMAND [ARGUMENTS...]`.
     public static func toolUsage(_ tool: ToolSpec) -> String {
-        let globals = tool.globalOptions.map { "[\($0.longForm) \($0.valueName)]" }
+        let globals =
+            tool.globalOptions.map { "[\($0.longForm) \($0.valueName)]" }
             + tool.globalFlags.map { "[\($0.longForm)]" }
         return wrapSynopsis(lead: tool.name, items: globals + ["SUBCOMMAND", "[ARGUMENTS...]"], indent: "USAGE: ")
     }
@@ -56,7 +57,8 @@ public enum HelpFormatter {
 
     /// The tool's help: what it is, how to call it, its global options, its subcommands and its environment.
     public static func toolHelp(_ tool: ToolSpec) -> String {
-        let optionRows = tool.globalOptions.map(row) + tool.globalFlags.map(row)
+        let optionRows =
+            tool.globalOptions.map(row) + tool.globalFlags.map(row)
             + [row(BuiltinFlags.version), row(BuiltinFlags.help)]
         let commandRows = tool.commands.map { ($0.spec.name, $0.spec.abstract + ".") }
         let environmentRows = tool.environment.map { ($0.name, $0.help) }

@@ -96,7 +96,8 @@ func quoted(_ text: String, limit: Int? = quotedLengthMaximum) -> String {
         case "\r": result += "\\r"
         case "\\": result += "\\\\"
         case "'": result += "\\'"
-        case _ where scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
+        case _
+        where scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
             || scalar.properties.generalCategory == .lineSeparator
             || scalar.properties.generalCategory == .paragraphSeparator:
             result += "\\u{" + String(scalar.value, radix: 16) + "}"

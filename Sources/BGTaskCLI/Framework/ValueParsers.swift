@@ -56,7 +56,8 @@ extension ValueType {
 public enum ValueParsers {
     /// A whole decimal number in `range`: digits only, no sign, no spaces.
     public static func integer(_ text: String, in range: ClosedRange<Int>) throws(ValueError) -> Int {
-        let expectation = range.upperBound == Int.max
+        let expectation =
+            range.upperBound == Int.max
             ? "expected a whole number of at least \(range.lowerBound)"
             : "expected a whole number from \(range.lowerBound) to \(range.upperBound)"
         // Int("+5") and Int("٣") would accept more than a script author means; only ASCII digits count.

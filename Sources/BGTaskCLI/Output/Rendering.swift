@@ -57,7 +57,8 @@ public enum Rendering {
         case .string(let text): return Formatting.printable(text)
         case .array(let elements): return "[" + elements.map(scalar).joined(separator: ",") + "]"
         case .object(let members):
-            return "{" + members.keys.sorted().map { "\(Formatting.printable($0))=\(scalar(members[$0] ?? .null))" }
+            return "{"
+                + members.keys.sorted().map { "\(Formatting.printable($0))=\(scalar(members[$0] ?? .null))" }
                 .joined(separator: ",") + "}"
         }
     }
@@ -79,7 +80,8 @@ public enum Rendering {
             let rows = app.tasks.map { task in
                 ["\(task.id)", Formatting.printable(task.name), Formatting.duration(seconds: task.ageSec)]
             }
-            text += Formatting.table(header: ["ID", "NAME", "AGE"], rows: rows)
+            text +=
+                Formatting.table(header: ["ID", "NAME", "AGE"], rows: rows)
                 .split(separator: "\n", omittingEmptySubsequences: false).dropLast()
                 .map { "    " + $0 }.joined(separator: "\n") + "\n"
         }

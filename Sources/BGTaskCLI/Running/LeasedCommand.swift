@@ -37,8 +37,10 @@ final class LeasedCommand: Sendable {
     private let stopping = DispatchSemaphore(value: 0)
     private let isStopping = Atomic(false)
 
-    private init(client: LifecycleClient, context: CommandContext, app: String, taskId: Int,
-                 registration: Registration?) {
+    private init(
+        client: LifecycleClient, context: CommandContext, app: String, taskId: Int,
+        registration: Registration?
+    ) {
         self.client = client
         self.context = context
         self.app = app
@@ -49,8 +51,10 @@ final class LeasedCommand: Sendable {
     /// Registers `app` in background (or joins it, when `joining` and it is already registered) and begins the
     /// task `taskName`. A registration of its own asks the daemon for `budget` as its background time, so the
     /// daemon warns before it ends and terminates the app `task-expired` if CMD outlives it.
-    static func begin(app: String, joining: Bool, taskName: String, budget: Duration?, client: LifecycleClient,
-                      context: CommandContext) throws(CommandFailure) -> LeasedCommand {
+    static func begin(
+        app: String, joining: Bool, taskName: String, budget: Duration?, client: LifecycleClient,
+        context: CommandContext
+    ) throws(CommandFailure) -> LeasedCommand {
         var registration: Registration?
         do {
             registration = try client.register(name: app, state: .background, backgroundTime: budget)
@@ -66,8 +70,9 @@ final class LeasedCommand: Sendable {
         }
         let shown = Formatting.printable(app)
         if let registration {
-            context.progress("registered app \(shown); task \(taskId) began with "
-                + "\(Formatting.remaining(registration.app.backgroundTimeRemaining)) of background time")
+            context.progress(
+                "registered app \(shown); task \(taskId) began with "
+                    + "\(Formatting.remaining(registration.app.backgroundTimeRemaining)) of background time")
         } else {
             context.progress("joined app \(shown); task \(taskId) began")
         }
@@ -169,8 +174,9 @@ final class LeasedCommand: Sendable {
                 event = try registration.nextEvent()
             } catch {
                 if !isStopping.load(ordering: .sequentiallyConsistent) {
-                    context.progress("lost the connection to bgtaskd (\(error)); the command keeps running "
-                        + "without a background task")
+                    context.progress(
+                        "lost the connection to bgtaskd (\(error)); the command keeps running "
+                            + "without a background task")
                 }
                 return
             }
@@ -207,8 +213,9 @@ final class LeasedCommand: Sendable {
             do {
                 remaining = try client.backgroundTimeRemaining(app: app)
             } catch {
-                context.progress("cannot read the background time of app \(Formatting.printable(app)) "
-                    + "(\(failure(error).message)); the warning will not be forwarded")
+                context.progress(
+                    "cannot read the background time of app \(Formatting.printable(app)) "
+                        + "(\(failure(error).message)); the warning will not be forwarded")
                 return
             }
             if let remaining, remaining <= LeasedCommand.warningLeadSeconds {

@@ -20,7 +20,7 @@ public struct Background: Subcommand {
         arguments: [app],
         flags: [.json],
         examples: [
-            ExampleSpec("bgtask background org.example.mail", "Send the mail app to the background."),
+            ExampleSpec("bgtask background org.example.mail", "Send the mail app to the background.")
         ]
     )
 

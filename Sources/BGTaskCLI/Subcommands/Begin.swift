@@ -22,7 +22,7 @@ public struct Begin: Subcommand {
         examples: [
             ExampleSpec(
                 "task=$(bgtask begin org.example.mail flush-outbox)",
-                "Begin a task and keep its id for 'bgtask end'."),
+                "Begin a task and keep its id for 'bgtask end'.")
         ]
     )
 

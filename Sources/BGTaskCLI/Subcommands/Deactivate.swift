@@ -19,7 +19,7 @@ public struct Deactivate: Subcommand {
         arguments: [app],
         flags: [.json],
         examples: [
-            ExampleSpec("bgtask deactivate org.example.mail", "Show the mail app without giving it input."),
+            ExampleSpec("bgtask deactivate org.example.mail", "Show the mail app without giving it input.")
         ]
     )
 

@@ -15,7 +15,7 @@ public struct End: Subcommand {
             """,
         arguments: [app, task],
         examples: [
-            ExampleSpec("bgtask end org.example.mail \"$task\"", "End the task begun by 'bgtask begin'."),
+            ExampleSpec("bgtask end org.example.mail \"$task\"", "End the task begun by 'bgtask begin'.")
         ]
     )
 

@@ -20,7 +20,7 @@ public struct Foreground: Subcommand {
         arguments: [app],
         flags: [.json],
         examples: [
-            ExampleSpec("bgtask foreground org.example.mail", "Bring the mail app back, resuming it if suspended."),
+            ExampleSpec("bgtask foreground org.example.mail", "Bring the mail app back, resuming it if suspended.")
         ]
     )
 

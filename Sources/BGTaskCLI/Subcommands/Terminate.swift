@@ -16,7 +16,7 @@ public struct Terminate: Subcommand {
             """,
         arguments: [app],
         examples: [
-            ExampleSpec("bgtask terminate org.example.mail", "Terminate the mail app, letting it save first."),
+            ExampleSpec("bgtask terminate org.example.mail", "Terminate the mail app, letting it save first.")
         ]
     )
 
