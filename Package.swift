@@ -71,8 +71,8 @@ let package = Package(
         // Benchmarks; build with `-c release`.
         .executableTarget(name: "bgtask-bench", dependencies: ["BGTaskCore", "BGTaskSystem", "bgtaskd"]),
         .testTarget(name: "BGTaskCoreTests", dependencies: ["BGTaskCore", "BGTaskTestSupport"]),
-        .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem"]),
-        .testTarget(name: "BGTaskConfigTests", dependencies: ["BGTaskConfig", "BGTaskCore"]),
+        .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem", "BGTaskTestSupport"]),
+        .testTarget(name: "BGTaskConfigTests", dependencies: ["BGTaskConfig", "BGTaskCore", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskProtocolTests", dependencies: ["BGTaskProtocol"]),
         // Depends on the executables it runs as processes (the daemon, the fixture, the example), so they are
         // built before the tests.

@@ -40,7 +40,7 @@ public struct HarnessError: Error, CustomStringConvertible {
 
 /// A scratch directory, world-traversable (mode 0755) so processes run as another user can reach sockets
 /// in it, removed with its contents by `remove()`.
-public final class ScratchDirectory {
+public final class ScratchDirectory: Sendable {
     /// Its path.
     public let path: String
 
@@ -53,13 +53,19 @@ public final class ScratchDirectory {
         chmod(path, 0o755)
     }
 
-    /// Writes `text` to `name` inside the directory and returns the file's path.
+    /// Writes `text` to `name` inside the directory (making the directories above it) and returns the file's path.
     @discardableResult
     public func write(_ name: String, _ text: String) throws -> String {
+        try write(name, Data(text.utf8))
+    }
+
+    /// Writes `data` to `name` inside the directory (making the directories above it) and returns the file's path.
+    @discardableResult
+    public func write(_ name: String, _ data: Data) throws -> String {
         let file = path + "/" + name
         try FileManager.default.createDirectory(
             atPath: (file as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-        try Data(text.utf8).write(to: URL(fileURLWithPath: file))
+        try data.write(to: URL(fileURLWithPath: file))
         return file
     }
 

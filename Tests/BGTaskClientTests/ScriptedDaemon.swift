@@ -1,6 +1,7 @@
 // A scripted Varlink server on a real Unix socket, standing in for bgtaskd's transport in client tests.
 import BGTaskProtocol
 import BGTaskSystem
+import BGTaskTestSupport
 import Foundation
 import Synchronization
 import Testing
@@ -59,6 +60,7 @@ final class ScriptedDaemon: Sendable {
 
     /// A fresh directory of its own, holding the socket; removed by `stop()`.
     let directory: String
+    private let scratch: ScratchDirectory
     let socketPath: String
     private let listener: FileDescriptor
     private let responder: Responder?
@@ -83,10 +85,8 @@ final class ScriptedDaemon: Sendable {
 
     /// Starts serving. `respond` overrides the default answer: return nil from it to fall back to the default.
     init(respond: Responder? = nil) throws {
-        let base = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
-        var template = Array("\(base)/bgtask-client-test-XXXXXX".utf8CString)
-        guard let created = mkdtemp(&template) else { throw Errno(rawValue: errno, operation: "mkdtemp") }
-        directory = String(cString: created)
+        scratch = try ScratchDirectory(prefix: "bgtask-client-test")
+        directory = scratch.path
         socketPath = directory + "/" + LifecycleInterface.name
         listener = try UnixSocket.listen(path: socketPath)
         responder = respond
@@ -112,7 +112,7 @@ final class ScriptedDaemon: Sendable {
             Issue.record("scripted daemon threads did not finish")
         }
         try? listener.close()  // Test cleanup; nothing to do about a failure.
-        try? FileManager.default.removeItem(atPath: directory)  // A leftover scratch directory is harmless.
+        scratch.remove()
     }
 
     // MARK: Script controls

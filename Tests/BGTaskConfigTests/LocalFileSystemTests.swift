@@ -1,40 +1,9 @@
 // Loading a real tree from a temporary directory through the real file system, including unreadable files.
 
 import BGTaskConfig
+import BGTaskTestSupport
 import Foundation
 import Testing
-
-/// A fresh directory under the system's temporary directory, removed by `remove()`.
-struct TemporaryDirectory {
-    let path: String
-
-    init() throws {
-        path =
-            FileManager.default.temporaryDirectory
-            .appendingPathComponent("bgtaskd-config-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
-    }
-
-    /// Writes `contents` at `relativePath`, creating the directories above it.
-    func write(_ relativePath: String, _ contents: Data) throws {
-        let url = URL(fileURLWithPath: path).appendingPathComponent(relativePath)
-        try FileManager.default.createDirectory(
-            at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
-        try contents.write(to: url)
-    }
-
-    func write(_ relativePath: String, _ text: String) throws {
-        try write(relativePath, Data(text.utf8))
-    }
-
-    func remove() {
-        do {
-            try FileManager.default.removeItem(atPath: path)
-        } catch {
-            Issue.record("cannot remove \(path): \(error)")
-        }
-    }
-}
 
 /// A tree with every kind of file the loader meets, relative to the configuration directory.
 let sampleTree: [String: String] = [
@@ -47,7 +16,7 @@ let sampleTree: [String: String] = [
 ]
 
 @Test func aRealTreeLoadsLikeTheSameTreeInMemory() throws {
-    let directory = try TemporaryDirectory()
+    let directory = try ScratchDirectory(prefix: "bgtaskd-config")
     defer { directory.remove() }
     for (path, text) in sampleTree {
         try directory.write(path, text)
@@ -79,7 +48,7 @@ let sampleTree: [String: String] = [
 }
 
 @Test func aMissingRealFileMeansDefaults() throws {
-    let directory = try TemporaryDirectory()
+    let directory = try ScratchDirectory(prefix: "bgtaskd-config")
     defer { directory.remove() }
     let result = ConfigurationLoader(path: directory.path + "/bgtaskd.conf").load()
     #expect(result.configuration == DaemonConfiguration())
@@ -89,7 +58,7 @@ let sampleTree: [String: String] = [
 }
 
 @Test func unreadableRealFilesAreErrors() throws {
-    let directory = try TemporaryDirectory()
+    let directory = try ScratchDirectory(prefix: "bgtaskd-config")
     defer { directory.remove() }
     // Tests run as root, so permission bits cannot make a file unreadable: use what even root cannot read.
     try FileManager.default.createDirectory(

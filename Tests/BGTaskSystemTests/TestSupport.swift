@@ -1,63 +1,12 @@
 // Helpers for the system tests: temporary directories, children that are always killed, bounded reads.
 import BGTaskSystem
+import BGTaskTestSupport
 import Glibc
 import Testing
 
-/// A directory made with `mkdtemp` under `$TMPDIR` (or `/tmp`), removed with its contents by `remove()`.
-struct TemporaryDirectory {
-    let path: String
-
-    init() throws {
-        let base = getenv("TMPDIR").map { String(cString: $0) } ?? "/tmp"
-        var template = Array("\(base)/bgtask-system-test-XXXXXX".utf8CString)
-        guard let result = mkdtemp(&template) else { throw Errno(rawValue: errno, operation: "mkdtemp") }
-        path = String(cString: result)
-    }
-
-    /// Removes the directory tree (files, sockets and subdirectories).
-    func remove() {
-        TemporaryDirectory.removeTree(path)
-    }
-
-    private static func removeTree(_ path: String) {
-        var status = stat()
-        guard lstat(path, &status) == 0 else { return }
-        if status.st_mode & S_IFMT == S_IFDIR {
-            if let directory = opendir(path) {
-                var names: [String] = []
-                while let entry = readdir(directory) {
-                    let name = withUnsafeBytes(of: entry.pointee.d_name) { bytes in
-                        String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self)
-                    }
-                    if name != "." && name != ".." { names.append(name) }
-                }
-                closedir(directory)
-                for name in names { removeTree(path + "/" + name) }
-            }
-            rmdir(path)
-        } else {
-            unlink(path)
-        }
-    }
-
-    /// Writes `text` to `name` inside the directory, creating subdirectories as needed; returns the path.
-    @discardableResult
-    func write(_ name: String, _ text: String) throws -> String {
-        let full = path + "/" + name
-        var directory = ""
-        for component in name.split(separator: "/").dropLast() {
-            directory += "/" + component
-            mkdir(path + directory, 0o755)
-        }
-        let fd = try FileDescriptor.open(full, .writeOnly, options: [.create, .truncate])
-        try fd.closeAfter { try fd.writeAll(Array(text.utf8)) }
-        return full
-    }
-}
-
 /// Runs `body` with a fresh temporary directory that is removed afterwards.
-func withTemporaryDirectory<Result>(_ body: (TemporaryDirectory) throws -> Result) throws -> Result {
-    let directory = try TemporaryDirectory()
+func withTemporaryDirectory<Result>(_ body: (ScratchDirectory) throws -> Result) throws -> Result {
+    let directory = try ScratchDirectory(prefix: "bgtask-system-test")
     defer { directory.remove() }
     return try body(directory)
 }
