@@ -82,6 +82,7 @@ public enum ClientError: Error, Hashable, Sendable, CustomStringConvertible {
             "app \(app.debugDescription) cannot do that in its current state, \(state.rawValue)"
         case .limitExceeded(let limit, let max): "limit \(limit)=\(max) reached"
         case .noSuchEvent(let app, let eventId): "app \(app.debugDescription) was never sent event \(eventId)"
+        case .invalidMessage(let reason): "the daemon could not read the message: \(reason)"
         }
     }
 

@@ -107,10 +107,13 @@ struct ConfigurationBuilder {
         defer { sortByLine(from: firstDiagnostic) }
         diagnostics += file.diagnostics
         let policySection = ConfigurationSection.policy.rawValue
-        for section in file.sections where section.name != policySection && !Self.isExtension(section.name) {
+        let accessSection = ConfigurationSection.access.rawValue
+        for section in file.sections
+        where section.name != policySection && section.name != accessSection && !Self.isExtension(section.name) {
             report(
                 .error, at: section.location,
-                "apps.d files may contain only [\(policySection)]; ignoring [\(section.name)] and its keys")
+                "apps.d files may contain only [\(policySection)] and [\(accessSection)]; ignoring "
+                    + "[\(section.name)] and its keys")
         }
         if configuration.core.appPolicies[appName] != nil {
             report(.warning, file: file.fileName, "app \(String(reflecting: appName)) appears twice; the later wins")
@@ -131,6 +134,43 @@ struct ConfigurationBuilder {
         }
         configuration.core.appPolicies[appName] = policy
         appOrigins[appName] = fileOrigins
+        applyAppAccess(file, appName: appName)
+    }
+
+    /// `[Access]` of an app file: `User=` pins the app's name to one user. A bad value is reported and leaves the
+    /// name unpinned only when no earlier valid value pinned it (a typo never unpins silently: the earlier value
+    /// stays); `User=` empty unpins.
+    private mutating func applyAppAccess(_ file: INIFile, appName: String) {
+        let accessSection = ConfigurationSection.access.rawValue
+        var assignedLine: Int?
+        for entry in file.entries where entry.section == accessSection && !Self.isExtension(entry.key) {
+            guard entry.key == DaemonConfiguration.appUserKey else {
+                report(
+                    .warning, at: entry.location,
+                    "unknown key \(String(reflecting: entry.key)) in [\(accessSection)] of an apps.d file; "
+                        + "ignoring it (the only key there is \(DaemonConfiguration.appUserKey)=)")
+                continue
+            }
+            if entry.value.isEmpty {
+                configuration.access.appUsers[appName] = nil
+                assignedLine = nil
+                continue
+            }
+            do throws(FieldError) {
+                try Field<DaemonConfiguration>.checkAccountName(entry.value, kind: "user", numericName: "uid")
+            } catch {
+                let kept = configuration.access.appUsers[appName].map { "keeping User=\($0)" } ?? "leaving User unset"
+                report(.error, at: entry.location, "User: \(error); \(kept)")
+                continue
+            }
+            if let assignedLine {
+                report(
+                    .warning, at: entry.location,
+                    "User is already set on line \(assignedLine) of this file; the later value wins")
+            }
+            assignedLine = entry.location.line
+            configuration.access.appUsers[appName] = entry.value
+        }
     }
 
     /// Applies one assignment: `Key=` copies the field from `defaults`; a bad value is reported and leaves

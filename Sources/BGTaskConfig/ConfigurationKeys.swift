@@ -46,8 +46,12 @@ enum DaemonKey: String, CaseIterable, Sendable {
     case reclaimDryRun = "ReclaimDryRun"
     case cgroupRoot = "CgroupRoot"
     case tasksPerAppMax = "TasksPerAppMax"
+    case appsPerUserMax = "AppsPerUserMax"
+    case connectionsMax = "ConnectionsMax"
     case connectionsPerUserMax = "ConnectionsPerUserMax"
     case messageSizeMax = "MessageSizeMax"
+    case queuedEventsPerAppMax = "QueuedEventsPerAppMax"
+    case postPayloadSizeMax = "PostPayloadSizeMax"
     case historySize = "HistorySize"
     case controllerGroup = "ControllerGroup"
 
@@ -57,7 +61,8 @@ enum DaemonKey: String, CaseIterable, Sendable {
         case .appsMemoryMax, .memoryWarnPercent, .memoryCriticalPercent, .memoryWarningGraceSec,
             .reclaimForeground, .reclaimDryRun, .cgroupRoot:
             return .memory
-        case .tasksPerAppMax, .connectionsPerUserMax, .messageSizeMax, .historySize:
+        case .tasksPerAppMax, .appsPerUserMax, .connectionsMax, .connectionsPerUserMax, .messageSizeMax,
+            .queuedEventsPerAppMax, .postPayloadSizeMax, .historySize:
             return .limits
         case .controllerGroup:
             return .access
@@ -76,7 +81,15 @@ enum DaemonKey: String, CaseIterable, Sendable {
         case .cgroupRoot: return .absolutePath(\.memory.cgroupRoot)
         // At least one lease, connection: zero would make the daemon unusable rather than strict.
         case .tasksPerAppMax: return .count(\.core.tasksPerAppMax, 1...Int.max)
+        case .appsPerUserMax: return .count(\.core.appsPerUserMax, 1...Int.max)
+        case .connectionsMax: return .count(\.limits.connectionsMax, 1...Int.max)
         case .connectionsPerUserMax: return .count(\.limits.connectionsPerUserMax, 1...Int.max)
+        // At least one: a suspended app must be able to learn that something happened.
+        case .queuedEventsPerAppMax: return .count(\.core.queuedEventsPerAppMax, 1...Int.max)
+        case .postPayloadSizeMax:
+            return .size(
+                \.limits.postPayloadSizeMaxBytes,
+                DaemonConfiguration.postPayloadSizeMinimumBytes...DaemonConfiguration.messageSizeMaximumBytes)
         case .messageSizeMax:
             return .size(
                 \.limits.messageSizeMaxBytes,
@@ -219,15 +232,19 @@ enum Field<Root> {
         }
     }
 
-    /// A group is a name as `useradd` accepts it in its relaxed form: no leading `-`, no whitespace, `:`,
-    /// `/`, `,` or control characters (`:` and `,` would break `/etc/group`), at most 256 bytes. A name of
-    /// digits only is read as a gid, so it must fit in 32 bits.
     private static func checkGroupName(_ text: String) throws(FieldError) {
+        try checkAccountName(text, kind: "group", numericName: "gid")
+    }
+
+    /// A user or group is a name as `useradd` accepts it in its relaxed form: no leading `-`, no whitespace,
+    /// `:`, `/`, `,` or control characters (`:` and `,` would break `/etc/passwd` and `/etc/group`), at most
+    /// 256 bytes. A name of digits only is read as a uid or gid, so it must fit in 32 bits.
+    static func checkAccountName(_ text: String, kind: String, numericName: String) throws(FieldError) {
         if text.utf8.count > 256 {
-            throw .constraint("group name \(String(reflecting: text)) is longer than 256 bytes")
+            throw .constraint("\(kind) name \(String(reflecting: text)) is longer than 256 bytes")
         }
         if text.unicodeScalars.first == "-" {
-            throw .constraint("group name \(String(reflecting: text)) starts with \"-\"")
+            throw .constraint("\(kind) name \(String(reflecting: text)) starts with \"-\"")
         }
         let forbidden = text.unicodeScalars.first { scalar in
             ValueScanner.isWhitespace(scalar) || scalar == ":" || scalar == "/" || scalar == ","
@@ -235,10 +252,10 @@ enum Field<Root> {
         }
         if let forbidden {
             throw .constraint(
-                "group name \(String(reflecting: text)) contains \(String(reflecting: String(forbidden)))")
+                "\(kind) name \(String(reflecting: text)) contains \(String(reflecting: String(forbidden)))")
         }
         if text.unicodeScalars.allSatisfy(ValueScanner.isDigit), UInt32(text) == nil {
-            throw .constraint("gid \(text) is out of range (expected at most \(UInt32.max))")
+            throw .constraint("\(numericName) \(text) is out of range (expected at most \(UInt32.max))")
         }
     }
 }

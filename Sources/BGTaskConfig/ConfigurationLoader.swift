@@ -5,7 +5,7 @@
 /// 1. the main file (`/etc/bgtaskd/bgtaskd.conf`, or the `--config PATH` given); a missing one means the
 ///    defaults, an unreadable one is an error;
 /// 2. the drop-ins `PATH.d/*.conf` in lexicographic (byte) order of their names, hidden files skipped;
-/// 3. the per-app overrides `apps.d/NAME.conf` beside the main file, which may hold only `[Policy]`,
+/// 3. the per-app overrides `apps.d/NAME.conf` beside the main file, which may hold only `[Policy]` and `[Access]`,
 ///    each merged over the default policy from 1 and 2.
 ///
 /// Later assignments override earlier ones; `Key=` resets a key (in an app file: to the default policy).

@@ -59,6 +59,15 @@ public struct DaemonConfiguration: Hashable, Sendable {
         /// hundred apps of one user plus controllers, while one user cannot exhaust the daemon's descriptors.
         public var connectionsPerUserMax: Int = 256
 
+        /// `ConnectionsMax`: open Varlink connections in total. 1024 covers a device's few hundred apps (two
+        /// connections each) several times over; with at most `MessageSizeMax` of input and 256 KiB of output
+        /// held per connection, it also bounds what all clients together can make the daemon buffer.
+        public var connectionsMax: Int = 1024
+
+        /// `PostPayloadSizeMax`: the largest `Post` payload, as JSON. 4 KiB is Apple's push notification payload
+        /// limit; with `QueuedEventsPerAppMax` it caps a suspended app's queue at 256 KiB.
+        public var postPayloadSizeMaxBytes: Int = 4 * 1024
+
         /// `MessageSizeMax`: the largest Varlink message accepted, in bytes. 64 KiB is DESIGN §7's bound:
         /// far above any call of the interface, small enough that a flood of them stays cheap.
         public var messageSizeMaxBytes: Int = 64 * 1024
@@ -73,6 +82,10 @@ public struct DaemonConfiguration: Hashable, Sendable {
         /// any app; nil (the default) leaves controller calls to root and each app's own uid.
         public var controllerGroup: String? = nil
 
+        /// `User=` of `[Access]` in `apps.d/NAME.conf`, by app name: the user (a name or a numeric uid) the name
+        /// is pinned to. Only that user may register the name; unset names are open to every user.
+        public var appUsers: [String: String] = [:]
+
         /// The defaults of DESIGN §9.
         public init() {}
     }
@@ -83,13 +96,16 @@ extension DaemonConfiguration {
     /// `Launch` with a long command line, would already be refused.
     public static let messageSizeMinimumBytes = 4 * 1024
 
+    /// The smallest `PostPayloadSizeMax` accepted: `{}` and a little more; zero would refuse every payload.
+    public static let postPayloadSizeMinimumBytes = 16
+
     /// The largest `MessageSizeMax` accepted: 16 MiB, systemd's own Varlink buffer limit
     /// (`VARLINK_BUFFER_MAX`). Past it a few hundred connections could pin gigabytes.
     public static let messageSizeMaximumBytes = 16 * 1024 * 1024
 
     /// `--dump-config`: every section and key with its value in force, in canonical syntax, then one
     /// `[Policy]` block per app override (after an `# apps.d/NAME.conf` comment) holding the values that
-    /// differ from the default policy. `parseRenderedINI(_:fileName:)` reads it back to the same configuration.
+    /// differ from the default policy, and an `[Access]` block with `User=` when the app's name is pinned. `parseRenderedINI(_:fileName:)` reads it back to the same configuration.
     public func renderINI() -> String {
         var lines = ["# bgtaskd effective configuration: every key with the value in force."]
         lines.append("[\(ConfigurationSection.policy.rawValue)]")
@@ -103,14 +119,18 @@ extension DaemonConfiguration {
                 lines.append("\(key.rawValue)=\(key.field.render(self))")
             }
         }
-        for name in core.appPolicies.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
-            // The key exists: the names come from the dictionary itself.
-            guard let policy = core.appPolicies[name] else { continue }
+        let appNames = Set(core.appPolicies.keys).union(access.appUsers.keys)
+        for name in appNames.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
             lines.append("")
             lines.append("\(DaemonConfiguration.appMarkerPrefix)\(name)\(DaemonConfiguration.appMarkerSuffix)")
+            let policy = core.appPolicies[name] ?? core.defaultAppPolicy
             lines.append("[\(ConfigurationSection.policy.rawValue)]")
             for key in PolicyKey.allCases where !key.field.isEqual(policy, core.defaultAppPolicy) {
                 lines.append("\(key.rawValue)=\(key.field.render(policy))")
+            }
+            if let user = access.appUsers[name] {
+                lines.append("[\(ConfigurationSection.access.rawValue)]")
+                lines.append("\(Self.appUserKey)=\(user)")
             }
         }
         return lines.joined(separator: "\n") + "\n"
@@ -165,6 +185,9 @@ extension DaemonConfiguration {
         }.map(\.element)
         return result
     }
+
+    /// The key of `[Access]` in an app file that pins the app's name to a user.
+    static let appUserKey = "User"
 
     static let appMarkerPrefix = "# apps.d/"
     static let appMarkerSuffix = ".conf"

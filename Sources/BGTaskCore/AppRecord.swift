@@ -63,12 +63,6 @@ struct PendingDeadlines: Sendable {
     var isEmpty: Bool { earliest == nil }
 }
 
-/// An event waiting for a suspended app, with how it was posted.
-struct QueuedEvent: Sendable {
-    var event: AppEvent
-    var behavior: DeliveryBehavior
-}
-
 /// One open lease. Leases live in their app's record: every request naming a lease also names its app, and
 /// an app holds at most `TasksPerAppMax`, so no daemon-wide table (and no cache miss into one) is needed.
 struct OpenTask: Sendable {
@@ -107,8 +101,12 @@ struct AppRecord: Sendable {
     var lockGraceActive = false
     /// The last `.suspend` was the one after the lock grace: another refusal terminates.
     var suspensionIsFinalAttempt = false
-    /// Events waiting while suspended, oldest first.
-    var queue: [QueuedEvent] = []
+    /// Events waiting while suspended, oldest first, bounded by `QueuedEventsPerAppMax`.
+    var queue = EventQueue()
+    /// Queued events dropped (oldest first) because the queue was full, over the registration's life.
+    var droppedEventCount = 0
+    /// Whether a drop was already recorded in the current suspension (one audit record per suspension).
+    var hasRecordedDropThisSuspension = false
     var deadlines = PendingDeadlines()
     var exitReason: TerminationReason?
     /// When it was last in the foreground (registration counts): the reclamation tie-break, oldest first.

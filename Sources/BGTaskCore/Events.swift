@@ -78,6 +78,9 @@ public enum AuditKind: String, Sendable, CaseIterable {
     case processExited
     /// An app's registration closed while its process may live on; it no longer holds its name.
     case unregistered
+    /// A suspended app's event queue was full (`QueuedEventsPerAppMax`): its oldest events are being dropped.
+    /// Recorded once per suspension; the app's `droppedEventCount` counts every drop.
+    case eventsDropped
 }
 
 /// One entry of the audit trail: history, `Watch`, journal.

@@ -48,7 +48,7 @@ extension Lifecycle {
             if expirationWarned {
                 var event = makeEvent(.backgroundTaskExpiring)
                 event.taskIDs = [task]
-                deliver(event, to: id, behavior: .coalesce, into: &actions)
+                deliver(event, to: id, behavior: .coalesce, now: now, into: &actions)
                 audit(.expirationWarning, id, now: now, into: &actions) { $0.taskIDs = [task] }
             }
             armBudgetDeadlines(of: id, now: now, into: &actions)

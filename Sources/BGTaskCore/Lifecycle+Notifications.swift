@@ -48,7 +48,7 @@ extension Lifecycle {
                 setDeadline(.acknowledgement, of: id, at: now + record(id).policy.enterBackgroundGrace)
                 result.delivered += 1
             case .suspended:
-                if enqueue(event, for: id, behavior: behavior) { result.queued += 1 }
+                if enqueue(event, for: id, behavior: behavior, now: now, into: &result.actions) { result.queued += 1 }
             case .notRunning, .terminated:
                 break
             }

@@ -32,6 +32,8 @@ public struct AppSnapshot: Hashable, Sendable {
     public var exitReason: TerminationReason?
     /// Events waiting for it to run again.
     public var queuedEvents: Int
+    /// Queued events dropped because its queue was full (`QueuedEventsPerAppMax`), over the registration's life.
+    public var droppedEvents: Int
     /// Whether its event stream is attached.
     public var isRegistered: Bool
     /// The policy it registered with.
@@ -62,7 +64,8 @@ extension Lifecycle {
         return AppSnapshot(
             id: id, name: app.name, state: app.state, pid: app.pid, uid: app.uid, isManaged: app.isManaged,
             tasks: taskSnapshots, backgroundTimeRemaining: remaining(of: app, now: now), exitReason: app.exitReason,
-            queuedEvents: app.queue.count, isRegistered: app.isRegistered, policy: app.policy)
+            queuedEvents: app.queue.count, droppedEvents: app.droppedEventCount, isRegistered: app.isRegistered,
+            policy: app.policy)
     }
 
     /// Snapshots of every app still tracked (holding a name, or whose process is not yet gone), by identity;
@@ -82,6 +85,23 @@ extension Lifecycle {
 
     /// Number of apps holding a name.
     public var liveAppCount: Int { liveNames.count }
+
+    /// Number of apps holding a name that run as `uid`.
+    public func liveAppCount(uid: UInt32) -> Int {
+        liveNames.values.count { apps[$0]?.uid == uid }
+    }
+
+    /// The state of a registration still in the table (live, detached, or ended and remembered).
+    public func state(of id: AppID) -> AppState? {
+        apps[id]?.state
+    }
+
+    /// Whether the shell must keep watching the registration's process: the policy still tracks it and has not
+    /// heard that the process is gone.
+    public func isWatchingProcess(of id: AppID) -> Bool {
+        guard let app = apps[id] else { return false }
+        return !app.isProcessGone
+    }
 
     /// Number of suspended apps.
     public var suspendedAppCount: Int { apps.count { $0.state == .suspended } }

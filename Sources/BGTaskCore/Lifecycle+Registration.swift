@@ -35,9 +35,11 @@ public struct Registration: Sendable {
 extension Lifecycle {
     /// An app's process asks to register under `name` (the `Register` call).
     ///
-    /// A live name is refused with `appExists` unless the caller is that app's own process, in which case the
-    /// registration re-attaches (after a daemon restart, or a reconnecting client); a managed app launched
-    /// under this name binds to its launch record.
+    /// A live name is refused with `appExists` unless the caller is that app's own process with the same uid, in
+    /// which case the registration re-attaches (after a daemon restart, or a reconnecting client); a managed app
+    /// launched under this name binds to its launch record. The shell vouches that `process.pid` is the live
+    /// process it names (a pid alone could have been reused). A new registration past `appsPerUserMax` live apps
+    /// of the uid is refused with `limitExceeded`.
     ///
     /// `backgroundTime` asks for a shorter budget than the policy's (never a longer one); the expiration warning
     /// then comes at most a quarter of it before the end, so a short budget still leaves time to work.
@@ -48,7 +50,10 @@ extension Lifecycle {
         var actions: [Action] = []
         if let existing = liveNames[name] {
             let app = record(existing)
-            guard app.pid == process.pid else { throw .appExists(name) }
+            // A launched app's process may register from any uid it runs as; a running app only from its own.
+            guard app.pid == process.pid, app.state == .notRunning || app.uid == process.uid else {
+                throw .appExists(name)
+            }
             if app.state == .notRunning {
                 // A launched app registering: it is now running.
                 clearDeadline(.launch, of: existing)
@@ -63,6 +68,9 @@ extension Lifecycle {
             }
             finish(&actions)
             return Registration(app: existing, isReattached: app.state != .notRunning, actions: actions)
+        }
+        guard liveAppCount(uid: process.uid) < policy.appsPerUserMax else {
+            throw .limitExceeded(limit: "AppsPerUserMax", max: policy.appsPerUserMax)
         }
         let id = createRecord(
             name: name, process: process, isManaged: false, exitsOnSuspend: exitsOnSuspend,
@@ -104,17 +112,39 @@ extension Lifecycle {
         closeBackgroundStretch(of: id, now: now)
         clearDeadlines(DeadlineKind.allCases, of: id)
         modify(id) {
-            $0.queue.removeAll()
+            $0.queue = EventQueue()
             $0.budgetEnd = nil
             $0.pendingAcknowledgement = nil
             $0.lockGraceActive = false
         }
         if liveNames[app.name] == id { liveNames[app.name] = nil }
         detachedNames[app.name] = id
+        detachedOrder.append(id)
         changeState(id, to: .notRunning, now: now, into: &actions)
         audit(.unregistered, id, now: now, into: &actions)
+        evictDetached()
         finish(&actions)
         return actions
+    }
+
+    /// Forgets the oldest registrations still detached past `historySize` of them: they would only have been
+    /// marked `exited` when their processes end. Entries that are no longer detached are skipped.
+    mutating func evictDetached() {
+        var detachedCount = detachedOrder.count - detachedOrderStart
+        while detachedCount > policy.historySize {
+            let oldest = detachedOrder[detachedOrderStart]
+            detachedOrderStart += 1
+            detachedCount -= 1
+            guard let app = apps[oldest], app.state == .notRunning, !app.isRegistered, !app.isProcessGone,
+                app.deadlines.isEmpty
+            else { continue }
+            if detachedNames[app.name] == oldest { detachedNames[app.name] = nil }
+            apps.remove(oldest)
+        }
+        if detachedOrderStart > 64 && detachedOrderStart * 2 > detachedOrder.count {
+            detachedOrder.removeFirst(detachedOrderStart)
+            detachedOrderStart = 0
+        }
     }
 
     func resolvedPolicy(for name: String, exitsOnSuspend: Bool?, backgroundTime: Duration? = nil) -> AppPolicy {

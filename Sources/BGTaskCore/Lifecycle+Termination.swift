@@ -46,7 +46,7 @@ extension Lifecycle {
         clearDeadlines(DeadlineKind.allCases, of: id)
         modify(id) {
             $0.exitReason = reason
-            $0.queue.removeAll()
+            $0.queue = EventQueue()
             $0.budgetEnd = nil
             $0.pendingAcknowledgement = nil
             $0.lockGraceActive = false

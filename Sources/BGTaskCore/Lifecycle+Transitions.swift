@@ -46,14 +46,14 @@ extension Lifecycle {
     mutating func resignActive(_ id: AppID, now: MonotonicInstant, into actions: inout [Action]) {
         changeState(id, to: .inactive, now: now, into: &actions)
         let event = makeEvent(.willResignActive)
-        deliver(event, to: id, behavior: .coalesce, into: &actions)
+        deliver(event, to: id, behavior: .coalesce, now: now, into: &actions)
     }
 
     mutating func becomeActive(_ id: AppID, now: MonotonicInstant, into actions: inout [Action]) {
         changeState(id, to: .active, now: now, into: &actions)
         modify(id) { $0.lastForeground = now }
         let event = makeEvent(.didBecomeActive)
-        deliver(event, to: id, behavior: .coalesce, into: &actions)
+        deliver(event, to: id, behavior: .coalesce, now: now, into: &actions)
     }
 
     /// inactive → background: a fresh budget, `didEnterBackground`, and its acknowledgement deadline.
@@ -77,7 +77,7 @@ extension Lifecycle {
             $0.acknowledgementIsForWake = false
         }
         changeState(id, to: .background, now: now, into: &actions)
-        deliver(event, to: id, behavior: .coalesce, into: &actions)
+        deliver(event, to: id, behavior: .coalesce, now: now, into: &actions)
         setDeadline(.acknowledgement, of: id, at: now + app.policy.enterBackgroundGrace)
         armBudgetDeadlines(of: id, now: now, into: &actions)
     }
@@ -99,7 +99,7 @@ extension Lifecycle {
         }
         changeState(id, to: .inactive, now: now, into: &actions)
         let event = makeEvent(.willEnterForeground)
-        deliver(event, to: id, behavior: .coalesce, into: &actions)
+        deliver(event, to: id, behavior: .coalesce, now: now, into: &actions)
     }
 
     /// Arms the expiration warning and budget deadlines when the app runs in background with leases open;
@@ -137,7 +137,7 @@ extension Lifecycle {
         let taskIDs = modify(id) { $0.openTaskIDs }
         var event = makeEvent(.backgroundTaskExpiring)
         event.taskIDs = taskIDs
-        deliver(event, to: id, behavior: .coalesce, into: &actions)
+        deliver(event, to: id, behavior: .coalesce, now: now, into: &actions)
         audit(.expirationWarning, id, now: now, into: &actions) { $0.taskIDs = taskIDs }
     }
 

@@ -25,6 +25,10 @@ public struct Lifecycle: Sendable {
     /// Ended registrations in the order they ended; the oldest are forgotten past `historySize`.
     var endedOrder: [AppID] = []
     var endedOrderStart = 0
+    /// Registrations detached (stream closed, process alive) in the order they detached; past `historySize` still
+    /// detached, the oldest are forgotten, so a process cycling through names cannot grow the table.
+    var detachedOrder: [AppID] = []
+    var detachedOrderStart = 0
     /// Open leases across all apps.
     public internal(set) var openTaskCount = 0
     var deadlines = DeadlineQueue()
@@ -129,62 +133,52 @@ extension Lifecycle {
     }
 
     /// Sends an event to a running app, or queues it (coalescing by kind and name) for a suspended one.
-    mutating func deliver(_ event: AppEvent, to id: AppID, behavior: DeliveryBehavior, into actions: inout [Action]) {
-        let app = record(id)
-        guard app.isRegistered else { return }
-        switch app.state {
+    mutating func deliver(
+        _ event: AppEvent, to id: AppID, behavior: DeliveryBehavior, now: MonotonicInstant,
+        into actions: inout [Action]
+    ) {
+        let (isRegistered, state) = modify(id) { ($0.isRegistered, $0.state) }
+        guard isRegistered else { return }
+        switch state {
         case .active, .inactive, .background:
             actions.append(.send(event, to: id))
         case .suspended:
-            enqueue(event, for: id, behavior: behavior)
+            enqueue(event, for: id, behavior: behavior, now: now, into: &actions)
         case .notRunning, .terminated:
             break
         }
     }
 
-    /// Queues an event for a suspended app per its behaviour; returns whether it was kept.
+    /// Queues an event for a suspended app per its behaviour; returns whether it was kept. When the queue is
+    /// full the oldest entries are dropped and counted; the first drop of a suspension is recorded.
     @discardableResult
-    mutating func enqueue(_ event: AppEvent, for id: AppID, behavior: DeliveryBehavior) -> Bool {
-        let heldMax = policy.heldEventsPerAppMax
-        return modify(id) { app in
-            switch behavior {
-            case .drop, .wake:
-                return false
-            case .coalesce:
-                if let index = app.queue.firstIndex(where: {
-                    $0.behavior == .coalesce && $0.event.kind == event.kind && $0.event.name == event.name
-                }) {
-                    let merged = (app.queue[index].event.count ?? 1) + 1
-                    var replacement = event
-                    replacement.id = app.queue[index].event.id
-                    replacement.count = merged
-                    app.queue[index].event = replacement
-                } else {
-                    var first = event
-                    first.count = 1
-                    app.queue.append(QueuedEvent(event: first, behavior: .coalesce))
-                }
-                return true
-            case .hold:
-                app.queue.append(QueuedEvent(event: event, behavior: .hold))
-                let held = app.queue.lazy.filter { $0.behavior == .hold }.count
-                if held > heldMax, let oldest = app.queue.firstIndex(where: { $0.behavior == .hold }) {
-                    app.queue.remove(at: oldest)
-                }
-                return true
-            }
+    mutating func enqueue(
+        _ event: AppEvent, for id: AppID, behavior: DeliveryBehavior, now: MonotonicInstant,
+        into actions: inout [Action]
+    ) -> Bool {
+        let limit = policy.queuedEventsPerAppMax
+        let (isKept, isFirstDrop) = modify(id) { app -> (Bool, Bool) in
+            let (isKept, dropped) = app.queue.enqueue(event, behavior: behavior, limit: limit)
+            guard dropped > 0 else { return (isKept, false) }
+            app.droppedEventCount += dropped
+            defer { app.hasRecordedDropThisSuspension = true }
+            return (isKept, !app.hasRecordedDropThisSuspension)
         }
+        if isFirstDrop {
+            audit(.eventsDropped, id, now: now, into: &actions)
+        }
+        return isKept
     }
 
     /// Resumes a suspended app and delivers what it missed, oldest first.
     mutating func resume(_ id: AppID, now: MonotonicInstant, into actions: inout [Action]) {
         actions.append(.resume(id))
-        let queued = modify(id) { app -> [QueuedEvent] in
-            defer { app.queue.removeAll() }
-            return app.queue
+        let queued = modify(id) { app -> [AppEvent] in
+            app.hasRecordedDropThisSuspension = false
+            return app.queue.removeAll()
         }
-        for entry in queued {
-            actions.append(.send(entry.event, to: id))
+        for event in queued {
+            actions.append(.send(event, to: id))
         }
     }
 

@@ -188,19 +188,33 @@ public struct MemoryPressureMachine: Sendable {
         return (decision, assessment)
     }
 
-    /// How long until the next reading: 100 ms under pressure or with little headroom, up to 1 s at ease
-    /// (DESIGN §4's adaptive polling: faster as headroom shrinks).
+    /// The longest wait between readings while the apps' memory is watched (`AppsMemoryMax` set): apps can grow
+    /// by hundreds of megabytes a second, and the apps' sum has no kernel trigger, so a reading at least every
+    /// second, as earlyoom polls at most a second apart.
+    public static let longestIntervalWithAppsLimit: Duration = .seconds(1)
+    /// The longest wait when only `MemAvailable` is watched: 5 s apart when far from every threshold (half or
+    /// more of the way from the warning level to 100%), so an idle device wakes for it at most twice in 10 s;
+    /// memory that falls quickly is caught by the kernel's own OOM handling before the next reading in the
+    /// worst case, and by the shorter waits as headroom shrinks.
+    public static let longestIntervalAvailableOnly: Duration = .seconds(5)
+
+    /// How long until the next reading: 100 ms under pressure or with no headroom left, up to
+    /// `longestIntervalWithAppsLimit` (or `longestIntervalAvailableOnly` without `AppsMemoryMax`) with half or more
+    /// of the headroom left (DESIGN §4's adaptive polling: faster as headroom shrinks).
     public func interval(after reading: MemoryReading) -> Duration {
-        if phase != .normal { return .milliseconds(100) }
+        let shortest: Int64 = 100
+        if phase != .normal { return .milliseconds(shortest) }
         var headroom = 1.0
-        if let maximum = thresholds.appsMemoryMax, maximum > 0 {
-            headroom = min(headroom, 1 - Double(reading.appsBytes) / Double(maximum))
+        var longest = Self.longestIntervalAvailableOnly
+        if let maximum = thresholds.appsMemoryMax {
+            longest = Self.longestIntervalWithAppsLimit
+            headroom = maximum > 0 ? min(headroom, 1 - Double(reading.appsBytes) / Double(maximum)) : 0
         }
         if let percent = reading.availablePercent, thresholds.warnPercent < 100 {
             headroom = min(headroom, (percent - thresholds.warnPercent) / (100 - thresholds.warnPercent))
         }
-        // 1 s with half or more of the headroom left, down to 100 ms at the limit.
-        let milliseconds = Int64(100 + 900 * max(0, min(1, headroom * 2)))
+        let longestMilliseconds = longest.components.seconds * 1000
+        let milliseconds = shortest + Int64(Double(longestMilliseconds - shortest) * max(0, min(1, headroom * 2)))
         return .milliseconds(milliseconds)
     }
 }

@@ -55,11 +55,19 @@ public struct CorePolicy: Hashable, Sendable {
     /// a real app rarely holds more than a handful, so hitting it means a leak.
     public var tasksPerAppMax: Int = 64
 
-    /// Events kept for one suspended app under the `hold` behaviour; the oldest are dropped past it.
-    /// 64 bounds a suspended app's cost to the daemon while covering a burst of distinct notifications.
-    public var heldEventsPerAppMax: Int = 64
+    /// `QueuedEventsPerAppMax`: events kept for one suspended app, every behaviour together (one entry per
+    /// distinct coalesced name, one per held post); the oldest are dropped past it, and counted. 64 covers a
+    /// burst of distinct notifications while bounding what a poster can make the daemon hold per app (with
+    /// `PostPayloadSizeMax` of 4 KiB, 256 KiB at most).
+    public var queuedEventsPerAppMax: Int = 64
 
-    /// `HistorySize`: audit entries kept, and also how many ended apps stay visible to `GetApp`.
+    /// `AppsPerUserMax`: live registrations per uid, root included. 128 is half of `ConnectionsPerUserMax`'s
+    /// default (each app holds two connections); it bounds the leases, queues and process handles one user can
+    /// make the daemon keep. Re-attaching an existing registration does not count as a new one.
+    public var appsPerUserMax: Int = 128
+
+    /// `HistorySize`: audit entries kept, and also how many ended apps stay visible to `GetApp`; as many
+    /// registrations closed while their processes live on are remembered (the oldest are forgotten first).
     public var historySize: Int = 1000
 
     /// `ReclaimForeground`: whether memory reclamation may choose active or inactive apps as a last

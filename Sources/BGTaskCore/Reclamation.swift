@@ -97,7 +97,7 @@ extension Lifecycle {
             var event = makeEvent(.memoryWarning)
             event.likelyVictim = ranks[id] != nil
             event.rank = ranks[id]
-            deliver(event, to: id, behavior: .coalesce, into: &actions)
+            deliver(event, to: id, behavior: .coalesce, now: now, into: &actions)
             let band = reclamationBand(of: id)
             audit(.memoryWarning, id, now: now, into: &actions) {
                 $0.rank = ranks[id]

@@ -51,9 +51,10 @@ public enum EventKind: String, Sendable, CaseIterable {
 public enum DeliveryBehavior: String, Sendable, CaseIterable {
     /// Discard it.
     case drop
-    /// Keep one pending entry per event name with the latest payload and a count of merged posts (default).
+    /// Keep one pending entry per event name with the latest payload and a count of merged posts (default);
+    /// distinct names are bounded by `queuedEventsPerAppMax` (oldest dropped first).
     case coalesce
-    /// Keep every post, bounded by `heldEventsPerAppMax` (oldest dropped first).
+    /// Keep every post, bounded by `queuedEventsPerAppMax` (oldest dropped first).
     case hold
     /// Resume the app into background to deliver it; it has `EnterBackgroundGraceSec` to acknowledge.
     case wake

@@ -20,6 +20,8 @@ enum MessageID {
     static let suspensionDeferred = "d3c338efa4e842e98c5d15dbd1a7b4e3"
     /// A lease ended by expiry (the app kept it open past its budget): a policy violation.
     static let taskExpired = "962703a73a624a5d8fed129fa46b667b"
+    /// A suspended app's event queue was full: its oldest events are being dropped.
+    static let eventsDropped = "2e2191f699c544de89e4ad737ba5d33c"
 }
 
 /// The audit trail: every record the policy emits goes to the journal (or stderr), to live watchers, and,
@@ -128,6 +130,11 @@ final class AuditTrail {
                 fields + [.messageID(MessageID.killed)])
         case .processExited:
             logger.info("\(app)'s process is gone (\(record.reason?.rawValue ?? "?"))", fields)
+        case .eventsDropped:
+            logger.warning(
+                "\(app)'s event queue is full (QueuedEventsPerAppMax): dropping its oldest events while it is "
+                    + "suspended; GetApp counts them",
+                fields + [.messageID(MessageID.eventsDropped)])
         }
     }
 

@@ -1,4 +1,4 @@
-// One client connection: non-blocking reads into the Varlink frame decoder, bounded buffered writes.
+// One client connection: bounded non-blocking reads into the Varlink frame decoder, bounded buffered writes.
 
 import BGTaskCore
 import BGTaskProtocol
@@ -22,60 +22,85 @@ final class ReadBuffer {
 
 /// A client connected to the daemon's socket.
 ///
-/// Reads are level-triggered: each readiness reads what is there (bounded per turn, for fairness) and hands
-/// complete messages to the manager in order. Writes go out at once when the socket takes them and are
-/// buffered otherwise; a client whose buffer keeps growing is not reading and is disconnected, so a slow or
-/// stuck client can never block the loop or make the daemon hold unbounded memory.
+/// Everything a client can make the daemon hold is bounded here (DESIGN §7):
+/// - input: one read per readiness, and no read while `MessageSizeMax` of unprocessed input is buffered, so a
+///   connection holds at most one message and one read; while it streams (after `Register` or `Watch`), input
+///   past `MessageSizeMax` closes it, since no call is read until the stream ends;
+/// - calls: at most `callsPerTurn` per loop turn; more complete calls wait for the manager's backlog source, so a
+///   pipelining client cannot hold the loop;
+/// - output: past `readPauseThreshold` unsent bytes the daemon reads and processes no more calls until the client
+///   catches up (its replies are never dropped); a streaming connection past `streamOutputLimit` is not reading
+///   its events and is disconnected.
+///
+/// Readiness is level-triggered, so the watched events always match what the connection can act on: no readable
+/// interest while reads are held (a half-closed peer would otherwise report readable forever), writable only
+/// while output waits. End of input (a half-close) means no more calls: the calls already received are answered
+/// and flushed, then the connection closes; a stream ends with it. A hang-up (the peer closed entirely) discards
+/// pending output and reads what is left so oneway calls still take effect.
 final class ClientConnection {
-    /// Bytes buffered for a client before it counts as not reading. A single larger reply (a long `ListApps`)
-    /// still goes out when the buffer was empty before it.
-    static let outputLimit = 1 << 20
-    /// Above this many buffered bytes the daemon stops reading the client's calls until it catches up.
-    static let readPauseThreshold = 256 << 10
+    /// Unsent bytes past which a streaming connection (events, watch) counts as not reading and is disconnected.
+    /// 256 KiB is a thousand events: far more than a live app falls behind by.
+    static let streamOutputLimit = 256 << 10
+    /// Unsent bytes past which the daemon stops reading and processing the client's calls until it catches up.
+    static let readPauseThreshold = 64 << 10
     /// Bytes read per readiness: one read, then back to the loop, so a client that answers each reply at
-    /// once (from another CPU) cannot keep the daemon reading it while others wait. Level-triggered polling
-    /// brings the connection back on the next iteration if more is there.
+    /// once (from another CPU) cannot keep the daemon reading it while others wait.
     static let readSize = 64 << 10
+    /// Calls processed per loop turn before the connection yields to the others: a turn is then a few hundred
+    /// microseconds at most, however many calls a client pipelines.
+    static let callsPerTurn = 16
 
     /// A number for logs, unique while the daemon runs.
     let serial: Int
     let descriptor: FileDescriptor
     let credentials: PeerCredentials
+    /// `CLOCK_BOOTTIME` in clock ticks when the connection was accepted: a process that started later cannot be
+    /// the peer (the start-time check of DESIGN §7 when the kernel has no `SO_PEERPIDFD`).
+    let acceptedAtTicks: UInt64
     /// The peer's supplementary groups when it connected (`SO_PEERGROUPS`), for `ControllerGroup`.
     var groups: [gid_t] = []
-    /// The peer process's pidfd from `SO_PEERPIDFD`, when the kernel provides it.
-    var peerPidFD: PidFD?
     var source: IOSource?
     var decoder: VarlinkFrameDecoder
     /// What this connection streams, once a streaming call was accepted; later calls wait until it ends.
     var stream: StreamRole?
+    /// Limits already logged for this peer, so a client hammering one is logged once.
+    var loggedLimits: Set<String> = []
+    /// Whether the manager's backlog holds this connection (complete calls wait for a later turn).
+    var isBacklogged = false
     private var output: [UInt8] = []
     private var outputStart = 0
     private(set) var isClosed = false
-    private var isReadingPaused = false
+    /// The peer shut down its writing half (end of input was read): no more calls will come.
+    private var isInputFinished = false
+    /// The peer closed entirely (hang-up): output can no longer be delivered.
+    private var isPeerGone = false
 
     /// Called for each complete message, in order.
     var onMessage: ((ClientConnection, Data) -> Void)?
     /// Called once when the connection closes, for whatever reason.
     var onClose: ((ClientConnection, String) -> Void)?
+    /// Called when complete calls remain after a turn's budget: the manager calls `processMessages()` again on a
+    /// later turn.
+    var onBacklog: ((ClientConnection) -> Void)?
 
     /// Where reads land before they are copied into the decoder; shared by the manager's connections.
     private let readBuffer: ReadBuffer
 
     init(
-        serial: Int, descriptor: FileDescriptor, credentials: PeerCredentials, maximumMessageSize: Int,
-        readBuffer: ReadBuffer
+        serial: Int, descriptor: FileDescriptor, credentials: PeerCredentials, acceptedAtTicks: UInt64,
+        maximumMessageSize: Int, readBuffer: ReadBuffer
     ) {
         self.serial = serial
         self.readBuffer = readBuffer
         self.descriptor = descriptor
         self.credentials = credentials
+        self.acceptedAtTicks = acceptedAtTicks
         decoder = VarlinkFrameDecoder(maximumMessageSize: maximumMessageSize)
     }
 
     /// Starts watching the socket on `loop`.
     func attach(to loop: EventLoop) throws(Errno) {
-        source = try loop.addIO(fd: descriptor, events: [.readable, .readHangUp], name: "client-\(serial)") {
+        source = try loop.addIO(fd: descriptor, events: wantedEvents, name: "client-\(serial)") {
             [unowned self] _, events in
             self.handle(events)
         }
@@ -83,19 +108,52 @@ final class ClientConnection {
 
     private var bufferedOutput: Int { output.count - outputStart }
 
+    /// Whether the client's calls may be processed now: no stream holds the connection and its replies are
+    /// being read (or can no longer be).
+    private var mayProcessCalls: Bool {
+        !isClosed && stream == nil && (isPeerGone || bufferedOutput <= Self.readPauseThreshold)
+    }
+
+    /// Whether to read now: input not finished, room for a whole message, and replies not piling up (a streaming
+    /// connection is still read, so its close is seen, up to the input bound).
+    private var mayRead: Bool {
+        guard !isClosed, !isInputFinished else { return false }
+        if !isPeerGone && bufferedOutput > Self.readPauseThreshold { return false }
+        return decoder.bufferedByteCount <= decoder.maximumMessageSize
+    }
+
+    private var wantedEvents: IOEvents {
+        var events: IOEvents = []
+        if mayRead { events.insert(.readable) }
+        if bufferedOutput > 0 && !isPeerGone { events.insert(.writable) }
+        return events
+    }
+
     private func handle(_ events: IOEvents) {
+        if events.contains(.error) {
+            close(because: "socket error")
+            return
+        }
+        if events.contains(.hangUp) && !isPeerGone {
+            isPeerGone = true
+            output = []
+            outputStart = 0
+        }
         if events.contains(.writable) {
             flush()
         }
-        if !isClosed && (events.contains(.readable) || events.contains(.readHangUp)) && !isReadingPaused {
-            readAvailable()
+        if !isClosed && mayRead && (events.contains(.readable) || events.contains(.hangUp)) {
+            readOnce()
         }
-        if !isClosed && (events.contains(.error) || (events.contains(.hangUp) && !events.contains(.readable))) {
+        // A hang-up with nothing left to read (or no room to read it): nothing more can happen here.
+        if !isClosed && isPeerGone && !mayRead {
             close(because: "the client hung up")
+            return
         }
+        updateInterest()
     }
 
-    private func readAvailable() {
+    private func readOnce() {
         let result = readBuffer.bytes.withUnsafeMutableBytes { bytes in
             Self.attempt { () throws(Errno) in
                 try descriptor.read(into: bytes)
@@ -107,9 +165,21 @@ final class ClientConnection {
         case .failed(let error):
             close(because: "read failed: \(error)")
         case .done(0):
-            close(because: "the client closed the connection")
+            isInputFinished = true
+            if isPeerGone || stream != nil || decoder.bufferedByteCount == 0 && bufferedOutput == 0 {
+                close(because: "the client closed the connection")
+            } else {
+                processMessages()
+            }
         case .done(let count):
             decoder.append(contentsOf: readBuffer.bytes[0..<count])
+            if stream != nil && decoder.bufferedByteCount > decoder.maximumMessageSize {
+                close(
+                    because:
+                        "more than \(decoder.maximumMessageSize) bytes (MessageSizeMax) of input while its stream is "
+                        + "open")
+                return
+            }
             processMessages()
         }
     }
@@ -129,9 +199,15 @@ final class ClientConnection {
         }
     }
 
-    /// Hands complete messages to the manager while no stream is active on this connection.
+    /// Hands up to `callsPerTurn` complete messages to the manager, in order; asks for another turn when more may
+    /// wait. After the input ended, closes once every call is answered and flushed.
     func processMessages() {
-        while !isClosed && stream == nil && !isReadingPaused {
+        var processed = 0
+        while mayProcessCalls {
+            guard processed < Self.callsPerTurn else {
+                onBacklog?(self)
+                return
+            }
             let message: Data?
             do {
                 message = try decoder.nextMessage()
@@ -139,14 +215,22 @@ final class ClientConnection {
                 close(because: "protocol error: \(error)")
                 return
             }
-            guard let message else { return }
+            guard let message else { break }
+            processed += 1
             onMessage?(self, message)
         }
+        guard !isClosed else { return }
+        if isInputFinished && mayProcessCalls && bufferedOutput == 0 {
+            // Every call that came before the end of input is answered.
+            close(because: "the client finished")
+            return
+        }
+        updateInterest()
     }
 
     /// Queues an encoded, NUL-terminated message for the client.
     func send(_ message: Data) {
-        guard !isClosed else { return }
+        guard !isClosed, !isPeerGone else { return }
         let wasEmpty = bufferedOutput == 0
         if wasEmpty {
             let result = message.withUnsafeBytes { bytes in
@@ -168,8 +252,8 @@ final class ClientConnection {
         } else {
             output.append(contentsOf: message)
         }
-        if !wasEmpty && bufferedOutput > Self.outputLimit {
-            close(because: "the client is not reading (\(bufferedOutput) bytes unsent)")
+        if stream != nil && !wasEmpty && bufferedOutput > Self.streamOutputLimit {
+            close(because: "the client is not reading its stream (\(bufferedOutput) bytes unsent)")
             return
         }
         updateInterest()
@@ -196,18 +280,16 @@ final class ClientConnection {
             output.removeFirst(outputStart)
             outputStart = 0
         }
-        updateInterest()
-        if !isReadingPaused && stream == nil {
+        // Replies drained below the threshold: calls held back (or left after the input ended) may go on.
+        if mayProcessCalls && (decoder.bufferedByteCount > 0 || isInputFinished) {
             processMessages()
         }
     }
 
-    private func updateInterest() {
+    /// Makes the watched events match what the connection can act on now.
+    func updateInterest() {
         guard let source, !isClosed else { return }
-        isReadingPaused = bufferedOutput > Self.readPauseThreshold
-        var events: IOEvents = [.readHangUp]
-        if !isReadingPaused { events.insert(.readable) }
-        if bufferedOutput > 0 { events.insert(.writable) }
+        let events = wantedEvents
         do {
             if try events != source.events {
                 try source.setEvents(events)
@@ -223,14 +305,13 @@ final class ClientConnection {
         isClosed = true
         source?.cancel()
         source = nil
-        try? peerPidFD?.close()
-        peerPidFD = nil
         // A failed close still releases the descriptor (close(2) never leaves it open on Linux).
         try? descriptor.close()
         output = []
         let handler = onClose
         onClose = nil
         onMessage = nil
+        onBacklog = nil
         handler?(self, reason)
     }
 }

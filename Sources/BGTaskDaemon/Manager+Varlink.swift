@@ -15,18 +15,28 @@ struct IncomingCall {
 }
 
 extension Manager {
-    /// Longest app name accepted, in UTF-8 bytes (names are used in logs, file names of per-app
-    /// configuration and journal fields).
-    static let appNameMaximumBytes = 255
+    /// Longest app, task and notification name accepted, in UTF-8 bytes (names are used in logs, file names of
+    /// per-app configuration and journal fields, and a suspended app's queue holds one per coalesced name).
+    static let nameMaximumBytes = 255
 
-    /// Handles one complete message from a client.
+    /// Handles one complete message from a client. A message that is not a well-formed call gets
+    /// `InvalidMessage` and the connection stays usable: the NUL framing is intact, so the next call is still
+    /// found (only a framing error, an oversized message, closes it).
     func handle(_ message: Data, from connection: ClientConnection) {
         let header: VarlinkCallHeader
         do {
             header = try codec.decodeCallHeader(message)
         } catch {
-            logger.info("closing the connection of pid \(connection.credentials.pid): \(error)")
-            connection.close(because: "protocol error: \(error)")
+            if connection.loggedLimits.insert("InvalidMessage").inserted {
+                logger.info(
+                    "invalid message from pid \(connection.credentials.pid) uid \(connection.credentials.uid): "
+                        + "\(error) (further ones from this connection are not logged)")
+            }
+            do {
+                connection.send(try codec.encodeError(.invalidMessage(reason: error.description)))
+            } catch {
+                connection.close(because: "internal error encoding an error")
+            }
             return
         }
         let call = IncomingCall(header: header, message: message, connection: connection)
@@ -69,7 +79,28 @@ extension Manager {
     }
 
     func fail(_ call: IncomingCall, _ error: BGTaskCore.LifecycleError) {
+        if case .limitExceeded(let limit, let max) = error {
+            refuse(call, limit: limit, max: max)
+            return
+        }
         fail(call, varlinkError(error))
+    }
+
+    /// Answers `LimitExceeded`, logging it once per connection and limit: a peer hammering a limit is logged,
+    /// never silently refused, and never floods the journal.
+    func refuse(_ call: IncomingCall, limit: String, max: Int) {
+        if call.connection.loggedLimits.insert(limit).inserted {
+            logger.notice(
+                "refused \(call.header.method.member) from pid \(call.credentials.pid) uid \(call.credentials.uid): "
+                    + "\(limit)=\(max) reached (further refusals on this connection are not logged)")
+        }
+        fail(call, VarlinkError.limitExceeded(limit: limit, max: max))
+    }
+
+    /// Whether `name` is acceptable as an app, task or notification name: 1 to 255 bytes, no control characters.
+    static func isValidName(_ name: String) -> Bool {
+        !name.isEmpty && name.utf8.count <= nameMaximumBytes
+            && !name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
     }
 
     /// The call's parameters, or nil after replying `InvalidParameter`.
@@ -126,9 +157,16 @@ extension Manager {
         return id
     }
 
+    /// The wire form of an app, with its memory from the last sample (null when never measured or when the last
+    /// read failed).
     func appInfo(_ id: AppID) -> AppInfo? {
         guard let snapshot = core.snapshot(of: id, now: now) else { return nil }
-        return AppInfo(snapshot, memoryBytes: processes[id]?.memoryBytes(procFS), now: now)
+        return AppInfo(snapshot, memoryBytes: memoryBytes(of: id), now: now)
+    }
+
+    func memoryBytes(of app: AppID) -> Int? {
+        guard let process = processOfApp[app], !process.isMemoryReadingStale else { return nil }
+        return process.memoryBytes.map { Int(clamping: $0) }
     }
 
     // MARK: org.varlink.service
@@ -182,9 +220,7 @@ extension Manager {
     private func register(_ call: IncomingCall) {
         guard let parameters = parameters(RegisterParameters.self, of: call) else { return }
         let name = parameters.name
-        guard !name.isEmpty, name.utf8.count <= Self.appNameMaximumBytes,
-            !name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
-        else {
+        guard Self.isValidName(name) else {
             fail(call, .invalidParameter(parameter: "name"))
             return
         }
@@ -205,10 +241,23 @@ extension Manager {
             backgroundTime = .nanoseconds(Int64(seconds * 1e9))
         }
         let credentials = call.credentials
-        let limit = configuration.limits.connectionsPerUserMax
-        let tracked = processes.values.lazy.filter { [core] in core.uid(of: $0.app) == credentials.uid }.count
-        if core.liveAppID(named: name) == nil && credentials.uid != 0 && tracked >= limit {
-            fail(call, VarlinkError.limitExceeded(limit: "ConnectionsPerUserMax", max: limit))
+        if let pinned = pinnedUsers[name], pinned != credentials.uid {
+            logger.notice(
+                "denied Register of \(name) to uid \(credentials.uid) (pid \(credentials.pid)): the name is pinned "
+                    + "to \(pinned.map { "uid \($0)" } ?? "a user that cannot be resolved") by apps.d/\(name).conf",
+                [.app(name)])
+            fail(call, .permissionDenied())
+            return
+        }
+        // A holder whose process exited without the daemon having seen it yet ends first: re-attaching is only
+        // ever to a live process.
+        settleExitedHolder(of: name)
+        let peer: PeerProcess
+        do {
+            peer = try identifyPeer(of: call.connection)
+        } catch {
+            logger.info("Register of \(name) from pid \(credentials.pid): the process is gone (\(error))")
+            call.connection.close(because: "the registering process is gone")
             return
         }
         let registration: Registration
@@ -218,6 +267,7 @@ extension Manager {
                 exitsOnSuspend: parameters.exitsOnSuspend, initialState: initialState, backgroundTime: backgroundTime,
                 now: now)
         } catch {
+            try? peer.pidFD.close()
             fail(call, error)
             return
         }
@@ -229,11 +279,16 @@ extension Manager {
         }
         call.connection.stream = .registration(app)
         eventStreams[app] = call.connection
-        guard trackProcess(of: app, connection: call.connection) else {
-            // The process is already gone: nothing to register.
+        if processOfApp[app] == nil {
+            track(app, peer: peer, uid: credentials.uid)
+        } else {
+            try? peer.pidFD.close()
+        }
+        guard processOfApp[app] != nil else {
+            // Its exit could not be watched: the registration already ended.
             eventStreams[app] = nil
-            perform(core.processExited(app, how: .exited, now: now))
-            call.connection.close(because: "the registering process is gone")
+            call.connection.stream = nil
+            call.connection.close(because: "the registering process cannot be watched")
             return
         }
         if !call.header.oneway, let info = appInfo(app) {
@@ -243,9 +298,12 @@ extension Manager {
     }
 
     private func beginBackgroundTask(_ call: IncomingCall) {
-        guard let parameters = parameters(BeginBackgroundTaskParameters.self, of: call),
-            let app = authorizedApp(parameters.app, for: call, asApp: true)
-        else { return }
+        guard let parameters = parameters(BeginBackgroundTaskParameters.self, of: call) else { return }
+        if let name = parameters.name, !name.isEmpty, !Self.isValidName(name) {
+            fail(call, .invalidParameter(parameter: "name"))
+            return
+        }
+        guard let app = authorizedApp(parameters.app, for: call, asApp: true) else { return }
         do {
             let begun = try core.beginBackgroundTask(app, name: parameters.name, now: now)
             reply(call, BeginBackgroundTaskReply(taskId: Int(begun.task.rawValue)))
@@ -298,8 +356,9 @@ extension Manager {
         // Live apps and the terminated ones still remembered (the interface's ListApps).
         let apps = core.snapshots(now: now, includeEnded: true)
             .filter { mayControl(uid: $0.uid, call.connection) }
-            .map { AppInfo($0, memoryBytes: processes[$0.id]?.memoryBytes(procFS), now: now) }
+            .map { AppInfo($0, memoryBytes: memoryBytes(of: $0.id), now: now) }
         reply(call, ListAppsReply(apps: apps))
+        memoryMonitor?.refreshForDisplay()
     }
 
     private func getApp(_ call: IncomingCall) {
@@ -308,6 +367,7 @@ extension Manager {
             let info = appInfo(app)
         else { return }
         reply(call, GetAppReply(app: info))
+        memoryMonitor?.refreshForDisplay()
     }
 
     private func setState(_ call: IncomingCall) {
@@ -342,12 +402,21 @@ extension Manager {
 
     private func post(_ call: IncomingCall) {
         guard let parameters = parameters(PostParameters.self, of: call) else { return }
+        guard Self.isValidName(parameters.name) else {
+            fail(call, .invalidParameter(parameter: "name"))
+            return
+        }
         var payloadJSON: String?
         if let payload = parameters.payload {
             do {
                 payloadJSON = String(decoding: try payloadEncoder.encode(payload), as: UTF8.self)
             } catch {
                 fail(call, .invalidParameter(parameter: "payload"))
+                return
+            }
+            let limit = configuration.limits.postPayloadSizeMaxBytes
+            if let payloadJSON, payloadJSON.utf8.count > limit {
+                refuse(call, limit: "PostPayloadSizeMax", max: limit)
                 return
             }
         }
@@ -402,28 +471,42 @@ extension Manager {
         watchers[call.connection.serial] = call.connection
     }
 
+    /// `GetStatus`: counts from the core, memory from the last sample (never a /proc read for the caller), and
+    /// the loop's statistics.
     private func getStatus(_ call: IncomingCall) {
         guard parameters(GetStatusParameters.self, of: call) != nil else { return }
         var memory: [String: JSONValue] = [
             "appsMemoryMax": configuration.memory.appsMemoryMaxBytes.map { .number(Double($0)) } ?? .null,
             "level": .string(memoryMonitor?.machine.level.description ?? "normal"),
             "trigger": "polling",
+            "sampleAgeSec": .null,
         ]
-        if let apps = memoryMonitor?.measureApps() {
-            memory["appsBytes"] = .number(Double(apps.values.reduce(0, +)))
+        let current = loop.now
+        if let sample = memoryMonitor?.lastSample {
+            memory["sampleAgeSec"] = .number(Double(max(0, current - sample.finishedAt)) / 1e9)
+            if let info = sample.memoryInfo {
+                memory["totalBytes"] = .number(Double(info.totalBytes))
+                memory["availableBytes"] = .number(Double(info.availableBytes))
+            }
+            if let pressure = sample.pressure {
+                memory["pressureSomeAvg10"] = .number(pressure.some.average10)
+            }
         }
-        if let info = try? procFS.memoryInfo() {
-            memory["totalBytes"] = .number(Double(info.totalBytes))
-            memory["availableBytes"] = .number(Double(info.availableBytes))
+        if let appsBytes = memoryMonitor?.appsBytes {
+            memory["appsBytes"] = .number(Double(appsBytes))
         }
-        if let pressure = try? procFS.pressure(resource: .memory) {
-            memory["pressureSomeAvg10"] = .number(pressure.some.average10)
-        }
+        let statistics = loop.statistics
+        let loopStatus: [String: JSONValue] = [
+            "iterations": .number(Double(statistics.iterations)),
+            "longestIterationMs": .number(Double(statistics.longestDispatchNanoseconds) / 1e6),
+            "longestIterationSource": .string(statistics.longestDispatchSource),
+        ]
         reply(
             call,
             GetStatusReply(
                 version: Self.version, uptimeSec: (now - startedAt).secondsValue,
                 backends: ["freeze": "sigstop", "memory": "pss", "kill": "pidfd"], apps: core.liveAppCount,
-                suspended: core.suspendedAppCount, tasks: core.openTaskCount, memory: memory))
+                suspended: core.suspendedAppCount, tasks: core.openTaskCount, memory: memory, loop: loopStatus))
+        memoryMonitor?.refreshForDisplay()
     }
 }

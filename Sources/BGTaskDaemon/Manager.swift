@@ -16,9 +16,11 @@ public struct StartupError: Error, CustomStringConvertible {
 /// bgtaskd: wires the policy core (`Lifecycle`) to Linux.
 ///
 /// Named event sources on one sd-event loop: the listening socket(s), one connection source per client, one
-/// pidfd source per app process, the single policy timer, and SIGTERM/SIGINT/SIGHUP. Every input goes to the
-/// core with the loop's monotonic time, and every action the core returns is carried out by `perform(_:)`.
-/// No polling: nothing wakes the loop but an event, the policy's next deadline, or the watchdog.
+/// pidfd source per tracked process, the single policy timer, the memory monitor's timer, the inspection
+/// worker's outcomes, the backlog of pipelined calls, and SIGTERM/SIGINT/SIGHUP. Every input goes to the core
+/// with the loop's monotonic time, and every action the core returns is carried out by `perform(_:)`. Reads
+/// of `/proc` whose cost grows with the apps (memory, file locks) run on the inspection worker's thread, never
+/// on the loop. No polling: nothing wakes the loop but an event, a deadline, a sample due, or the watchdog.
 public final class Manager {
     /// The daemon's version, reported by `GetStatus`, `GetInfo` and `--version`.
     public static let version = "0.1.0"
@@ -39,24 +41,47 @@ public final class Manager {
         return encoder
     }()
     let procFS: ProcFS
+    let inspector: ProcessInspector
     let trail: AuditTrail
     let startedAt: MonotonicInstant
 
     let readBuffer = ReadBuffer()
     /// Made in `start()`: it needs the manager.
     var memoryMonitor: MemoryMonitor?
+    /// The thread that reads `/proc` for memory samples and lock checks; made in `start()`, after the signals
+    /// are blocked, so it inherits a mask that keeps them for the loop.
+    var worker: BackgroundWorker<InspectionJob, InspectionOutcome>?
     var listeners: [IOSource] = []
+    /// Why the listeners are off (descriptors exhausted), while they are.
+    var listenersPausedReason: String?
+    var acceptRetryTimer: TimerSource?
     var ownsSocketFile = false
     var timer: TimerSource?
     var connections: [Int: ClientConnection] = [:]
     var connectionsPerUser: [uid_t: Int] = [:]
+    /// Uids whose refused connections were logged, until their count falls under the limit again.
+    var refusedConnectionsLogged: Set<uid_t> = []
+    var isTotalConnectionRefusalLogged = false
     var nextConnectionSerial = 1
-    var processes: [AppID: AppProcess] = [:]
+    /// Connections with complete calls left after their turn's budget, served in order by `backlogSource`.
+    var backlog: [ClientConnection] = []
+    var backlogSource: EventSource?
+    /// Tracked processes by serial, and the process of each registration.
+    var processes: [Int: TrackedProcess] = [:]
+    var processOfApp: [AppID: TrackedProcess] = [:]
+    var nextProcessSerial = 1
+    /// Suspensions waiting for their lock check, by app, with the check's request number.
+    var pendingSuspensions: [AppID: Int] = [:]
+    var lockCheckRequests: [Int: AppID] = [:]
+    var nextLockCheckRequest = 1
     /// The connection carrying each registered app's event stream.
     var eventStreams: [AppID: ClientConnection] = [:]
     var watchers: [Int: ClientConnection] = [:]
     /// The gid of `ControllerGroup`, resolved at start and on reload.
     var controllerGroupID: gid_t?
+    /// The uid each pinned app name (`User=` in `apps.d`) belongs to; nil when the user cannot be resolved, which
+    /// pins the name to nobody (fail closed).
+    var pinnedUsers: [String: uid_t?] = [:]
     var isStopping = false
     /// The `STATUS=` text last sent, when, and the timer for a change held back by the rate limit.
     var sentStatus: String?
@@ -65,6 +90,9 @@ public final class Manager {
     var isStatusUpdatePending = false
     /// The least time between two `STATUS=` messages.
     static let statusInterval: Duration = .seconds(1)
+    /// Jobs that may wait for the inspection worker: a lock check per suspension and a memory sample. Far above
+    /// any real backlog (one check per app at most), yet a bound.
+    static let workerCapacity = 4096
 
     /// Inputs that arose while actions were being carried out, fed to the core once the current batch is done
     /// (a batch's `.armTimer` reflects the core as it was when the batch was made).
@@ -83,6 +111,7 @@ public final class Manager {
         self.socketPath = socketPath
         self.logger = logger
         self.procFS = procFS
+        inspector = ProcessInspector(procFS: procFS)
         trail = AuditTrail(capacity: configuration.core.historySize, logger: logger)
         startedAt = MonotonicInstant(nanoseconds: MonotonicClock.now())
     }
@@ -92,7 +121,7 @@ public final class Manager {
 
     // MARK: Start and stop
 
-    /// Listens (or takes the socket systemd passed), installs the signal and timer sources, and tells the
+    /// Listens (or takes the socket systemd passed), installs the signal, timer and worker sources, and tells the
     /// service manager it is ready. The socket serves before `READY=1` is sent.
     public func start() throws(StartupError) {
         do {
@@ -112,11 +141,32 @@ public final class Manager {
                 self.updateStatus()
             }
             try timer?.setEnabled(false)
+            backlogSource = try loop.addRepeatingDefer(name: "call-backlog") { [unowned self] _ in
+                self.serveBacklog()
+            }
             _ = try loop.enableWatchdog()
         } catch {
             throw StartupError(description: "cannot set up the event loop: \(error)")
         }
-        resolveControllerGroup()
+        do {
+            let worker = try BackgroundWorker<InspectionJob, InspectionOutcome>(
+                name: "bgtaskd-proc", capacity: Self.workerCapacity
+            ) { [inspector] job in
+                switch job {
+                case .memory(let processes):
+                    .memory(inspector.sampleMemory(processes, includesProcesses: !processes.isEmpty))
+                case .locks(let request, let process):
+                    .locks(request: request, inspector.checkLocks(process))
+                }
+            }
+            self.worker = worker
+            try loop.addIO(fd: worker.outcomesReady, events: .readable, name: "proc-worker") { [unowned self] _, _ in
+                self.inspectionsFinished()
+            }
+        } catch {
+            throw StartupError(description: "cannot start the /proc worker thread: \(error)")
+        }
+        resolveAccessSettings()
         memoryMonitor = MemoryMonitor(manager: self, settings: configuration.memory)
         try openListeners()
         let appsLimit = configuration.memory.appsMemoryMaxBytes.map { "\($0) bytes" } ?? "infinity"
@@ -124,6 +174,7 @@ public final class Manager {
             "bgtaskd \(Self.version) listening on \(socketPath); backends: freeze=sigstop memory=pss kill=pidfd "
                 + "(self-registered apps); memory trigger: polling, AppsMemoryMax=\(appsLimit)"
                 + (configuration.memory.reclaimDryRun ? ", ReclaimDryRun" : ""))
+        checkDescriptorBudget()
         _ = try? notifier.ready()
         updateStatus()
     }
@@ -131,44 +182,21 @@ public final class Manager {
     /// Runs the loop until a stop; returns the exit status.
     public func run() throws(Errno) -> Int32 {
         let code = try loop.run()
+        worker?.stop()
         loop.cancelAllSources()
         return code
     }
 
-    private func openListeners() throws(StartupError) {
-        var descriptors: [FileDescriptor] = []
-        do {
-            descriptors = try ServiceNotifier.listenedDescriptors().map(\.fileDescriptor)
-        } catch {
-            throw StartupError(description: "cannot read the sockets passed by systemd: \(error)")
-        }
-        if descriptors.isEmpty {
-            let directory = (socketPath as NSString).deletingLastPathComponent
-            if !directory.isEmpty && !FileManager.default.fileExists(atPath: directory) {
-                do {
-                    try FileManager.default.createDirectory(
-                        atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
-                } catch {
-                    throw StartupError(description: "cannot create \(directory): \(error.localizedDescription)")
-                }
-            }
-            do {
-                descriptors = [try UnixSocket.listen(path: socketPath, mode: 0o666)]
-                ownsSocketFile = true
-            } catch {
-                throw StartupError(description: "cannot listen on \(socketPath): \(error)")
-            }
-        }
-        for descriptor in descriptors {
-            do {
-                try descriptor.setNonBlocking()
-                listeners.append(
-                    try loop.addIO(fd: descriptor, events: .readable, name: "listener") { [unowned self] source, _ in
-                        self.acceptClients(on: source.fileDescriptor)
-                    })
-            } catch {
-                throw StartupError(description: "cannot watch the listening socket: \(error)")
-            }
+    /// Warns when the descriptor limit cannot hold `ConnectionsMax` connections plus a process handle each: past
+    /// it `accept` fails with `EMFILE` and the daemon stops accepting until descriptors free up.
+    private func checkDescriptorBudget() {
+        guard let limit = try? DescriptorLimit.current().soft else { return }
+        let needed = UInt64(configuration.limits.connectionsMax) * 2 + 64
+        if limit < needed {
+            logger.warning(
+                "the descriptor limit (RLIMIT_NOFILE=\(limit)) is below what ConnectionsMax="
+                    + "\(configuration.limits.connectionsMax) may need (\(needed)); past it new connections wait "
+                    + "until descriptors free up")
         }
     }
 
@@ -189,20 +217,21 @@ public final class Manager {
         try? loop.exit(code: 0)
     }
 
-    /// Resumes every app the daemon stopped and lets go of their processes: no app may stay stopped once
-    /// the daemon no longer tracks it.
+    /// Resumes every process the daemon stopped and lets go of them: no app may stay stopped once the daemon no
+    /// longer tracks it.
     func releaseAllApps() {
         for process in processes.values {
             do {
                 try process.resume()
             } catch {
                 if error != .noSuchProcess {
-                    logger.error("cannot resume pid \(process.pid): \(error)", [.app(appName(process.app))])
+                    logger.error("cannot resume pid \(process.pid): \(error)", process.apps.map { .app(appName($0)) })
                 }
             }
             process.release()
         }
         processes = [:]
+        processOfApp = [:]
     }
 
     func reloadConfiguration() {
@@ -214,21 +243,41 @@ public final class Manager {
         core.updatePolicy(configuration.core)
         memoryMonitor?.update(configuration.memory)
         trail.capacity = configuration.core.historySize
-        resolveControllerGroup()
+        resolveAccessSettings()
         logger.notice("configuration reloaded from \(configurationPath)")
     }
 
-    private func resolveControllerGroup() {
+    /// Resolves `ControllerGroup` and the users of pinned app names to ids.
+    private func resolveAccessSettings() {
         controllerGroupID = nil
-        guard let group = configuration.access.controllerGroup else { return }
-        if let gid = gid_t(group) {
-            controllerGroupID = gid
-        } else {
+        if let group = configuration.access.controllerGroup {
+            if let gid = gid_t(group) {
+                controllerGroupID = gid
+            } else {
+                do {
+                    controllerGroupID = try UserDatabase.groupID(named: group)
+                    if controllerGroupID == nil { logger.warning("ControllerGroup=\(group): no such group") }
+                } catch {
+                    logger.warning("ControllerGroup=\(group): cannot look it up: \(error)")
+                }
+            }
+        }
+        pinnedUsers = [:]
+        for (app, user) in configuration.access.appUsers {
+            if let uid = uid_t(user) {
+                pinnedUsers[app] = .some(uid)
+                continue
+            }
             do {
-                controllerGroupID = try UserDatabase.groupID(named: group)
-                if controllerGroupID == nil { logger.warning("ControllerGroup=\(group): no such group") }
+                let uid = try UserDatabase.userID(named: user)
+                if uid == nil {
+                    logger.error("apps.d/\(app).conf: User=\(user): no such user; nobody may register \(app)")
+                }
+                pinnedUsers[app] = .some(uid)
             } catch {
-                logger.warning("ControllerGroup=\(group): cannot look it up: \(error)")
+                logger.error(
+                    "apps.d/\(app).conf: User=\(user): cannot look it up (\(error)); nobody may register \(app)")
+                pinnedUsers[app] = .some(nil)
             }
         }
     }
@@ -270,125 +319,6 @@ public final class Manager {
         core.snapshot(of: app, now: now)?.name ?? app.description
     }
 
-    // MARK: Clients
-
-    private func acceptClients(on listener: FileDescriptor) {
-        while true {
-            let descriptor: FileDescriptor?
-            do {
-                descriptor = try UnixSocket.accept(listener)
-            } catch {
-                // EMFILE and friends: log and wait for the next readiness rather than spin.
-                logger.error("accept failed: \(error)")
-                return
-            }
-            guard let descriptor else { return }
-            admit(descriptor)
-        }
-    }
-
-    private func admit(_ descriptor: FileDescriptor) {
-        let credentials: PeerCredentials
-        do {
-            credentials = try UnixSocket.peerCredentials(of: descriptor)
-        } catch {
-            logger.warning("dropping a client whose credentials cannot be read: \(error)")
-            try? descriptor.close()
-            return
-        }
-        let limit = configuration.limits.connectionsPerUserMax
-        if connectionsPerUser[credentials.uid, default: 0] >= limit {
-            logger.warning(
-                "refusing a connection from uid \(credentials.uid) (pid \(credentials.pid)): "
-                    + "ConnectionsPerUserMax=\(limit) reached")
-            try? descriptor.close()
-            return
-        }
-        let connection = ClientConnection(
-            serial: nextConnectionSerial, descriptor: descriptor, credentials: credentials,
-            maximumMessageSize: configuration.limits.messageSizeMaxBytes, readBuffer: readBuffer)
-        nextConnectionSerial += 1
-        connection.peerPidFD = try? UnixSocket.peerPidFD(of: descriptor)
-        do {
-            connection.groups = try UnixSocket.peerGroups(of: descriptor)
-        } catch {
-            logger.warning("cannot read the groups of pid \(credentials.pid): \(error); ControllerGroup will not apply")
-        }
-        connection.onMessage = { [unowned self] connection, message in self.handle(message, from: connection) }
-        connection.onClose = { [unowned self] connection, reason in self.connectionClosed(connection, reason) }
-        do {
-            try connection.attach(to: loop)
-        } catch {
-            logger.error("cannot watch a client socket: \(error)")
-            connection.close(because: "cannot watch it")
-            return
-        }
-        connections[connection.serial] = connection
-        connectionsPerUser[credentials.uid, default: 0] += 1
-    }
-
-    private func connectionClosed(_ connection: ClientConnection, _ reason: String) {
-        connections[connection.serial] = nil
-        let uid = connection.credentials.uid
-        connectionsPerUser[uid, default: 1] -= 1
-        if connectionsPerUser[uid] == 0 { connectionsPerUser[uid] = nil }
-        switch connection.stream {
-        case .registration(let app) where eventStreams[app] === connection:
-            eventStreams[app] = nil
-            logger.debug("event stream of \(appName(app)) closed: \(reason)")
-            perform(core.registrationClosed(app, now: now))
-        case .watch:
-            watchers[connection.serial] = nil
-        case .registration, nil:
-            break
-        }
-        updateStatus()
-    }
-
-    // MARK: App processes
-
-    /// Starts tracking the process of a newly registered app; returns false if it is already gone.
-    func trackProcess(of app: AppID, connection: ClientConnection) -> Bool {
-        if let existing = processes[app], existing.pid == connection.credentials.pid { return true }
-        let pidFD: PidFD
-        do {
-            if let peer = connection.peerPidFD {
-                pidFD = PidFD(fileDescriptor: try peer.fileDescriptor.duplicate(), pid: peer.pid)
-            } else {
-                pidFD = try PidFD.open(pid: connection.credentials.pid)
-            }
-        } catch {
-            logger.warning("cannot open a pidfd for pid \(connection.credentials.pid): \(error)")
-            return false
-        }
-        let process = AppProcess(app: app, pidFD: pidFD)
-        do {
-            process.exitSource = try loop.addIO(fd: pidFD.fileDescriptor, events: .readable, name: "pidfd") {
-                [unowned self] _, _ in
-                self.processExited(app)
-            }
-        } catch {
-            logger.error("cannot watch pid \(pidFD.pid): \(error)")
-            process.release()
-            return false
-        }
-        processes[app] = process
-        memoryMonitor?.appsChanged()
-        return true
-    }
-
-    private func processExited(_ app: AppID) {
-        guard let process = processes.removeValue(forKey: app) else { return }
-        process.release()
-        perform(core.processExited(app, how: .exited, now: now))
-        memoryMonitor?.victimExited(app)
-        memoryMonitor?.appsChanged()
-        if let stream = eventStreams.removeValue(forKey: app) {
-            stream.close(because: "the app's process exited")
-        }
-        updateStatus()
-    }
-
     // MARK: Carrying out the core's actions
 
     /// Carries out actions in order; inputs that arise meanwhile are fed to the core afterwards.
@@ -403,28 +333,22 @@ public final class Manager {
         }
     }
 
+    /// Feeds an input to the core after the batch being carried out, or now if none is.
+    func feedLater(_ input: @escaping () -> [Action]) {
+        pendingInputs.append(input)
+        if !isPerforming { perform([]) }
+    }
+
     private func execute(_ action: Action) {
         switch action {
         case .send(let event, let app):
             sendEvent(event, to: app)
         case .suspend(let app):
-            suspend(app)
+            requestSuspension(of: app)
         case .resume(let app):
-            guard let process = processes[app] else { return }
-            do {
-                try process.resume()
-            } catch {
-                if error != .noSuchProcess { logger.error("cannot resume \(appName(app)): \(error)") }
-            }
+            resumeProcess(of: app)
         case .kill(let app, let reason):
-            guard let process = processes[app] else { return }
-            do {
-                try process.kill()
-            } catch {
-                if error != .noSuchProcess {
-                    logger.error("cannot kill \(appName(app)) (\(reason.rawValue)): \(error)", [.app(appName(app))])
-                }
-            }
+            killProcess(of: app, reason: reason)
         case .armTimer(let instant):
             armTimer(at: instant)
         case .record(let record):
@@ -432,27 +356,6 @@ public final class Manager {
             for watcher in watchers.values where isVisible(record, to: watcher) {
                 sendStreamed(WatchReply(entry: entry), on: watcher)
             }
-        }
-    }
-
-    private func suspend(_ app: AppID) {
-        guard let process = processes[app] else { return }
-        let holdsLock: Bool
-        do {
-            holdsLock = try process.holdsFileLock(procFS)
-        } catch {
-            logger.warning("cannot read file locks, suspending \(appName(app)) anyway: \(error)")
-            holdsLock = false
-        }
-        if holdsLock {
-            pendingInputs.append { [unowned self] in self.core.suspensionRefused(app, now: self.now) }
-            return
-        }
-        do {
-            try process.stop()
-        } catch {
-            // Gone already: its pidfd reports the exit and the core hears of it then.
-            if error != .noSuchProcess { logger.error("cannot suspend \(appName(app)): \(error)") }
         }
     }
 
@@ -483,5 +386,29 @@ public final class Manager {
         } catch {
             logger.error("cannot encode a reply: \(error)")
         }
+    }
+
+    // MARK: The inspection worker
+
+    /// Submits a job to the worker; false (logged) when it is full, which bounds what the daemon queues.
+    func submit(_ job: InspectionJob) -> Bool {
+        guard let worker, worker.submit(job) else {
+            logger.warning("the /proc worker is busy (\(Self.workerCapacity) jobs waiting)")
+            return false
+        }
+        return true
+    }
+
+    private func inspectionsFinished() {
+        guard let worker else { return }
+        for outcome in worker.takeOutcomes() {
+            switch outcome {
+            case .memory(let sample):
+                memoryMonitor?.sampleArrived(sample)
+            case .locks(let request, let check):
+                lockCheckFinished(request: request, check)
+            }
+        }
+        updateStatus()
     }
 }

@@ -1,28 +1,39 @@
-// Watches memory and carries out the core's warn → reclaim decisions: measuring apps, warning, killing.
+// Watches memory and carries out the core's warn → reclaim decisions: sampling off the loop, warning, killing.
 
 import BGTaskConfig
 import BGTaskCore
 import BGTaskSystem
 
-/// The shell of DESIGN §4: reads the apps' memory (PSS) and `/proc/meminfo`, feeds the core's
-/// `MemoryPressureMachine`, and carries out its decisions through the policy core (`memoryWarning`,
-/// `reclamationOrder`, `reclaim`).
+/// The shell of DESIGN §4: samples `/proc/meminfo` and the apps' memory (PSS) on the inspection worker's thread,
+/// feeds the core's `MemoryPressureMachine`, and carries out its decisions through the policy core
+/// (`memoryWarning`, `reclamationOrder`, `reclaim`).
 ///
-/// Triggers by adaptive polling (100 ms–1 s, faster as headroom shrinks): PSI triggers on
-/// `/proc/pressure/memory` need `CAP_SYS_RESOURCE`, and the apps' total against `AppsMemoryMax` can only be
-/// read. It runs only while there are apps to watch, so an idle daemon does not wake for it.
+/// Triggers by adaptive sampling: PSI triggers on `/proc/pressure/memory` need `CAP_SYS_RESOURCE`, and the apps'
+/// total against `AppsMemoryMax` can only be read. It is quiet when nothing can trigger: no timer without apps;
+/// the apps' memory is sampled only while `AppsMemoryMax` is set or memory is short (reclamation needs it then),
+/// and `MemAvailable` alone, seconds apart, when it is far above the warning threshold. Controllers asking for
+/// memory (`GetStatus`, `ListApps`, `GetApp`) get the last sample, refreshed in the background when it is old.
 final class MemoryMonitor {
+    /// A sample older than this is refreshed (in the background) when a controller asks for memory figures.
+    static let displayRefreshAge: Duration = .seconds(5)
+
     private unowned let manager: Manager
     private(set) var machine: MemoryPressureMachine
     private var timer: TimerSource?
     private var isArmed = false
     private(set) var isDryRun: Bool
+    /// Whether a sample is on the worker, and whether the next one must include the apps (asked meanwhile).
+    private var isSampling = false
+    private var isProcessSampleWanted = false
     /// Apps reclaimed whose processes have not exited yet: no new victim until they are gone.
     private var pendingVictims: Set<AppID> = []
-    /// The last reading, for `GetStatus`.
-    private(set) var lastReading: MemoryReading?
+    /// The last sample, and the last one that measured the apps.
+    private(set) var lastSample: MemorySample?
+    private(set) var lastProcessSample: MemorySample?
     /// Whether "nothing to reclaim" was already logged in this episode.
     private var reportedNothingToReclaim = false
+    /// Processes whose memory could not be read, logged once each until a read succeeds again.
+    private var reportedUnreadable: Set<Int> = []
 
     init(manager: Manager, settings: DaemonConfiguration.Memory) {
         self.manager = manager
@@ -40,9 +51,10 @@ final class MemoryMonitor {
     func update(_ settings: DaemonConfiguration.Memory) {
         machine.thresholds = Self.thresholds(settings)
         isDryRun = settings.reclaimDryRun
+        if !manager.processes.isEmpty { schedule(after: .zero) }
     }
 
-    /// Makes sure a reading is scheduled while there are apps; call when apps come and go.
+    /// Makes sure a sample is scheduled while there are apps, and nothing runs without; call when apps come and go.
     func appsChanged() {
         if manager.processes.isEmpty {
             pendingVictims.removeAll()
@@ -50,7 +62,7 @@ final class MemoryMonitor {
                 try? timer?.setEnabled(false)
                 isArmed = false
             }
-        } else if !isArmed {
+        } else if !isArmed && !isSampling {
             schedule(after: .zero)
         }
     }
@@ -58,6 +70,11 @@ final class MemoryMonitor {
     /// A reclaimed app's process is gone.
     func victimExited(_ app: AppID) {
         pendingVictims.remove(app)
+    }
+
+    /// Whether samples must measure the apps: to judge `AppsMemoryMax`, or to rank victims while memory is short.
+    private var needsProcessSamples: Bool {
+        machine.thresholds.appsMemoryMax != nil || machine.isUnderPressure
     }
 
     private func schedule(after delay: Duration) {
@@ -69,7 +86,7 @@ final class MemoryMonitor {
                 timer = try manager.loop.addTimer(at: due, accuracy: .milliseconds(20), name: "memory") {
                     [unowned self] _ in
                     self.isArmed = false
-                    self.tick()
+                    self.requestSample(includingProcesses: self.needsProcessSamples)
                 }
             }
             isArmed = true
@@ -78,27 +95,104 @@ final class MemoryMonitor {
         }
     }
 
-    /// Each app's memory, for the apps the policy could still reclaim or warn (not those already ending).
-    func measureApps() -> [AppID: UInt64] {
+    /// Asks the worker for a sample; while one is out, remembers that the next must include the apps.
+    private func requestSample(includingProcesses: Bool) {
+        guard !manager.isStopping else { return }
+        guard !isSampling else {
+            isProcessSampleWanted = isProcessSampleWanted || includingProcesses
+            return
+        }
+        let processes = includingProcesses ? manager.processes.values.map(\.inspected) : []
+        guard manager.submit(.memory(processes: processes)) else {
+            schedule(after: .seconds(1))
+            return
+        }
+        isSampling = true
+        isProcessSampleWanted = false
+    }
+
+    /// A controller wants memory figures: if the apps were last measured long ago (or never), measure them in the
+    /// background. The caller answers from what is known now; the next call sees the new sample.
+    func refreshForDisplay() {
+        guard !manager.processes.isEmpty else { return }
+        if let last = lastProcessSample,
+            manager.loop.now - last.finishedAt < Self.displayRefreshAge.nanosecondCount
+        {
+            return
+        }
+        requestSample(includingProcesses: true)
+    }
+
+    /// A sample came back from the worker.
+    func sampleArrived(_ sample: MemorySample) {
+        isSampling = false
+        lastSample = sample
+        if sample.includesProcesses {
+            lastProcessSample = sample
+            applyProcessReadings(sample)
+        }
+        defer {
+            if isProcessSampleWanted && !manager.processes.isEmpty {
+                requestSample(includingProcesses: true)
+            }
+        }
+        guard !manager.processes.isEmpty, !manager.isStopping else { return }
+        let system = systemReading(sample)
+        if !sample.includesProcesses {
+            // MemAvailable alone: if it calls for action, measure the apps before deciding anything.
+            if machine.assess(system).level > .normal || machine.isUnderPressure {
+                requestSample(includingProcesses: true)
+            } else {
+                schedule(after: machine.interval(after: system))
+            }
+            return
+        }
+        decide(on: sample)
+    }
+
+    /// Stores each process's reading on its `TrackedProcess`; an unreadable one keeps its last reading (DESIGN §7:
+    /// it is never silently immune to reclamation) and is logged once.
+    private func applyProcessReadings(_ sample: MemorySample) {
+        for (key, bytes) in sample.processBytes {
+            guard let process = manager.processes[key] else { continue }
+            process.memoryBytes = bytes
+            process.isMemoryReadingStale = false
+            reportedUnreadable.remove(key)
+        }
+        for (key, reason) in sample.failures {
+            guard let process = manager.processes[key] else { continue }
+            process.isMemoryReadingStale = true
+            if reportedUnreadable.insert(key).inserted {
+                let last = process.memoryBytes.map { "keeping its last reading, \($0) bytes" } ?? "no reading yet"
+                manager.logger.warning(
+                    "cannot read the memory of pid \(process.pid) (\(reason)); \(last)",
+                    process.apps.map { .app(manager.appName($0)) })
+            }
+        }
+    }
+
+    /// Each reclaimable app's memory, a process's reading given to one of its apps only (the oldest), so a
+    /// process registered under two names is not counted twice.
+    func readings() -> [AppID: UInt64] {
         var readings: [AppID: UInt64] = [:]
-        for (app, process) in manager.processes where manager.core.reclamationBand(of: app) != nil {
-            if let bytes = process.memoryBytes(manager.procFS) { readings[app] = UInt64(bytes) }
+        for process in manager.processes.values {
+            guard let bytes = process.memoryBytes,
+                let app = process.apps.sorted().first(where: { manager.core.reclamationBand(of: $0) != nil })
+            else { continue }
+            readings[app] = bytes
         }
         return readings
     }
 
-    private func reading(apps: [AppID: UInt64]) -> MemoryReading {
-        let info = try? manager.procFS.memoryInfo()
-        return MemoryReading(
-            appsBytes: apps.values.reduce(0, +), availableBytes: info.map { UInt64(max(0, $0.availableBytes)) },
-            totalBytes: info.map { UInt64(max(0, $0.totalBytes)) })
+    private func systemReading(_ sample: MemorySample, appsBytes: UInt64 = 0) -> MemoryReading {
+        MemoryReading(
+            appsBytes: appsBytes, availableBytes: sample.memoryInfo.map { UInt64(max(0, $0.availableBytes)) },
+            totalBytes: sample.memoryInfo.map { UInt64(max(0, $0.totalBytes)) })
     }
 
-    private func tick() {
-        guard !manager.processes.isEmpty, !manager.isStopping else { return }
-        let apps = measureApps()
-        let current = reading(apps: apps)
-        lastReading = current
+    private func decide(on sample: MemorySample) {
+        let apps = readings()
+        let current = systemReading(sample, appsBytes: apps.values.reduce(0, +))
         let now = manager.now
         let wasUnderPressure = machine.isUnderPressure
         let (decision, assessment) = machine.observe(current, victimsPending: !pendingVictims.isEmpty, now: now)
@@ -117,7 +211,8 @@ final class MemoryMonitor {
         schedule(after: machine.interval(after: current))
     }
 
-    /// Reclaims in the core's order until `bytesToFree` is covered, re-checking the trigger before each kill.
+    /// Reclaims in the core's order until `bytesToFree` is covered, re-checking the trigger before each kill
+    /// against a fresh `MemAvailable` and the apps still reclaimable.
     private func reclaim(bytesToFree: UInt64, readings: [AppID: UInt64], triggeredAt: MonotonicInstant, trigger: String)
     {
         let order = manager.core.reclamationOrder(readings: readings)
@@ -132,9 +227,14 @@ final class MemoryMonitor {
             return
         }
         for victim in victims {
-            // Re-check just before each kill: an app may have shrunk or gone since the reading, and a victim
-            // already chosen no longer counts (it is being terminated).
-            guard machine.assess(reading(apps: measureApps())).level > .normal else {
+            // Re-check just before each kill: memory may have come back since the sample, and a victim already
+            // chosen no longer counts (it is being terminated).
+            let remaining = readings.filter { manager.core.reclamationBand(of: $0.key) != nil }.values.reduce(0, +)
+            let info = try? manager.procFS.memoryInfo()
+            let reading = MemoryReading(
+                appsBytes: remaining, availableBytes: info.map { UInt64(max(0, $0.availableBytes)) },
+                totalBytes: info.map { UInt64(max(0, $0.totalBytes)) })
+            guard machine.assess(reading).level > .normal else {
                 manager.logger.notice("memory recovered before reclaiming \(victim.name): nothing killed")
                 return
             }
@@ -147,11 +247,17 @@ final class MemoryMonitor {
             do {
                 manager.perform(
                     try manager.core.reclaim(
-                        victim.app, memoryBytes: victim.memoryBytes, triggeredAt: triggeredAt, now: manager.now))
+                        victim.app, memoryBytes: victim.memoryBytes, triggeredAt: triggeredAt,
+                        now: MonotonicInstant(nanoseconds: MonotonicClock.now())))
                 pendingVictims.insert(victim.app)
             } catch {
                 manager.logger.warning("cannot reclaim \(victim.name): \(error)")
             }
         }
+    }
+
+    /// The apps' total from the last sample that measured them, each process once.
+    var appsBytes: UInt64? {
+        lastProcessSample == nil ? nil : readings().values.reduce(0, +)
     }
 }

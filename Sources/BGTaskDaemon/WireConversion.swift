@@ -16,7 +16,7 @@ extension AppInfo {
             backgroundTimeRemaining: snapshot.backgroundTimeRemaining?.secondsValue,
             memoryBytes: snapshot.state == .terminated ? nil : memoryBytes,
             exitReason: snapshot.exitReason.map(ExitReason.init),
-            queuedEvents: snapshot.queuedEvents)
+            queuedEvents: snapshot.queuedEvents, droppedEvents: snapshot.droppedEvents)
     }
 }
 

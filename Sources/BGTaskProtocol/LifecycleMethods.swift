@@ -576,11 +576,14 @@ public struct GetStatusReply: Codable, Hashable, Sendable {
     public var tasks: Int
     /// The memory readings behind reclamation, and the pressure level.
     public var memory: [String: JSONValue]
+    /// The event loop's health: iterations and the longest single dispatch, with its source. Empty from a daemon
+    /// that does not report it.
+    public var loop: [String: JSONValue]
 
     /// A status report.
     public init(
         version: String, uptimeSec: Double, backends: [String: JSONValue], apps: Int, suspended: Int, tasks: Int,
-        memory: [String: JSONValue]
+        memory: [String: JSONValue], loop: [String: JSONValue] = [:]
     ) {
         self.version = version
         self.uptimeSec = uptimeSec
@@ -589,5 +592,23 @@ public struct GetStatusReply: Codable, Hashable, Sendable {
         self.suspended = suspended
         self.tasks = tasks
         self.memory = memory
+        self.loop = loop
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case version, uptimeSec, backends, apps, suspended, tasks, memory, loop
+    }
+
+    /// Decodes a status; `loop`, added after the first release, reads as empty when a daemon omits it.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        version = try container.decode(String.self, forKey: .version)
+        uptimeSec = try container.decode(Double.self, forKey: .uptimeSec)
+        backends = try container.decode([String: JSONValue].self, forKey: .backends)
+        apps = try container.decode(Int.self, forKey: .apps)
+        suspended = try container.decode(Int.self, forKey: .suspended)
+        tasks = try container.decode(Int.self, forKey: .tasks)
+        memory = try container.decode([String: JSONValue].self, forKey: .memory)
+        loop = try container.decodeIfPresent([String: JSONValue].self, forKey: .loop) ?? [:]
     }
 }

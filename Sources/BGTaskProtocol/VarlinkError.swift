@@ -57,6 +57,8 @@ public enum LifecycleErrorName: String, CaseIterable, Sendable {
     case limitExceeded = "LimitExceeded"
     /// The app was never sent an event with the id.
     case noSuchEvent = "NoSuchEvent"
+    /// The message was not a well-formed Varlink call.
+    case invalidMessage = "InvalidMessage"
 
     /// The fully qualified name, `io.bgtask.Lifecycle.<Name>`.
     public var qualifiedName: String { LifecycleInterface.name + "." + rawValue }
@@ -80,6 +82,9 @@ public enum LifecycleError: Error, Hashable, Sendable {
     case limitExceeded(limit: String, max: Int)
     /// The app was never sent an event with this id.
     case noSuchEvent(app: String, eventId: Int)
+    /// The message was not a well-formed Varlink call (not UTF-8, not JSON, not an object, no method...);
+    /// `reason` says which. The connection stays open.
+    case invalidMessage(reason: String)
 
     /// The error's name within the interface.
     public var errorName: LifecycleErrorName {
@@ -92,6 +97,7 @@ public enum LifecycleError: Error, Hashable, Sendable {
         case .invalidState: .invalidState
         case .limitExceeded: .limitExceeded
         case .noSuchEvent: .noSuchEvent
+        case .invalidMessage: .invalidMessage
         }
     }
 
@@ -110,6 +116,8 @@ public enum LifecycleError: Error, Hashable, Sendable {
             return ["limit": .string(limit), "max": .number(Double(max))]
         case .noSuchEvent(let app, let eventId):
             return ["app": .string(app), "eventId": .number(Double(eventId))]
+        case .invalidMessage(let reason):
+            return ["reason": .string(reason)]
         }
     }
 
@@ -152,6 +160,9 @@ public enum LifecycleError: Error, Hashable, Sendable {
                 return nil
             }
             self = .noSuchEvent(app: app, eventId: eventId)
+        case .invalidMessage:
+            guard let reason = parameters["reason"]?.stringValue else { return nil }
+            self = .invalidMessage(reason: reason)
         }
     }
 }
@@ -284,6 +295,11 @@ extension VarlinkError {
     /// `io.bgtask.Lifecycle.NoSuchEvent`: the app was never sent an event with this id.
     public static func noSuchEvent(app: String, eventId: Int) -> VarlinkError {
         VarlinkError(LifecycleError.noSuchEvent(app: app, eventId: eventId))
+    }
+
+    /// `io.bgtask.Lifecycle.InvalidMessage`: the message was not a well-formed Varlink call.
+    public static func invalidMessage(reason: String) -> VarlinkError {
+        VarlinkError(LifecycleError.invalidMessage(reason: reason))
     }
 
     // org.varlink.service

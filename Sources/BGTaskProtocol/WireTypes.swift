@@ -104,6 +104,8 @@ public enum HistoryKind: String, Codable, CaseIterable, Sendable {
     case processExited
     /// The app's event stream closed while its process lives on.
     case unregistered
+    /// A suspended app's event queue was full: its oldest events are being dropped (once per suspension).
+    case eventsDropped
 }
 
 /// How a lease ended (`HistoryEntry.taskEnd`).
@@ -167,12 +169,14 @@ public struct AppInfo: Codable, Hashable, Sendable {
     public var exitReason: ExitReason?
     /// Events queued while the app is suspended.
     public var queuedEvents: Int
+    /// Queued events dropped because the app's queue was full (`QueuedEventsPerAppMax`).
+    public var droppedEvents: Int
 
     /// An app description; optional fields default to nil.
     public init(
         name: String, state: AppState, pid: Int, uid: Int, managed: Bool, tasks: [TaskInfo] = [],
         backgroundTimeRemaining: Double? = nil, memoryBytes: Int? = nil, exitReason: ExitReason? = nil,
-        queuedEvents: Int = 0
+        queuedEvents: Int = 0, droppedEvents: Int = 0
     ) {
         self.name = name
         self.state = state
@@ -184,10 +188,28 @@ public struct AppInfo: Codable, Hashable, Sendable {
         self.memoryBytes = memoryBytes
         self.exitReason = exitReason
         self.queuedEvents = queuedEvents
+        self.droppedEvents = droppedEvents
     }
 
     enum CodingKeys: String, CodingKey {
-        case name, state, pid, uid, managed, tasks, backgroundTimeRemaining, memoryBytes, exitReason, queuedEvents
+        case name, state, pid, uid, managed, tasks, backgroundTimeRemaining, memoryBytes, exitReason, queuedEvents,
+            droppedEvents
+    }
+
+    /// Decodes an app; `droppedEvents`, added after the first release, reads as 0 when a daemon omits it.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        name = try container.decode(String.self, forKey: .name)
+        state = try container.decode(AppState.self, forKey: .state)
+        pid = try container.decode(Int.self, forKey: .pid)
+        uid = try container.decode(Int.self, forKey: .uid)
+        managed = try container.decode(Bool.self, forKey: .managed)
+        tasks = try container.decode([TaskInfo].self, forKey: .tasks)
+        backgroundTimeRemaining = try container.decodeIfPresent(Double.self, forKey: .backgroundTimeRemaining)
+        memoryBytes = try container.decodeIfPresent(Int.self, forKey: .memoryBytes)
+        exitReason = try container.decodeIfPresent(ExitReason.self, forKey: .exitReason)
+        queuedEvents = try container.decode(Int.self, forKey: .queuedEvents)
+        droppedEvents = try container.decodeIfPresent(Int.self, forKey: .droppedEvents) ?? 0
     }
 
     /// Encodes every field, nil ones as explicit `null`.
@@ -203,6 +225,7 @@ public struct AppInfo: Codable, Hashable, Sendable {
         try container.encode(memoryBytes, forKey: .memoryBytes)
         try container.encode(exitReason, forKey: .exitReason)
         try container.encode(queuedEvents, forKey: .queuedEvents)
+        try container.encode(droppedEvents, forKey: .droppedEvents)
     }
 }
 

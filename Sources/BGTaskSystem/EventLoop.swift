@@ -17,6 +17,12 @@ public final class EventLoop {
     /// Every live source, so the loop owns them and can cancel them all when it is released.
     private var sources: [ObjectIdentifier: EventSource] = [:]
 
+    /// How the loop has been turning, measured by `run()`: what a stall would show.
+    public private(set) var statistics = LoopStatistics()
+
+    /// The name of the source being dispatched, set by the trampolines for `statistics`.
+    fileprivate var dispatchingSourceName = ""
+
     /// Creates a loop (`sd_event_new`).
     public init() throws(Errno) {
         var event: OpaquePointer?
@@ -112,6 +118,21 @@ public final class EventLoop {
         return source
     }
 
+    /// Runs `handler` on every iteration while the source is enabled, until cancelled: work that must go on in
+    /// bounded slices between other events (a client's backlog of pipelined calls). Created disabled; enable it
+    /// with `setEnabled(true)` when there is work and disable it when there is none, or the loop never sleeps.
+    @discardableResult
+    public func addRepeatingDefer(name: String = "defer", handler: @escaping (EventSource) -> Void) throws(Errno)
+        -> EventSource
+    {
+        let source = CallbackSource(loop: self, name: name, isOneShot: false, handler: handler)
+        try register(source, operation: "sd_event_add_defer(\(name))") { pointer, userdata in
+            sd_event_add_defer(event, &pointer, callbackTrampoline, userdata)
+        }
+        try source.setEnabled(false)
+        return source
+    }
+
     /// Runs `handler` at the end of every iteration that dispatched some other source, until cancelled:
     /// the place to do once per batch of events what each event would otherwise do (save state, flush).
     @discardableResult
@@ -147,13 +168,34 @@ public final class EventLoop {
         } > 0
     }
 
-    /// Runs until `exit(code:)` is called and returns that code (`sd_event_loop`). A loop runs once: after
-    /// it exits, sd-event refuses new sources and further runs with `ESTALE`.
+    /// Runs until `exit(code:)` is called and returns that code, as `sd_event_loop` does, timing each dispatch
+    /// for `statistics`. A loop runs once: after it exits, sd-event refuses new sources and further runs with
+    /// `ESTALE`.
     public func run() throws(Errno) -> Int32 {
-        try systemCall("sd_event_loop", convention: .returnsNegativeErrno) { sd_event_loop(event) }
+        while sd_event_get_state(event) != Int32(SD_EVENT_FINISHED) {
+            // sd_event_run's steps, with the dispatch timed: prepare, wait if nothing is pending, dispatch one source.
+            var pending = try systemCall("sd_event_prepare", convention: .returnsNegativeErrno) {
+                sd_event_prepare(event)
+            }
+            if pending == 0 {
+                pending = try systemCall("sd_event_wait", convention: .returnsNegativeErrno) {
+                    sd_event_wait(event, UInt64.max)
+                }
+            }
+            guard pending > 0 else { continue }
+            let start = MonotonicClock.now()
+            _ = try systemCall("sd_event_dispatch", convention: .returnsNegativeErrno) { sd_event_dispatch(event) }
+            statistics.record(nanoseconds: MonotonicClock.now() - start, source: dispatchingSourceName)
+        }
+        var code: Int32 = 0
+        _ = try systemCall("sd_event_get_exit_code", convention: .returnsNegativeErrno) {
+            sd_event_get_exit_code(event, &code)
+        }
+        return code
     }
 
-    /// Runs one iteration: waits at most `timeout` (`nil`: no limit) for an event and dispatches it.
+    /// Runs one iteration: waits at most `timeout` (`nil`: no limit) for an event and dispatches it (untimed:
+    /// for tests that step a loop).
     /// Returns whether something was dispatched (false: timed out, or the loop has finished).
     @discardableResult
     public func runIteration(timeout: Duration?) throws(Errno) -> Bool {
@@ -207,6 +249,29 @@ public final class EventLoop {
     /// Forgets a cancelled source.
     fileprivate func remove(_ source: EventSource) {
         sources[ObjectIdentifier(source)] = nil
+    }
+}
+
+/// What `EventLoop.run()` measured: how many sources it dispatched and the longest single dispatch. One handler
+/// runs per dispatch, so a long one is exactly how long every other client and deadline had to wait.
+public struct LoopStatistics: Hashable, Sendable {
+    /// Dispatches since the loop started (each runs one source's handler).
+    public private(set) var iterations = 0
+    /// The longest single dispatch, in nanoseconds.
+    public private(set) var longestDispatchNanoseconds: Int64 = 0
+    /// The name of the source whose dispatch was the longest.
+    public private(set) var longestDispatchSource = ""
+
+    /// No dispatch yet.
+    public init() {}
+
+    /// Counts one dispatch of `source` that took `nanoseconds`.
+    mutating func record(nanoseconds: Int64, source: String) {
+        iterations += 1
+        if nanoseconds > longestDispatchNanoseconds {
+            longestDispatchNanoseconds = nanoseconds
+            longestDispatchSource = source
+        }
     }
 }
 
@@ -408,6 +473,7 @@ final class CallbackSource: EventSource {
 private let ioTrampoline: sd_event_io_handler_t = { _, _, revents, userdata in
     guard let userdata else { return 0 }
     let source = Unmanaged<IOSource>.fromOpaque(userdata).takeUnretainedValue()
+    source.loop?.dispatchingSourceName = source.name
     withExtendedLifetime(source) { source.handler(source, IOEvents(rawValue: revents)) }
     return 0
 }
@@ -415,6 +481,7 @@ private let ioTrampoline: sd_event_io_handler_t = { _, _, revents, userdata in
 private let timerTrampoline: sd_event_time_handler_t = { _, _, userdata in
     guard let userdata else { return 0 }
     let source = Unmanaged<TimerSource>.fromOpaque(userdata).takeUnretainedValue()
+    source.loop?.dispatchingSourceName = source.name
     withExtendedLifetime(source) { source.handler(source) }
     return 0
 }
@@ -422,6 +489,7 @@ private let timerTrampoline: sd_event_time_handler_t = { _, _, userdata in
 private let signalTrampoline: sd_event_signal_handler_t = { _, info, userdata in
     guard let userdata, let info else { return 0 }
     let source = Unmanaged<SignalSource>.fromOpaque(userdata).takeUnretainedValue()
+    source.loop?.dispatchingSourceName = source.name
     // The kernel only reports valid signal numbers, so the conversion cannot fail for a real delivery.
     guard let signal = Signal(rawValue: Int32(bitPattern: info.pointee.ssi_signo)) else { return 0 }
     let details = SignalInfo(
@@ -434,6 +502,7 @@ private let signalTrampoline: sd_event_signal_handler_t = { _, info, userdata in
 private let callbackTrampoline: sd_event_handler_t = { _, userdata in
     guard let userdata else { return 0 }
     let source = Unmanaged<CallbackSource>.fromOpaque(userdata).takeUnretainedValue()
+    source.loop?.dispatchingSourceName = source.name
     withExtendedLifetime(source) { source.handler(source) }
     return 0
 }

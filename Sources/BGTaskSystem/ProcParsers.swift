@@ -388,6 +388,26 @@ public struct FileLock: Hashable, Sendable {
     }
 }
 
+// MARK: - /proc/PID/fdinfo/N
+
+/// The lock lines of `/proc/PID/fdinfo/N`.
+public enum FileDescriptorInfo {
+    /// Every `lock:` line of one fdinfo file, parsed as a `/proc/locks` row (the kernel prints the same row after
+    /// `lock:`). Other lines (`pos:`, `flags:`, `mnt_id:`, ...) are ignored.
+    public static func parseLocks(_ text: String) throws(ProcParseError) -> [FileLock] {
+        var locks: [FileLock] = []
+        for (index, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            guard line.hasPrefix("lock:") else { continue }
+            do {
+                locks.append(try FileLock.parse(line: line.dropFirst("lock:".count), number: index + 1))
+            } catch {
+                throw ProcParseError(file: "fdinfo", line: index + 1, reason: error.reason)
+            }
+        }
+        return locks
+    }
+}
+
 // MARK: - /proc/meminfo
 
 /// The system memory figures the reclamation trigger compares against.

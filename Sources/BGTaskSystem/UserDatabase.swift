@@ -14,6 +14,17 @@ public enum UserDatabase {
         } ? group.gr_gid : nil
     }
 
+    /// The id of the user called `name` (`getpwnam_r`); nil if there is no such user.
+    public static func userID(named name: String) throws(Errno) -> uid_t? {
+        var entry = passwd()
+        return try lookUp("getpwnam_r(\(name))") { buffer, length, found in
+            var result: UnsafeMutablePointer<passwd>?
+            let code = getpwnam_r(name, &entry, buffer, length, &result)
+            found = result != nil
+            return code
+        } ? entry.pw_uid : nil
+    }
+
     /// The login name of `uid` (`getpwuid_r`); nil if the uid has no entry.
     public static func userName(for uid: uid_t) throws(Errno) -> String? {
         try passwordEntry(for: uid)?.name

@@ -223,6 +223,8 @@ public final class PolicyHarness {
                     )
                 case .suspensionDeferred:
                     pendingEffects.append("\(entry.appName) suspension deferred")
+                case .eventsDropped:
+                    pendingEffects.append("\(entry.appName) events dropped")
                 default:
                     break
                 }

@@ -14,6 +14,8 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stddef.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -46,6 +48,18 @@
 
 /// P_PIDFD (Linux 5.4): waitid() selects the child by a pidfd.
 #define BGTASK_P_PIDFD 3
+
+/// eventfd(2) with EFD_CLOEXEC, non-blocking when asked: a counter one thread adds to and another reads (and
+/// polls) to learn that work is waiting. <sys/eventfd.h> is not part of Swift's Glibc module.
+static inline int bgtask_eventfd(int non_blocking) {
+    return eventfd(0, EFD_CLOEXEC | (non_blocking ? EFD_NONBLOCK : 0));
+}
+
+/// prctl(PR_SET_NAME): names the calling thread (15 bytes at most, as `top -H` and /proc/PID/task/TID/comm
+/// show it). prctl is variadic, so Swift cannot call it.
+static inline int bgtask_set_thread_name(const char *name) {
+    return prctl(PR_SET_NAME, (unsigned long)name, 0UL, 0UL, 0UL);
+}
 
 /// pidfd_open(2): a descriptor that refers to the process `pid` for as long as it is open.
 static inline int bgtask_pidfd_open(pid_t pid, unsigned int flags) {

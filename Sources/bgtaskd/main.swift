@@ -45,6 +45,12 @@ for diagnostic in loaded.diagnostics {
 }
 let problems = Requirements.problems()
 guard problems.isEmpty else { fail(problems.joined(separator: "\n"), status: 1) }
+// Every client costs a descriptor: use all the hard limit allows (the soft limit is often 1024 for select(2)'s sake).
+do {
+    try DescriptorLimit.raiseToHardLimit()
+} catch {
+    logger.warning("cannot raise the descriptor limit to its hard limit: \(error)")
+}
 
 let socketPath: String
 do {

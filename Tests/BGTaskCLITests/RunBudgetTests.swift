@@ -57,6 +57,38 @@ struct RunBudgetTests {
         #expect(throws: Errno.noSuchProcess) { try ProcessGroup.of(run.process.pid) }
     }
 
+    @Test("started by a script without job control, CMD ignoring the signal is killed with bgtask, the script is not")
+    func scriptWithoutJobControlLeavesNothingRunning() throws {
+        let daemon = try DaemonHarness(configuration: budgetPolicy)
+        let pidFile = daemon.directory.path + "/cmd.pid"
+        // The script leads its own group (so the test runner's is safe); bgtask shares it, as in any script run
+        // without job control, and must make a group of its own before registering for the kill to take CMD.
+        let script = try ChildProcess(
+            [
+                "sh", "-c",
+                #""$0" run --app scripted --budget 2s -- sh -c 'echo $$ > "$1"; trap "" TERM; exec sleep 37' sh "$1"; "#
+                    + #"echo "bgtask exited $?""#,
+                try Products.path("bgtask"), pidFile,
+            ],
+            environment: [
+                "BGTASK_SOCKET": daemon.socketPath,
+                "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin",
+            ], flags: .newProcessGroup)
+        defer { script.terminate() }
+        let line = try script.waitForLine(startingWith: "bgtask exited", timeout: .seconds(30))
+        // 128 + SIGKILL: the daemon killed bgtask's group; the script itself lives on to say so.
+        #expect(line == "bgtask exited 137", "\(script.transcript)")
+        let pidText = try String(contentsOfFile: pidFile, encoding: .utf8)
+        let pid = try #require(pid_t(pidText.trimmingCharacters(in: .whitespacesAndNewlines)))
+        // Gone, or exiting: a pidfd (if the process is still there to open) turns readable once it has exited.
+        if let command = try? PidFD.open(pid: pid) {
+            defer { try? command.close() }
+            #expect(try command.waitForExit(timeout: .seconds(10)), "CMD (pid \(pid)) is still running")
+        }
+        let app = try daemon.connect().call("io.bgtask.Lifecycle.GetApp", ["app": "scripted"]).parameters["app"]
+        #expect(app?["exitReason"] == "task-expired")
+    }
+
     @Test("CMD finishing early ends the lease at once")
     func earlyFinishEndsTheLease() throws {
         let daemon = try DaemonHarness(configuration: budgetPolicy)

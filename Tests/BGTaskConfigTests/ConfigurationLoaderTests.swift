@@ -40,8 +40,12 @@ let designDefaults = """
     CgroupRoot=
     [Limits]
     TasksPerAppMax=64
+    AppsPerUserMax=128
+    ConnectionsMax=1024
     ConnectionsPerUserMax=256
     MessageSizeMax=64K
+    QueuedEventsPerAppMax=64
+    PostPayloadSizeMax=4K
     HistorySize=1000
     [Access]
     ControllerGroup=

@@ -20,7 +20,13 @@ let designKeys: [(section: String, keys: [String])] = [
             "ReclaimForeground", "ReclaimDryRun", "CgroupRoot",
         ]
     ),
-    ("Limits", ["TasksPerAppMax", "ConnectionsPerUserMax", "MessageSizeMax", "HistorySize"]),
+    (
+        "Limits",
+        [
+            "TasksPerAppMax", "AppsPerUserMax", "ConnectionsMax", "ConnectionsPerUserMax", "MessageSizeMax",
+            "QueuedEventsPerAppMax", "PostPayloadSizeMax", "HistorySize",
+        ]
+    ),
     ("Access", ["ControllerGroup"]),
 ]
 

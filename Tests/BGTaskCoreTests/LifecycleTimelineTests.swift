@@ -300,7 +300,7 @@ struct LifecycleTimelineTests {
     @Test("held events are bounded: the oldest are dropped first")
     func heldEventsAreBounded() throws {
         var policy = CorePolicy()
-        policy.heldEventsPerAppMax = 3
+        policy.queuedEventsPerAppMax = 3
         let h = PolicyHarness(policy: policy)
         let news = try h.register("news")
         try h.setState(news, .background)

@@ -110,7 +110,8 @@ struct MemoryPressureTests {
                 == .reclaim(bytesToFree: 100, triggeredAt: now))
     }
 
-    @Test("polling speeds up as headroom shrinks: 1 s at ease, 100 ms at the limit and under pressure")
+    @Test(
+        "polling speeds up as headroom shrinks: 1 s at ease with AppsMemoryMax, 100 ms at the limit and under pressure")
     func adaptiveInterval() {
         var machine = MemoryPressureMachine(thresholds: thresholds)
         #expect(machine.interval(after: MemoryReading(appsBytes: 0)) == .seconds(1))
@@ -120,6 +121,26 @@ struct MemoryPressureTests {
         #expect(machine.interval(after: MemoryReading(appsBytes: 100 * mebibyte)) == .milliseconds(100))
         _ = machine.observe(MemoryReading(appsBytes: 120 * mebibyte), victimsPending: false, now: .seconds(1))
         #expect(machine.interval(after: MemoryReading(appsBytes: 0)) == .milliseconds(100))
+    }
+
+    @Test("without AppsMemoryMax, MemAvailable far from the thresholds is read 5 s apart, faster as it falls")
+    func availableOnlyInterval() {
+        var machine = MemoryPressureMachine(thresholds: MemoryThresholds(warnPercent: 10, criticalPercent: 5))
+        let total: UInt64 = 1000
+        #expect(
+            machine.interval(after: MemoryReading(appsBytes: 0, availableBytes: 900, totalBytes: total)) == .seconds(5))
+        #expect(
+            machine.interval(after: MemoryReading(appsBytes: 0, availableBytes: 550, totalBytes: total)) == .seconds(5))
+        let closer = machine.interval(after: MemoryReading(appsBytes: 0, availableBytes: 200, totalBytes: total))
+        #expect(closer > .milliseconds(100) && closer < .seconds(5))
+        #expect(
+            machine.interval(after: MemoryReading(appsBytes: 0, availableBytes: 100, totalBytes: total))
+                == .milliseconds(100))
+        _ = machine.observe(
+            MemoryReading(appsBytes: 0, availableBytes: 40, totalBytes: total), victimsPending: false, now: .seconds(1))
+        #expect(
+            machine.interval(after: MemoryReading(appsBytes: 0, availableBytes: 900, totalBytes: total))
+                == .milliseconds(100))
     }
 
     @Test("a reclamation record carries its band, memory and trigger-to-kill latency")

@@ -42,7 +42,7 @@ private struct ModelRun {
                 Int64.random(in: 500...40_000, using: &random))
         }
         policy.tasksPerAppMax = Int.random(in: 1...4, using: &random)
-        policy.heldEventsPerAppMax = Int.random(in: 1...3, using: &random)
+        policy.queuedEventsPerAppMax = Int.random(in: 1...3, using: &random)
         policy.historySize = Int.random(in: 1...4, using: &random)
         policy.reclaimForeground = random.chance(50)
         h = PolicyHarness(policy: policy)
@@ -218,10 +218,13 @@ private struct ModelRun {
             // A suspended app has no open task, no queued wake event, and is stopped; nothing else is.
             if app.state == .suspended {
                 if !app.openTasks.isEmpty { return "suspended \(id) holds tasks \(app.openTaskIDs)" }
-                if app.queue.contains(where: { $0.behavior == .wake }) {
+                if app.queue.entries.contains(where: { $0.behavior == .wake }) {
                     return "suspended \(id) has a wake event queued"
                 }
                 if !h.frozen.contains(id) { return "suspended \(id) is not stopped" }
+                if app.queue.count > h.core.policy.queuedEventsPerAppMax {
+                    return "suspended \(id) queues \(app.queue.count) events, over the bound"
+                }
             } else if h.frozen.contains(id) {
                 return "\(id) is stopped in state \(app.state)"
             }

@@ -11,6 +11,7 @@ struct ErrorTests {
         .noSuchTask(app: "org.example.mail", taskId: 7), .backgroundTimeExhausted(app: "org.example.mail"),
         .permissionDenied, .invalidState(app: "org.example.mail", state: .terminated),
         .limitExceeded(limit: "TasksPerAppMax", max: 64), .noSuchEvent(app: "org.example.mail", eventId: 31),
+        .invalidMessage(reason: "message is not valid JSON"),
     ]
 
     static let serviceErrors: [VarlinkServiceError] = [

@@ -85,8 +85,6 @@ final class LeasedCommand: Sendable {
     func run(_ command: [String], signal: Signal, budget: Duration?) throws(CommandFailure) -> ExitCode {
         // Installed before the spawn, so a signal sent as soon as CMD starts is not the death of bgtask.
         SignalForwarding.install()
-        let terminalOwner = CommandGroup.lead()
-        defer { CommandGroup.restoreTerminal(to: terminalOwner) }
         let process: SpawnedProcess
         do {
             process = try ProcessSpawner.spawn(command, options: SpawnOptions(standardInput: .inherit))

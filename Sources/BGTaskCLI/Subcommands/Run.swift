@@ -32,8 +32,9 @@ public struct Run: Subcommand {
 
             When the background time is about to run out, bgtask forwards the daemon's warning to CMD as \
             SIGNAL, so CMD can save its work and exit. If CMD is still running when the time is up, the daemon \
-            terminates the app: CMD gets SIGNAL again, and after the daemon's grace period bgtask is killed, \
-            with CMD when bgtask leads its process group (as it does when started from an interactive shell). \
+            terminates the app: CMD gets SIGNAL again, and after the daemon's grace period bgtask is killed \
+            with CMD: bgtask leads a process group of its own (it makes one before it registers when its caller, \
+            a script, did not) and CMD runs in it, so the daemon's kill takes both. \
             --budget asks the daemon for a shorter background time: the warning, and so SIGNAL, comes before it \
             ends (a quarter of it, at most the daemon's ExpirationWarningSec, before), and if CMD is still \
             running when it ends the daemon terminates the app as task-expired. An app registered by another \
@@ -84,6 +85,10 @@ public struct Run: Subcommand {
         let program = command.first.map { $0.split(separator: "/").last.map(String.init) ?? $0 } ?? "command"
         let client = try context.connect()
         defer { client.close() }
+        // Lead a group before registering: the daemon decides from the group it finds whether its kill takes the
+        // whole group, and CMD must go with bgtask even when bgtask was started by a script without job control.
+        let terminalOwner = CommandGroup.lead()
+        defer { CommandGroup.restoreTerminal(to: terminalOwner) }
         let lease = try LeasedCommand.begin(
             app: app ?? Run.defaultAppName(program: program, pid: getpid()), joining: app != nil,
             taskName: taskName ?? program, budget: budget, client: client, context: context)
