@@ -118,9 +118,14 @@ public final class EventLoop {
         return source
     }
 
-    /// Runs `handler` on every iteration while the source is enabled, until cancelled: work that must go on in
-    /// bounded slices between other events (a client's backlog of pipelined calls). Created disabled; enable it
-    /// with `setEnabled(true)` when there is work and disable it when there is none, or the loop never sleeps.
+    /// Runs `handler` on every iteration in which nothing else is ready, while the source is enabled, until
+    /// cancelled: work that must go on in bounded slices between other events (a client's backlog of pipelined
+    /// calls). Created disabled; enable it with `setEnabled(true)` when there is work and disable it when there
+    /// is none, or the loop never sleeps.
+    ///
+    /// It runs at idle priority because an enabled defer source stays pending from the iteration it was first
+    /// marked, so at the same priority it would always be dispatched before descriptors and timers that became
+    /// ready later: they would never run while it has work.
     @discardableResult
     public func addRepeatingDefer(name: String = "defer", handler: @escaping (EventSource) -> Void) throws(Errno)
         -> EventSource
@@ -129,6 +134,7 @@ public final class EventLoop {
         try register(source, operation: "sd_event_add_defer(\(name))") { pointer, userdata in
             sd_event_add_defer(event, &pointer, callbackTrampoline, userdata)
         }
+        try source.setPriority(.idle)
         try source.setEnabled(false)
         return source
     }

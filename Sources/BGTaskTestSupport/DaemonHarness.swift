@@ -46,13 +46,15 @@ public final class DaemonHarness {
     public var pid: pid_t { daemonPidFD.pid }
 
     /// Starts `bgtaskd` with `configuration` (the text of bgtaskd.conf) and waits for `READY=1`.
+    /// `files` are written beside the configuration first, by relative path (`apps.d/NAME.conf`, drop-ins).
     public init(
-        configuration: String = DaemonHarness.fastPolicy, arguments: [String] = [],
+        configuration: String = DaemonHarness.fastPolicy, files: [String: String] = [:], arguments: [String] = [],
         environment: [String: String] = [:], readyTimeout: Duration = .seconds(30)
     ) throws {
         directory = try ScratchDirectory(prefix: "bgtaskd-test")
         socketPath = directory.path + "/io.bgtask.Lifecycle"
         configurationPath = try directory.write("bgtaskd.conf", configuration)
+        for (name, text) in files { try directory.write(name, text) }
         logPath = directory.path + "/bgtaskd.log"
         let notifyPath = directory.path + "/notify"
         collector = try NotificationCollector(socket: UnixSocket.bindDatagram(path: notifyPath))

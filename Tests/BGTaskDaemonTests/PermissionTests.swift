@@ -29,12 +29,15 @@ struct OtherUser {
         return ["setpriv", "--reuid=\(uid)", "--regid=\(gid)", groupList]
     }
 
-    /// Makes one call as this user; returns the reply object.
-    func call(_ daemon: DaemonHarness, _ method: String, _ parameters: [String: JSONValue] = [:]) throws
-        -> [String: JSONValue]
-    {
-        let call = try JSONEncoder().encode(
-            JSONValue.object(["method": .string("io.bgtask.Lifecycle." + method), "parameters": .object(parameters)]))
+    /// Makes one call as this user; returns the reply object (the first one, with `more`).
+    func call(
+        _ daemon: DaemonHarness, _ method: String, _ parameters: [String: JSONValue] = [:], more: Bool = false
+    ) throws -> [String: JSONValue] {
+        var object: [String: JSONValue] = [
+            "method": .string("io.bgtask.Lifecycle." + method), "parameters": .object(parameters),
+        ]
+        if more { object["more"] = true }
+        let call = try JSONEncoder().encode(JSONValue.object(object))
         let process = try ChildProcess(
             setpriv + [tools.path + "/BGTaskRawCall", daemon.socketPath, String(decoding: call, as: UTF8.self)])
         let line = try #require(try process.nextLine(), "no reply printed")

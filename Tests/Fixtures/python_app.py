@@ -7,11 +7,18 @@ obeys commands on stdin, one per line:
     remaining       -> "remaining SECONDS|unlimited"
     ack EVENTID     -> "acked EVENTID"     exit CODE   (exits at once)
     alloc MIB       -> "allocated MIB"     (memory written page by page, so it counts in PSS)
-Failures print "error NAME". The process bounds its own lifetime (--lifetime, default 60 s).
+    lock KIND PATH  -> "locked KIND"       (KIND: flock, posix or ofd, an exclusive lock on PATH, kept)
+    lead            -> "leading"           (makes a process group of our own, after registering)
+    child           -> "child PID"         (a child in our process group that sleeps out our lifetime)
+    child-lock KIND PATH -> "child PID"    (the same, printed once the child holds a KIND lock on PATH)
+Failures print "error NAME". The process bounds its own lifetime (--lifetime, default 60 s), and so do its
+children.
 """
 import argparse
+import fcntl
 import os
 import signal
+import struct
 import sys
 import threading
 
@@ -41,6 +48,34 @@ def describe(event):
         items = payload.items() if isinstance(payload, dict) else vars(payload).items()
         words.append("payload=" + ",".join("%s:%s" % (k, v) for k, v in sorted(items)))
     return words
+
+
+def take_lock(kind, path):
+    """Takes an exclusive lock of `kind` on `path` and returns the open file, which must stay open."""
+    handle = open(path, "w")
+    if kind == "flock":
+        fcntl.flock(handle, fcntl.LOCK_EX)
+    else:
+        command = fcntl.F_OFD_SETLKW if kind == "ofd" else fcntl.F_SETLKW
+        fcntl.fcntl(handle, command, struct.pack("hhqqi", fcntl.F_WRLCK, 0, 0, 0, 0))
+    return handle
+
+
+def spawn_child(lifetime, lock=None):
+    """Forks a child that stays in our process group until our lifetime ends, holding `lock` if given."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        signal.alarm(lifetime)
+        held = take_lock(*lock) if lock else None
+        os.write(write_end, b"x")
+        while True:
+            signal.pause()
+    os.close(write_end)
+    os.read(read_end, 1)
+    os.close(read_end)
+    return pid
 
 
 def main():
@@ -102,6 +137,16 @@ def main():
                 block[::4096] = b"\x01" * (len(block) // 4096)
                 held.append(block)
                 out("allocated", words[1])
+            elif words[0] == "lock":
+                held.append(take_lock(words[1], words[2]))
+                out("locked", words[1])
+            elif words[0] == "lead":
+                os.setpgid(0, 0)
+                out("leading")
+            elif words[0] == "child":
+                out("child", spawn_child(args.lifetime))
+            elif words[0] == "child-lock":
+                out("child", spawn_child(args.lifetime, (words[1], words[2])))
             elif words[0] == "exit":
                 os._exit(int(words[1]))
             else:
