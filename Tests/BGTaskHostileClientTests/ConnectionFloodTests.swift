@@ -1,0 +1,142 @@
+// Connection floods: up to and past ConnectionsPerUserMax and ConnectionsMax as other users, and past the
+// daemon's descriptor limit.
+
+import BGTaskProtocol
+import BGTaskSystem
+import BGTaskTestSupport
+import Foundation
+import Testing
+
+@Suite("Connection floods")
+struct ConnectionFloodTests {
+    @Test("nobody opening connections past ConnectionsPerUserMax gets the cap; others are served")
+    func perUserCap() throws {
+        let daemon = try DaemonHarness(configuration: configuration(limits: ["ConnectionsPerUserMax=20"]))
+        let vitals = try DaemonVitals(daemon)
+        let nobody = try nobodyWithHostileClient()
+        let flooder = try hostileClient(as: nobody, daemon, "connections", ["--count", "30"])
+        defer { flooder.terminate() }
+        let outcome = numbers(in: try flooder.waitForLine(startingWith: "answered"))
+        #expect(outcome["answered"] == 20 && outcome["closed"] == 10, "\(outcome)")
+        try vitals.expectWithstood(
+            rssGrowthBelow: 8 << 20, while: "nobody holds 20 connections",
+            release: {
+                flooder.closeInput()
+                _ = try flooder.waitForExit()
+            })
+    }
+
+    @Test("two users together past ConnectionsMax: later connections, root's included, are closed at once")
+    func totalCap() throws {
+        let daemon = try DaemonHarness(
+            configuration: configuration(limits: ["ConnectionsMax=30", "ConnectionsPerUserMax=20"]))
+        let vitals = try DaemonVitals(daemon)
+        let nobody = try nobodyWithHostileClient()
+        let other = try ForeignUser(uid: 4245, gid: 4245, executables: ["BGTaskHostileClient"])
+        let first = try hostileClient(as: nobody, daemon, "connections", ["--count", "20"])
+        defer { first.terminate() }
+        #expect(numbers(in: try first.waitForLine(startingWith: "answered"))["answered"] == 20)
+        let second = try hostileClient(as: other, daemon, "connections", ["--count", "20"])
+        defer { second.terminate() }
+        let outcome = numbers(in: try second.waitForLine(startingWith: "answered"))
+        #expect(outcome["answered"] == 10 && outcome["closed"] == 10, "uid 4245 past ConnectionsMax=30: \(outcome)")
+        let root = try daemon.connect()
+        #expect(try root.isClosedByServer(timeout: .seconds(3)), "root's connection past ConnectionsMax was kept")
+        root.close()
+        try vitals.expectNoSpin(while: "30 connections are held at ConnectionsMax")
+        try vitals.expectResidentGrowth(below: 8 << 20)
+        second.closeInput()
+        _ = try second.waitForExit()
+        // Once the second user let go, there is room again: a fresh client is served normally.
+        try vitals.expectNormalLatency()
+        first.closeInput()
+        _ = try first.waitForExit()
+        try vitals.expectDescriptorsReturned()
+    }
+}
+
+extension HeavyHostileClientTests {
+    @Suite("Descriptor exhaustion")
+    struct DescriptorExhaustionTests {
+        /// The daemon's descriptor limit, soft and hard (the daemon may raise its soft limit to the hard one).
+        static let descriptorLimit = 64
+
+        /// Lines of the daemon's log about accepting, other than a note of each accepted connection. Read in
+        /// chunks: a daemon logging in a loop writes hundreds of megabytes.
+        private func acceptLogLines(_ daemon: DaemonHarness) throws -> Int {
+            let log = try FileDescriptor.open(daemon.logPath, .readOnly)
+            return try log.closeAfter {
+                var count = 0
+                var line: [UInt8] = []
+                while true {
+                    let chunk = try log.read(upTo: 1 << 20)
+                    if chunk.isEmpty { return count }
+                    for byte in chunk {
+                        guard byte == UInt8(ascii: "\n") else {
+                            if line.count < 4096 { line.append(byte) }
+                            continue
+                        }
+                        let text = String(decoding: line, as: UTF8.self).lowercased()
+                        if text.contains("accept") && !text.contains("accepted") { count += 1 }
+                        line.removeAll(keepingCapacity: true)
+                    }
+                }
+            }
+        }
+
+        @Test("connections past RLIMIT_NOFILE: no spin, bounded log, connected clients served, accepts again")
+        func connectionsPastDescriptorLimit() throws {
+            let limit = Self.descriptorLimit
+            let daemon = try DaemonHarness(
+                configuration: configuration(), launchPrefix: ["prlimit", "--nofile=\(limit):\(limit)"])
+            let limits = try String(contentsOfFile: "/proc/\(daemon.pid)/limits", encoding: .utf8)
+            try #require(
+                limits.split(separator: "\n").contains { $0.hasPrefix("Max open files") && $0.contains(" \(limit) ") },
+                "the daemon does not run under a limit of \(limit) descriptors:\n\(limits)")
+            let vitals = try DaemonVitals(daemon)
+            let connected = try daemon.connect()
+            defer { connected.close() }
+            #expect(try connected.call("org.varlink.service.GetInfo").errorName == nil)
+            var flood: [RawVarlinkClient] = []
+            defer { flood.forEach { $0.close() } }
+            // Connecting succeeds past the daemon's limit: the kernel queues what the daemon cannot accept.
+            for _ in 0..<(limit + 40) { flood.append(try daemon.connect()) }
+            let reached = try waitUntil(timeout: .seconds(10)) { try daemon.openDescriptorCount() >= limit - 2 }
+            let held = try daemon.openDescriptorCount()
+            #expect(reached, "the daemon never ran out of descriptors: it holds \(held) of \(limit)")
+            let logLinesBefore = try acceptLogLines(daemon)
+            try vitals.expectNoSpin(while: "\(flood.count) connections exceed the daemon's \(limit) descriptors")
+            let logLinesAfter = try acceptLogLines(daemon)
+            #expect(
+                logLinesAfter - logLinesBefore <= 2,
+                "\(logLinesAfter - logLinesBefore) log lines about accept during the quiet window")
+            #expect(logLinesAfter <= 10, "\(logLinesAfter) log lines about accept in all")
+            // A client connected before the flood is still served, with normal latency.
+            var samples: [Int64] = []
+            for _ in 0..<DaemonVitals.latencySamples {
+                let start = MonotonicClock.now()
+                #expect(try connected.call("org.varlink.service.GetInfo").errorName == nil)
+                samples.append(MonotonicClock.now() - start)
+            }
+            let median = Duration.nanoseconds(samples.sorted()[samples.count / 2])
+            #expect(median <= vitals.latencyLimit, "a connected client's median round trip: \(median)")
+            try vitals.expectResidentGrowth(below: 8 << 20)
+            flood.forEach { $0.close() }
+            flood.removeAll()
+            connected.close()
+            // Descriptors free up: the daemon accepts again.
+            try vitals.expectNormalLatency()
+            try vitals.expectDescriptorsReturned()
+        }
+    }
+}
+
+/// Evaluates `condition` every 10 ms until it holds or `timeout` passes; returns whether it held.
+func waitUntil(timeout: Duration, _ condition: () throws -> Bool) throws -> Bool {
+    let deadline = MonotonicClock.now() + timeout.nanosecondsClamped
+    while try !condition() {
+        guard MonotonicClock.now() < deadline else { return false }
+        sleepQuietly(for: .milliseconds(10))
+    }
+    return true
+}
