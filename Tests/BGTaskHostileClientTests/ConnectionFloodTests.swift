@@ -36,6 +36,7 @@ struct ConnectionFloodTests {
         let first = try hostileClient(as: nobody, daemon, "connections", ["--count", "20"])
         defer { first.terminate() }
         #expect(numbers(in: try first.waitForLine(startingWith: "answered"))["answered"] == 20)
+        let descriptorsOfFirst = try daemon.openDescriptorCount()
         let second = try hostileClient(as: other, daemon, "connections", ["--count", "20"])
         defer { second.terminate() }
         let outcome = numbers(in: try second.waitForLine(startingWith: "answered"))
@@ -47,7 +48,10 @@ struct ConnectionFloodTests {
         try vitals.expectResidentGrowth(below: 8 << 20)
         second.closeInput()
         _ = try second.waitForExit()
-        // Once the second user let go, there is room again: a fresh client is served normally.
+        // Once the daemon has closed the second user's connections, there is room again: a fresh client is served
+        // normally.
+        let descriptors = try daemon.waitForDescriptorCount(atMost: descriptorsOfFirst)
+        #expect(descriptors <= descriptorsOfFirst, "the second user's connections are still open")
         try vitals.expectNormalLatency()
         first.closeInput()
         _ = try first.waitForExit()

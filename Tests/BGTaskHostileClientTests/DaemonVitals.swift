@@ -18,7 +18,7 @@ struct DaemonVitals {
     let daemon: DaemonHarness
     /// Its resident memory once it had served a client.
     let baselineResidentBytes: Int
-    /// Its descriptors with no client connected.
+    /// Its descriptors when the baseline was taken (what was connected then, such as apps, counts in it).
     let baselineDescriptors: Int
     /// The median round trip of `GetInfo` on a fresh connection before the hostile act.
     let baselineLatency: Duration
@@ -37,7 +37,7 @@ struct DaemonVitals {
 
     private var usage: ProcessUsage { ProcessUsage(pid: daemon.pid) }
 
-    /// Takes the baseline: descriptors with no client, then latency and memory once the daemon has served one.
+    /// Takes the baseline: descriptors first, then latency and memory once the daemon has served a probe client.
     init(_ daemon: DaemonHarness) throws {
         self.daemon = daemon
         let usage = ProcessUsage(pid: daemon.pid)
@@ -47,7 +47,7 @@ struct DaemonVitals {
         baselineLatency = try Self.medianLatency(of: daemon)
         baselineResidentBytes = try usage.residentBytes()
         // The probes' connections are closed; wait until the daemon has closed its ends, so that a test counting
-        // connections against a cap starts from none.
+        // connections against a cap starts from what it set up itself.
         let settled = try daemon.waitForDescriptorCount(atMost: baselineDescriptors)
         guard settled <= baselineDescriptors else {
             throw HarnessError("the daemon kept \(settled - baselineDescriptors) descriptors of closed probe clients")
