@@ -68,6 +68,9 @@ let package = Package(
             name: "BGTaskTestSupport", dependencies: ["BGTaskCore", "BGTaskSystem", "BGTaskProtocol"]),
         // Test fixture: sends one raw Varlink call, for calls made as another user.
         .executableTarget(name: "BGTaskRawCall", dependencies: ["BGTaskSystem"], path: "Tests/Fixtures/RawCall"),
+        // Test fixture: floods of connections, registrations, bytes and calls, for hostile peers of another uid.
+        .executableTarget(
+            name: "BGTaskHostileClient", dependencies: ["BGTaskSystem"], path: "Tests/Fixtures/HostileClient"),
         // Benchmarks; build with `-c release`.
         .executableTarget(name: "bgtask-bench", dependencies: ["BGTaskCore", "BGTaskSystem", "bgtaskd"]),
         .testTarget(name: "BGTaskCoreTests", dependencies: ["BGTaskCore", "BGTaskTestSupport"]),
@@ -87,6 +90,14 @@ let package = Package(
             dependencies: [
                 "BGTaskDaemon", "BGTaskTestSupport", "BGTaskProtocol", "BGTaskConfig", "BGTaskCore", "BGTaskSystem",
                 "bgtaskd", "BGTaskRawCall",
+            ]),
+        // Hostile peers against the real daemon: every bound of DESIGN §7, each with the daemon's vitals checked.
+        // Depends on the executables it runs as processes (the daemon, the hostile client), so they are built
+        // before the tests.
+        .testTarget(
+            name: "BGTaskHostileClientTests",
+            dependencies: [
+                "BGTaskTestSupport", "BGTaskProtocol", "BGTaskSystem", "bgtaskd", "BGTaskHostileClient",
             ]),
         // Depends on the executables it runs as processes (bgtask, and bgtaskd for the end-to-end tests), so they
         // are built before the tests. The help snapshots are read through the source path, not bundled.

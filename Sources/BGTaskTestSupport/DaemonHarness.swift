@@ -47,9 +47,12 @@ public final class DaemonHarness {
 
     /// Starts `bgtaskd` with `configuration` (the text of bgtaskd.conf) and waits for `READY=1`.
     /// `files` are written beside the configuration first, by relative path (`apps.d/NAME.conf`, drop-ins).
+    ///
+    /// `launchPrefix` goes between `timeout` and the daemon (for example `["prlimit", "--nofile=64:64"]`): it
+    /// must exec the daemon, so that the daemon stays the only child of `timeout`.
     public init(
         configuration: String = DaemonHarness.fastPolicy, files: [String: String] = [:], arguments: [String] = [],
-        environment: [String: String] = [:], readyTimeout: Duration = .seconds(30)
+        environment: [String: String] = [:], launchPrefix: [String] = [], readyTimeout: Duration = .seconds(30)
     ) throws {
         directory = try ScratchDirectory(prefix: "bgtaskd-test")
         socketPath = directory.path + "/io.bgtask.Lifecycle"
@@ -69,10 +72,8 @@ public final class DaemonHarness {
         var options = SpawnOptions(flags: .newProcessGroup, standardError: .fileDescriptor(log))
         options.environment = variables.map { "\($0.key)=\($0.value)" }
         process = try ProcessSpawner.spawn(
-            [
-                "timeout", "--kill-after=10", Self.lifetimeLimit, try Products.path("bgtaskd"), "--socket", socketPath,
-                "--config", configurationPath,
-            ] + arguments,
+            ["timeout", "--kill-after=10", Self.lifetimeLimit] + launchPrefix
+                + [try Products.path("bgtaskd"), "--socket", socketPath, "--config", configurationPath] + arguments,
             options: options)
         let wrapper = process
         do {
