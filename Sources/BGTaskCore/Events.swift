@@ -50,6 +50,9 @@ public enum Action: Hashable, Sendable {
     case armTimer(at: MonotonicInstant?)
     /// Record this in the history, the watch stream and the journal.
     case record(AuditRecord)
+    /// The policy forgot a registration whose process may still run (a detached one, past `historySize` of
+    /// them): let go of whatever is held for it, such as the handle watching its process.
+    case forget(AppID)
 }
 
 /// What an audit record reports.

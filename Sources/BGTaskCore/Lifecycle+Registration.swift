@@ -122,14 +122,14 @@ extension Lifecycle {
         detachedOrder.append(id)
         changeState(id, to: .notRunning, now: now, into: &actions)
         audit(.unregistered, id, now: now, into: &actions)
-        evictDetached()
+        evictDetached(into: &actions)
         finish(&actions)
         return actions
     }
 
     /// Forgets the oldest registrations still detached past `historySize` of them: they would only have been
     /// marked `exited` when their processes end. Entries that are no longer detached are skipped.
-    mutating func evictDetached() {
+    mutating func evictDetached(into actions: inout [Action]) {
         var detachedCount = detachedOrder.count - detachedOrderStart
         while detachedCount > policy.historySize {
             let oldest = detachedOrder[detachedOrderStart]
@@ -140,6 +140,7 @@ extension Lifecycle {
             else { continue }
             if detachedNames[app.name] == oldest { detachedNames[app.name] = nil }
             apps.remove(oldest)
+            actions.append(.forget(oldest))
         }
         if detachedOrderStart > 64 && detachedOrderStart * 2 > detachedOrder.count {
             detachedOrder.removeFirst(detachedOrderStart)

@@ -351,6 +351,8 @@ public final class Manager {
             killProcess(of: app, reason: reason)
         case .armTimer(let instant):
             armTimer(at: instant)
+        case .forget(let app):
+            pruneProcess(of: app)
         case .record(let record):
             guard let entry = trail.record(record, isWatched: !watchers.isEmpty) else { return }
             for watcher in watchers.values where isVisible(record, to: watcher) {

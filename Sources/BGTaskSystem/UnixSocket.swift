@@ -183,6 +183,15 @@ public enum UnixSocket {
         }
     }
 
+    /// The error pending on the socket (`SO_ERROR`, which reading clears), nil when none: what an `EPOLLERR`
+    /// readiness is about.
+    public static func pendingError(of socket: FileDescriptor) -> Errno? {
+        guard let code = try? socketOption(socket, SO_ERROR, operation: "getsockopt(SO_ERROR)"), code != 0 else {
+            return nil
+        }
+        return Errno(rawValue: code, operation: "socket")
+    }
+
     /// Sets the kernel send buffer (`SO_SNDBUF`); the kernel doubles the value for bookkeeping.
     public static func setSendBufferSize(_ socket: FileDescriptor, bytes: Int32) throws(Errno) {
         try setSocketOption(socket, SO_SNDBUF, bytes, operation: "setsockopt(SO_SNDBUF)")

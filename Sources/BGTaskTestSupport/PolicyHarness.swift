@@ -22,6 +22,8 @@ public final class PolicyHarness {
     public private(set) var frozen: Set<AppID> = []
     /// Apps whose processes were killed.
     public private(set) var killed: Set<AppID> = []
+    /// Registrations the policy forgot while their processes may live on (`.forget`).
+    public private(set) var forgotten: Set<AppID> = []
     /// The instant the shell's single timer is armed at.
     public private(set) var armedDeadline: MonotonicInstant?
     /// Shell-side contract breaches seen while executing actions (an event sent to a frozen app, a resume of an
@@ -202,6 +204,8 @@ public final class PolicyHarness {
                 frozen.remove(app)
                 killed.insert(app)
                 pendingEffects.append("kill \(name(app)) (\(reason.rawValue))")
+            case .forget(let app):
+                forgotten.insert(app)
             case .armTimer(let instant):
                 if let timer { loop.cancel(timer) }
                 timer = nil

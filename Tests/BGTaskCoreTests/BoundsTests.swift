@@ -140,6 +140,8 @@ struct BoundsTests {
         // The three newest are remembered (not running); the older ones are forgotten.
         for app in apps.suffix(3) { #expect(h.state(app) == .notRunning) }
         for app in apps.prefix(7) { #expect(h.state(app) == nil) }
+        // The shell hears of each forgotten one, to let go of its process handle.
+        #expect(h.forgotten == Set(apps.prefix(7)))
         #expect(h.core.appID(named: "name-0") == nil)
         // The process's exit still ends the remembered ones, and is harmless for the forgotten.
         for app in apps { h.processExited(app) }

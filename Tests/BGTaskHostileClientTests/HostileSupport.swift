@@ -114,6 +114,9 @@ final class PipelinedCalls {
 
     /// Whether every call was sent.
     var isEverythingSent: Bool { sentBytes == bytes.count }
+    /// Whether the writing half was shut down: nothing more may be sent (a send would fail with EPIPE, which is
+    /// not the daemon closing).
+    private(set) var isWritingFinished = false
 
     /// Writes without reading until every call is sent, or the daemon takes nothing for `patience` (it stopped
     /// reading, as it must while replies go unread); returns whether it stalled.
@@ -129,6 +132,7 @@ final class PipelinedCalls {
     /// Ends the writing half (`shutdown(SHUT_WR)`): the daemon reads end of file after the calls sent.
     func finishWriting() throws {
         try UnixSocket.shutdown(descriptor, .write)
+        isWritingFinished = true
     }
 
     /// Reads replies, and sends the rest of the calls as the daemon takes them, until `count` replies arrived, the
@@ -138,9 +142,10 @@ final class PipelinedCalls {
         while replies.count < count && !isClosedByServer {
             let remaining = deadline - MonotonicClock.now()
             guard remaining > 0 else { return }
-            let wanted: IOEvents = isEverythingSent ? .readable : [.readable, .writable]
+            let isWriting = !isEverythingSent && !isWritingFinished
+            let wanted: IOEvents = isWriting ? [.readable, .writable] : .readable
             let ready = try descriptor.poll(for: wanted, timeout: .nanoseconds(remaining))
-            if ready.contains(.writable) && !isEverythingSent { try writeSome() }
+            if ready.contains(.writable) && isWriting { try writeSome() }
             if !ready.intersection([.readable, .hangUp, .error]).isEmpty { try readSome() }
         }
     }

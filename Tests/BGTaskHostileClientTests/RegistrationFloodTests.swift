@@ -36,25 +36,35 @@ struct RegistrationFloodTests {
             })
     }
 
-    /// Registers `name` from the test process on a fresh connection and returns the connection (the event stream).
-    private func register(_ name: String, on daemon: DaemonHarness) throws -> RawVarlinkClient {
-        let stream = try daemon.connect()
-        let reply = try stream.call("io.bgtask.Lifecycle.Register", ["name": .string(name)], more: true)
-        guard reply.errorName == nil else { throw HarnessError("Register \(name): \(reply)") }
-        return stream
+    /// The hostile fixture run as root (this test's own uid), in `mode`.
+    private func rootClient(_ daemon: DaemonHarness, _ mode: String, _ arguments: [String]) throws -> ChildProcess {
+        try ChildProcess(
+            [try Products.path("BGTaskHostileClient"), mode, "--socket", daemon.socketPath, "--lifetime", "60"]
+                + arguments)
     }
 
     @Test("one live process registering and closing 300 app names, one after another, leaves no descriptor behind")
     func registerAndCloseManyNames() throws {
         let daemon = try DaemonHarness(configuration: configuration(limits: ["AppsPerUserMax=1000"]))
         let vitals = try DaemonVitals(daemon)
-        for index in 0..<300 {
-            // The test process registers as an app; each name starts active and is never moved, so the daemon
-            // never stops this process.
-            try register("churn-\(index)", on: daemon).close()
-        }
+        let cycler = try rootClient(daemon, "cycle", ["--count", "300", "--prefix", "churn"])
+        defer { cycler.terminate() }
+        let outcome = try cycler.waitForLine(startingWith: "registered", timeout: .seconds(60))
+        #expect(numbers(in: outcome)["registered"] == 300, "\(outcome)")
+        // While the process lives the daemon watches it, once however many names it had (to mark them exited
+        // when it ends); today's bug held one pidfd per name.
+        let whileAlive = try daemon.waitForDescriptorCount(atMost: vitals.baselineDescriptors + 1)
+        #expect(
+            whileAlive <= vitals.baselineDescriptors + 1,
+            Comment(
+                rawValue: "\(whileAlive) descriptors while the process that registered 300 names lives, baseline "
+                    + "\(vitals.baselineDescriptors)"))
         try vitals.expectWithstood(
-            rssGrowthBelow: 16 << 20, while: "the process that registered 300 names idles", release: {})
+            rssGrowthBelow: 16 << 20, while: "the process that registered 300 names idles",
+            release: {
+                cycler.closeInput()
+                _ = try cycler.waitForExit()
+            })
     }
 
     @Test("one process holding 100 app names costs one pidfd beyond what 100 plain connections cost")
@@ -73,9 +83,10 @@ struct RegistrationFloodTests {
         plain.forEach { $0.close() }
         plain.removeAll()
         try vitals.expectDescriptorsReturned()
-        var streams: [RawVarlinkClient] = []
-        defer { streams.forEach { $0.close() } }
-        for index in 0..<100 { streams.append(try register("held-\(index)", on: daemon)) }
+        let holder = try rootClient(daemon, "register", ["--count", "100", "--prefix", "held"])
+        defer { holder.terminate() }
+        let outcome = try holder.waitForLine(startingWith: "registered", timeout: .seconds(60))
+        #expect(numbers(in: outcome)["registered"] == 100, "\(outcome)")
         let registrationCost = try daemon.openDescriptorCount() - vitals.baselineDescriptors
         // The connections, one pidfd for the process, and a little room for the daemon's own.
         #expect(
@@ -86,8 +97,37 @@ struct RegistrationFloodTests {
         try vitals.expectWithstood(
             rssGrowthBelow: 16 << 20, while: "one process holds 100 names",
             release: {
-                streams.forEach { $0.close() }
-                streams.removeAll()
+                holder.closeInput()
+                _ = try holder.waitForExit()
+            })
+    }
+
+    @Test("many live processes that registered and closed a name hold no more pidfds than HistorySize remembers")
+    func detachedProcessesAreBounded() throws {
+        let remembered = 10
+        let daemon = try DaemonHarness(configuration: configuration(limits: ["HistorySize=\(remembered)"]))
+        let vitals = try DaemonVitals(daemon)
+        var cyclers: [ChildProcess] = []
+        defer { cyclers.forEach { $0.terminate() } }
+        for index in 0..<30 {
+            let cycler = try rootClient(daemon, "cycle", ["--count", "1", "--prefix", "detached-\(index)"])
+            cyclers.append(cycler)
+            let outcome = try cycler.waitForLine(startingWith: "registered", timeout: .seconds(30))
+            #expect(numbers(in: outcome)["registered"] == 1, "\(outcome)")
+        }
+        // Each closed registration waits for its process's end to be marked exited, but only the newest
+        // HistorySize are remembered: the daemon lets go of the other processes' pidfds.
+        let held = try daemon.waitForDescriptorCount(atMost: vitals.baselineDescriptors + remembered)
+        #expect(
+            held <= vitals.baselineDescriptors + remembered,
+            Comment(rawValue: "\(held) descriptors with 30 detached processes, baseline \(vitals.baselineDescriptors)"))
+        try vitals.expectWithstood(
+            rssGrowthBelow: 16 << 20, while: "30 processes that closed their registrations idle",
+            release: {
+                for cycler in cyclers {
+                    cycler.closeInput()
+                    _ = try cycler.waitForExit()
+                }
             })
     }
 }

@@ -5,6 +5,9 @@
 //                                `answered A closed C failed F`, holds them until stdin closes, prints `released`
 //   register --count N --prefix P  Register P-1 ... P-N (more: true), each on its own connection; prints
 //                                `registered R refused F error=FIRST-ERROR-REPLY|none`, holds until stdin closes
+//   cycle --count N --prefix P   Register P-1 ... P-N one after another, each on a connection closed as soon as it
+//                                is answered; prints `registered R refused F error=...`, stays alive until stdin
+//                                closes, prints `released`
 //   stream-flood --stream watch|register --bytes N
 //                                makes the streaming call, then sends up to N bytes with no NUL; prints
 //                                `sent BYTES closed` (the daemon closed), `sent BYTES stalled` (it stopped reading
@@ -124,7 +127,7 @@ func openConnections(_ options: Options) {
     say("released")
 }
 
-func registerApps(_ options: Options) {
+func registerApps(_ options: Options, closingEach: Bool = false) {
     var sockets: [FileDescriptor] = []
     var registered = 0
     var firstError: String?
@@ -147,6 +150,7 @@ func registerApps(_ options: Options) {
         } else {
             registered += 1
         }
+        if closingEach, let socket = sockets.popLast() { try? socket.close() }
     }
     say("registered \(registered) refused \(options.count - registered) error=\(firstError ?? "none")")
     waitForEndOfInput()
@@ -261,6 +265,7 @@ signal(SIGPIPE, SIG_IGN)
 switch options.mode {
 case "connections": openConnections(options)
 case "register": registerApps(options)
+case "cycle": registerApps(options, closingEach: true)
 case "stream-flood": floodStreamAndHold(options)
 case "pipeline": pipelineCalls(options)
 default: fail("unknown mode \(options.mode)", code: 64)
