@@ -131,7 +131,8 @@ final class ClientConnection {
 
     private func handle(_ events: IOEvents) {
         if events.contains(.error) {
-            close(because: "socket error: \(UnixSocket.pendingError(of: descriptor).map { "\($0)" } ?? "none pending") (\(events))")
+            let pending = UnixSocket.pendingError(of: descriptor).map { "\($0)" } ?? "none pending"
+            close(because: "socket error: \(pending) (\(events))")
             return
         }
         if events.contains(.hangUp) && !isPeerGone {
