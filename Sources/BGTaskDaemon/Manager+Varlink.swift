@@ -500,6 +500,8 @@ extension Manager {
             "iterations": .number(Double(statistics.iterations)),
             "longestIterationMs": .number(Double(statistics.longestDispatchNanoseconds) / 1e6),
             "longestIterationSource": .string(statistics.longestDispatchSource),
+            "iterationBoundsMs": .array(LoopStatistics.bucketBoundsNanoseconds.map { .number(Double($0) / 1e6) }),
+            "iterationCounts": .array(statistics.dispatchCounts.map { .number(Double($0)) }),
         ]
         reply(
             call,

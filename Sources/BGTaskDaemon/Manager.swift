@@ -136,7 +136,8 @@ public final class Manager {
             try loop.addExit(name: "release-apps") { [unowned self] _ in self.releaseAllApps() }
             // Made now, disabled, so the loop's timer descriptor exists from the start and the daemon's
             // descriptor use does not grow with its first deadline.
-            timer = try loop.addTimer(at: .max, name: "policy-deadline") { [unowned self] _ in
+            // 1 µs accuracy: deadlines are what apps see (a warning, a kill), so no coalescing delay is added to them.
+            timer = try loop.addTimer(at: .max, accuracy: .microseconds(1), name: "policy-deadline") { [unowned self] _ in
                 self.perform(self.core.deadlineReached(now: self.now))
                 self.updateStatus()
             }

@@ -95,14 +95,20 @@ final class MemoryMonitor {
         }
     }
 
-    /// Asks the worker for a sample; while one is out, remembers that the next must include the apps.
+    /// Takes a sample: the system's figures alone on the loop (two small files, `meminfo` and `pressure/memory`,
+    /// whose cost does not grow with the apps: a worker round trip would cost more wake-ups than the reads), the
+    /// apps' memory on the worker. While a sample is out, remembers that the next must include the apps.
     private func requestSample(includingProcesses: Bool) {
         guard !manager.isStopping else { return }
         guard !isSampling else {
             isProcessSampleWanted = isProcessSampleWanted || includingProcesses
             return
         }
-        let processes = includingProcesses ? manager.processes.values.map(\.inspected) : []
+        guard includingProcesses else {
+            sampleArrived(manager.inspector.sampleMemory([], includesProcesses: false))
+            return
+        }
+        let processes = manager.processes.values.map(\.inspected)
         guard manager.submit(.memory(processes: processes)) else {
             schedule(after: .seconds(1))
             return

@@ -258,15 +258,25 @@ public final class EventLoop {
     }
 }
 
-/// What `EventLoop.run()` measured: how many sources it dispatched and the longest single dispatch. One handler
-/// runs per dispatch, so a long one is exactly how long every other client and deadline had to wait.
+/// What `EventLoop.run()` measured: how many sources it dispatched, the longest single dispatch, and how long
+/// dispatches take. One handler runs per dispatch, so a long one is exactly how long every other client and
+/// deadline had to wait. Times are wall-clock: a dispatch preempted by another process counts as long.
 public struct LoopStatistics: Hashable, Sendable {
+    /// The upper bounds of the histogram's buckets, in nanoseconds; a last bucket holds the longer ones.
+    public static let bucketBoundsNanoseconds: [Int64] = [
+        50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000, 5_000_000, 10_000_000, 25_000_000, 50_000_000,
+        100_000_000,
+    ]
+
     /// Dispatches since the loop started (each runs one source's handler).
     public private(set) var iterations = 0
     /// The longest single dispatch, in nanoseconds.
     public private(set) var longestDispatchNanoseconds: Int64 = 0
     /// The name of the source whose dispatch was the longest.
     public private(set) var longestDispatchSource = ""
+    /// Dispatches by duration: `dispatchCounts[i]` took at most `bucketBoundsNanoseconds[i]` (and more than the
+    /// bound before); the last entry counts the ones longer than every bound.
+    public private(set) var dispatchCounts = [Int](repeating: 0, count: LoopStatistics.bucketBoundsNanoseconds.count + 1)
 
     /// No dispatch yet.
     public init() {}
@@ -278,6 +288,11 @@ public struct LoopStatistics: Hashable, Sendable {
             longestDispatchNanoseconds = nanoseconds
             longestDispatchSource = source
         }
+        var bucket = 0
+        while bucket < Self.bucketBoundsNanoseconds.count && nanoseconds > Self.bucketBoundsNanoseconds[bucket] {
+            bucket += 1
+        }
+        dispatchCounts[bucket] += 1
     }
 }
 

@@ -45,6 +45,19 @@ public struct ProcessUsage: Sendable {
         try Self.field("syscr", in: read("task/\(pid)/io"))
     }
 
+    /// Voluntary context switches summed over every thread (`voluntary_ctxt_switches` of each
+    /// `/proc/PID/task/TID/status`): how many times the process went to sleep waiting for something, so how many
+    /// times something woke it. A thread that exits takes its count with it.
+    public func voluntaryContextSwitches() throws -> Int {
+        var total = 0
+        for thread in try FileManager.default.contentsOfDirectory(atPath: "\(procRoot)/\(pid)/task") {
+            // A thread that exits between the listing and the read has nothing more to count.
+            guard let status = try? read("task/\(thread)/status") else { continue }
+            total += try Self.field("voluntary_ctxt_switches", in: status)
+        }
+        return total
+    }
+
     private func read(_ relativePath: String) throws -> String {
         try String(contentsOfFile: "\(procRoot)/\(pid)/\(relativePath)", encoding: .utf8)
     }
