@@ -80,6 +80,11 @@ let package = Package(
         .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskConfigTests", dependencies: ["BGTaskConfig", "BGTaskCore", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskProtocolTests", dependencies: ["BGTaskProtocol"]),
+        // Runs the deadline benchmark at a small size against the real daemon, so it depends on both executables
+        // (bgtask-bench re-runs itself as the apps' stand-in processes and as the status flooder).
+        .testTarget(
+            name: "BGTaskBenchmarkTests",
+            dependencies: ["BGTaskBenchmarks", "BGTaskTestSupport", "bgtaskd", "bgtask-bench"]),
         // Depends on the executables it runs as processes (the daemon, the fixture, the example), so they are
         // built before the tests.
         .testTarget(
