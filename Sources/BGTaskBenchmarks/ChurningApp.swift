@@ -208,7 +208,9 @@ struct ChurningApp: Sendable {
             pause(milliseconds: Int.random(in: 10...100, using: &random))
             try client.endBackgroundTask(app: app, taskId: extra)
         }
-        if Int.random(in: 0..<2, using: &random) == 0, let peer = settings.appNames.randomElement(using: &random) {
+        if Int.random(in: 0..<2, using: &random) == 0, let peer = settings.appNames.randomElement(using: &random),
+            peer != baseName
+        {
             let behavior = [PostBehavior.coalesce, .hold, .drop].randomElement(using: &random)
             tally.posts += 1
             // A peer between registrations refuses the post (NoSuchApp): part of the churn, not a failure.

@@ -61,7 +61,7 @@ enum DescriptorPassing {
     static func receive(over socket: FileDescriptor, payloadCapacity: Int, timeout: Duration) throws(Errno)
         -> (descriptor: FileDescriptor, payload: [UInt8])?
     {
-        guard try socket.poll(for: .readable, timeout: timeout).isEmpty == false else {
+        guard try !socket.poll(for: .readable, timeout: timeout).isEmpty else {
             throw Errno(rawValue: ETIMEDOUT, operation: "waiting for a descriptor")
         }
         let control = UnsafeMutableRawPointer.allocate(

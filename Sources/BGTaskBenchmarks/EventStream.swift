@@ -12,8 +12,6 @@ struct ReceivedEvent: Sendable {
     var id: Int
     /// The event's kind, in the interface's words (`didEnterBackground`, `backgroundTaskExpiring`, ...).
     var kind: String
-    /// For `backgroundTaskExpiring`: the tasks it lists.
-    var taskIDs: [Int]?
     /// `CLOCK_MONOTONIC` nanoseconds right after the read that brought the event returned.
     var arrivalNanoseconds: Int64
 }
@@ -34,8 +32,6 @@ enum StreamItem: Sendable {
 /// when the read returns, before decoding, so neither the app's own work nor a busy CPU between the read and the
 /// app's look at the event makes a warning look late. The app takes events in order with `next(until:)`.
 final class EventStream: Sendable {
-    /// The name the app registered.
-    let appName: String
     private let connection: FileDescriptor
     private let queue = Mutex<[StreamItem]>([])
     /// Signalled once per queued item.
@@ -57,7 +53,6 @@ final class EventStream: Sendable {
         struct Event: Decodable {
             var id: Int
             var kind: String
-            var taskIds: [Int]?
         }
         var event: Event?
     }
@@ -69,7 +64,6 @@ final class EventStream: Sendable {
     init(
         name: String, connection: FileDescriptor, standInPID: pid_t, backgroundTime: Duration, timeout: Duration
     ) throws {
-        appName = name
         self.connection = connection
         let codec = VarlinkCodec()
         var decoder = VarlinkFrameDecoder(maximumMessageSize: 1 << 20)
@@ -141,11 +135,7 @@ final class EventStream: Sendable {
                         return
                     case .reply(let reply, let continues):
                         if let event = reply.event {
-                            push(
-                                .event(
-                                    ReceivedEvent(
-                                        id: event.id, kind: event.kind, taskIDs: event.taskIds,
-                                        arrivalNanoseconds: arrival)))
+                            push(.event(ReceivedEvent(id: event.id, kind: event.kind, arrivalNanoseconds: arrival)))
                         }
                         if !continues {
                             push(.ended("the event stream ended"))
