@@ -75,6 +75,7 @@ public struct DeadlineBenchmark: Sendable {
 
     /// Runs the benchmark and returns its report; throws when the run could not be set up.
     public func run() throws -> DeadlineReport {
+        var phases = PhaseTimer()
         let directory = try makeScratchDirectory(prefix: "bgtask-bench-deadlines")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let benchExecutable = configuration.executablesDirectory + "/bgtask-bench"
@@ -118,6 +119,7 @@ public struct DeadlineBenchmark: Sendable {
             throw BenchmarkError("cannot start the apps' stand-in processes: \(error)")
         }
 
+        phases.end("daemon and stand-ins started")
         let tallies = Mutex<[AppTally]>([])
         let ready = DispatchGroup()
         let finished = DispatchGroup()
@@ -137,6 +139,7 @@ public struct DeadlineBenchmark: Sendable {
         // Registering is bounded per app (30 s for the stand-in, 10 s for the reply), so this wait ends.
         ready.wait()
 
+        phases.end("apps registered")
         let daemonCPUBefore = daemon.flatMap { Self.cpuSeconds(ofProcess: $0.pid) }
         let benchmarkCPUBefore = Self.ownCPUSeconds()
         let start = MonotonicClock.now()
@@ -154,6 +157,7 @@ public struct DeadlineBenchmark: Sendable {
         // Every step of an app is bounded, so this wait ends even if the daemon hangs.
         finished.wait()
         let churnSeconds = Double(MonotonicClock.now() - start) / 1e9
+        phases.end("apps churned and ended")
         let benchmarkCPUSeconds = Self.ownCPUSeconds() - benchmarkCPUBefore
         var daemonCPUSeconds: Double?
         if let daemon, let before = daemonCPUBefore, let after = Self.cpuSeconds(ofProcess: daemon.pid) {
@@ -169,6 +173,7 @@ public struct DeadlineBenchmark: Sendable {
             }
         }
         let loop = Self.daemonLoop(socketPath: socketPath)
+        phases.end("status flooder done")
         if let daemon, !daemon.isRunning {
             throw BenchmarkError("bgtaskd exited during the run: \(BenchmarkDaemon.tail(of: daemon.logPath))")
         }
@@ -187,7 +192,7 @@ public struct DeadlineBenchmark: Sendable {
             earlyEndings: all.reduce(0) { $0 + $1.endingCount },
             earlyEndingReasons: Self.commonest(all.map(\.endings)), statusFlood: floodResult,
             statusUID: UInt32(statusUser.uid), daemonLoop: loop, daemonCPUSeconds: daemonCPUSeconds,
-            benchmarkCPUSeconds: benchmarkCPUSeconds)
+            benchmarkCPUSeconds: benchmarkCPUSeconds, phases: phases.description)
         if let floodFailure { report.earlyEndingReasons.append("status flooder: \(floodFailure)") }
         return report
     }
@@ -207,6 +212,23 @@ public struct DeadlineBenchmark: Sendable {
             default: return "\(key) ?"
             }
         }.joined(separator: ", ")
+    }
+
+    /// How long each phase of a run took, for the report.
+    struct PhaseTimer: CustomStringConvertible {
+        private var last = MonotonicClock.now()
+        private var phases: [(name: String, seconds: Double)] = []
+
+        /// Ends the phase running since the last call (or since the timer was made), naming it `name`.
+        mutating func end(_ name: String) {
+            let now = MonotonicClock.now()
+            phases.append((name, Double(now - last) / 1e9))
+            last = now
+        }
+
+        var description: String {
+            phases.map { "\($0.name) \(String(format: "%.1f", $0.seconds)) s" }.joined(separator: ", ")
+        }
     }
 
     /// The three commonest reasons over all `tallies`, each with its count, commonest first.

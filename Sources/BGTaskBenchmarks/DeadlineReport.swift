@@ -41,6 +41,8 @@ public struct DeadlineReport: Sendable {
     public var daemonCPUSeconds: Double?
     /// CPU time the benchmark's own process (the apps' threads) used during the churn, in seconds.
     public var benchmarkCPUSeconds: Double
+    /// How long each phase of the run took, on one line.
+    public var phases: String
 
     /// The aim: expiration warnings at most this late at the 99th percentile, in milliseconds.
     public static let aimMilliseconds = 5.0
@@ -102,6 +104,7 @@ public struct DeadlineReport: Sendable {
             "CPU during the churn: "
                 + (daemonCPUSeconds.map { "bgtaskd \(format($0)) s (\(percentOfOneCore($0))), " } ?? "")
                 + "the apps' threads \(format(benchmarkCPUSeconds)) s (\(percentOfOneCore(benchmarkCPUSeconds)))")
+        lines.append("phases: \(phases)")
         let aim = "the aim (p99 under \(format(Self.aimMilliseconds)) ms)"
         lines.append(
             warningCount == 0
