@@ -145,13 +145,13 @@ public struct DeadlineBenchmark: Sendable {
         let start = MonotonicClock.now()
         window.end(at: start + configuration.duration.nanosecondsClamped)
         var flood: StatusFloodProcess?
-        var floodFailure: String?
+        var statusFlood = Result<StatusFloodResult, BenchmarkError>.failure(BenchmarkError("not started"))
         do {
             flood = try StatusFloodProcess(
                 executable: floodExecutable, socketPath: socketPath, duration: configuration.duration,
                 user: statusUser)
         } catch {
-            floodFailure = "cannot start the status flooder: \(error)"
+            statusFlood = .failure(BenchmarkError("cannot start the status flooder: \(error)"))
         }
         for _ in names { startGate.signal() }
         // Every step of an app is bounded, so this wait ends even if the daemon hangs.
@@ -164,13 +164,8 @@ public struct DeadlineBenchmark: Sendable {
             daemonCPUSeconds = after - before
         }
 
-        var floodResult: StatusFloodResult?
         if let flood {
-            do {
-                floodResult = try flood.finish(timeout: .seconds(30))
-            } catch {
-                floodFailure = "\(error)"
-            }
+            statusFlood = Result { try flood.finish(timeout: .seconds(30)) }.mapError { BenchmarkError("\($0)") }
         }
         let loop = Self.daemonLoop(socketPath: socketPath)
         phases.end("status flooder done")
@@ -178,23 +173,12 @@ public struct DeadlineBenchmark: Sendable {
             throw BenchmarkError("bgtaskd exited during the run: \(BenchmarkDaemon.tail(of: daemon.logPath))")
         }
 
-        let all = tallies.withLock { $0 }
-        var report = DeadlineReport(
+        return DeadlineReport(
             daemonDescription: daemon.map { "a private bgtaskd (pid \($0.pid))" } ?? "the bgtaskd at \(socketPath)",
-            apps: configuration.apps, churnSeconds: churnSeconds,
-            latenessMilliseconds: all.flatMap { $0.latenessNanoseconds }.map { Double($0) / 1e6 }.sorted(),
-            missingWarnings: all.reduce(0) { $0 + $1.missingWarnings },
-            warningsAfterLateBegin: all.reduce(0) { $0 + $1.warningsAfterLateBegin },
-            stateChanges: all.reduce(0) { $0 + $1.stateChanges }, tasksBegun: all.reduce(0) { $0 + $1.tasksBegun },
-            posts: all.reduce(0) { $0 + $1.posts },
-            notificationsReceived: all.reduce(0) { $0 + $1.notificationsReceived },
-            registrations: all.reduce(0) { $0 + $1.registrations },
-            earlyEndings: all.reduce(0) { $0 + $1.endingCount },
-            earlyEndingReasons: Self.commonest(all.map(\.endings)), statusFlood: floodResult,
+            apps: configuration.apps, churnSeconds: churnSeconds, tallies: tallies.withLock { $0 },
+            statusFlood: statusFlood,
             statusUID: UInt32(statusUser.uid), daemonLoop: loop, daemonCPUSeconds: daemonCPUSeconds,
             benchmarkCPUSeconds: benchmarkCPUSeconds, phases: phases.description)
-        if let floodFailure { report.earlyEndingReasons.append("status flooder: \(floodFailure)") }
-        return report
     }
 
     /// The daemon's own account of its loop (`GetStatus.loop`: iterations, longest iteration and its source),
@@ -229,12 +213,6 @@ public struct DeadlineBenchmark: Sendable {
         var description: String {
             phases.map { "\($0.name) \(String(format: "%.1f", $0.seconds)) s" }.joined(separator: ", ")
         }
-    }
-
-    /// The three commonest reasons over all `tallies`, each with its count, commonest first.
-    static func commonest(_ tallies: [[String: Int]]) -> [String] {
-        let merged = tallies.reduce(into: [String: Int]()) { sum, tally in sum.merge(tally, uniquingKeysWith: +) }
-        return merged.sorted { ($0.value, $1.key) > ($1.value, $0.key) }.prefix(3).map { "\($0.value) × \($0.key)" }
     }
 
     /// The user and system CPU time of process `pid` (all its threads), in seconds: fields 14 and 15 of

@@ -29,10 +29,10 @@ public struct DeadlineReport: Sendable {
     public var registrations: Int
     /// Registrations that ended before the run did (the daemon terminated the app, or a step failed).
     public var earlyEndings: Int
-    /// Why: the commonest reasons, each with its count, and set-up failures.
+    /// Why: the three commonest reasons, each with its count.
     public var earlyEndingReasons: [String]
-    /// What the status flooder did; nil when it reported nothing.
-    public var statusFlood: StatusFloodResult?
+    /// What the status flooder did, or why it did not say.
+    public var statusFlood: Result<StatusFloodResult, BenchmarkError>
     /// The uid the status calls came from.
     public var statusUID: UInt32
     /// The daemon's own account of its loop (`GetStatus.loop`), when it gives one.
@@ -43,6 +43,37 @@ public struct DeadlineReport: Sendable {
     public var benchmarkCPUSeconds: Double
     /// How long each phase of the run took, on one line.
     public var phases: String
+
+    /// The figures of a run from what each app did.
+    init(
+        daemonDescription: String, apps: Int, churnSeconds: Double, tallies: [AppTally],
+        statusFlood: Result<StatusFloodResult, BenchmarkError>, statusUID: UInt32, daemonLoop: String?,
+        daemonCPUSeconds: Double?, benchmarkCPUSeconds: Double, phases: String
+    ) {
+        func sum(_ count: (AppTally) -> Int) -> Int { tallies.reduce(0) { $0 + count($1) } }
+        self.daemonDescription = daemonDescription
+        self.apps = apps
+        self.churnSeconds = churnSeconds
+        latenessMilliseconds = tallies.flatMap(\.latenessNanoseconds).map { Double($0) / 1e6 }.sorted()
+        missingWarnings = sum(\.missingWarnings)
+        warningsAfterLateBegin = sum(\.warningsAfterLateBegin)
+        stateChanges = sum(\.stateChanges)
+        tasksBegun = sum(\.tasksBegun)
+        posts = sum(\.posts)
+        notificationsReceived = sum(\.notificationsReceived)
+        registrations = sum(\.registrations)
+        earlyEndings = sum(\.endingCount)
+        let reasons = tallies.reduce(into: [String: Int]()) { $0.merge($1.endings, uniquingKeysWith: +) }
+        earlyEndingReasons = reasons.sorted { ($0.value, $1.key) > ($1.value, $0.key) }.prefix(3).map {
+            "\($0.value) × \($0.key)"
+        }
+        self.statusFlood = statusFlood
+        self.statusUID = statusUID
+        self.daemonLoop = daemonLoop
+        self.daemonCPUSeconds = daemonCPUSeconds
+        self.benchmarkCPUSeconds = benchmarkCPUSeconds
+        self.phases = phases
+    }
 
     /// The aim: expiration warnings at most this late at the 99th percentile, in milliseconds.
     public static let aimMilliseconds = 5.0
@@ -87,14 +118,15 @@ public struct DeadlineReport: Sendable {
             "churn per second: \(rate(stateChanges)) state changes, \(rate(tasksBegun)) tasks, \(rate(posts)) posts "
                 + "(\(rate(notificationsReceived)) notifications received)",
         ]
-        if let flood = statusFlood {
+        switch statusFlood {
+        case .success(let flood):
             lines.append(
                 "status calls from uid \(statusUID): \(rate(flood.calls)) per second, \(flood.errors) errors; "
                     + "longest call \(format(flood.longestCallMilliseconds)) ms, \(flood.bursts) bursts of "
                     + "\(StatusFlood.burstSize) pipelined GetStatus, longest \(format(flood.longestBurstMilliseconds)) ms"
                     + (flood.firstError.map { "; first error: \($0)" } ?? ""))
-        } else {
-            lines.append("status calls from uid \(statusUID): the flooder reported nothing")
+        case .failure(let error):
+            lines.append("status calls from uid \(statusUID): none measured: \(error)")
         }
         lines.append(
             "apps: \(registrations) registrations, \(earlyEndings) ended early"
