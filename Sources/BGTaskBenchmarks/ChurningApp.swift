@@ -72,6 +72,7 @@ struct AppTally: Sendable {
 struct ChurningApp: Sendable {
     /// The app's name for its first registration; later ones add `.2`, `.3`, ...
     let baseName: String
+    /// What all the apps of the run share.
     let settings: ChurnSettings
 
     /// The longest wait for a reply or an event other than the warning.

@@ -112,7 +112,8 @@ public struct DeadlineReport: Sendable {
             "expiration warnings: \(warningCount), lateness against due time: p50 \(format(p50)) ms, "
                 + "p99 \(format(p99)) ms, max \(format(maximumLatenessMilliseconds)) ms, "
                 + "min \(format(minimumLatenessMilliseconds)) ms"
-                + (missingWarnings > 0 ? ", \(missingWarnings) never came (counted at 5000 ms)" : "")
+                + (missingWarnings > 0
+                    ? ", \(missingWarnings) never came (counted at \(ChurningApp.missingWarningWait))" : "")
                 + (earlyWarnings > 0 ? ", \(earlyWarnings) early by over 1 ms" : "")
                 + (warningsAfterLateBegin > 0 ? ", \(warningsAfterLateBegin) left out (lease asked for late)" : ""),
             "churn per second: \(rate(stateChanges)) state changes, \(rate(tasksBegun)) tasks, \(rate(posts)) posts "
