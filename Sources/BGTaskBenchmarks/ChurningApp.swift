@@ -222,21 +222,31 @@ struct ChurningApp: Sendable {
             _ = try? client.post(name: "bench.broadcast", payload: ["from": .string(app)])
         }
         let warningWait = (due - MonotonicClock.now()) + Self.missingWarningWait.nanosecondsClamped
+        let warning: ReceivedEvent
         do {
-            let warning = try wait(
+            warning = try wait(
                 for: "backgroundTaskExpiring", on: events, timeout: .nanoseconds(warningWait), tally: &tally)
-            if beginSent > due {
-                tally.warningsAfterLateBegin += 1
-            } else {
-                tally.latenessNanoseconds.append(warning.arrivalNanoseconds - due)
-            }
         } catch is WarningTimeout {
             // Counted at the longest wait, a bound below the truth, so a lost warning cannot flatter the figures.
             tally.missingWarnings += 1
             tally.latenessNanoseconds.append(Self.missingWarningWait.nanosecondsClamped)
             throw Ended(reason: "no backgroundTaskExpiring within \(Self.missingWarningWait) of its due time")
         }
-        try client.endBackgroundTask(app: app, taskId: task)
+        if beginSent > due {
+            tally.warningsAfterLateBegin += 1
+        } else {
+            tally.latenessNanoseconds.append(warning.arrivalNanoseconds - due)
+        }
+        do {
+            try client.endBackgroundTask(app: app, taskId: task)
+        } catch {
+            // A warning later than its lead arrives after the budget ran out: the daemon has already ended the
+            // task and terminated the app (task-expired), so the end is refused.
+            guard warning.arrivalNanoseconds - due < settings.warningLead.nanosecondsClamped else {
+                throw Ended(reason: "the task expired before its late warning came (task-expired)")
+            }
+            throw error
+        }
         pause(milliseconds: Int.random(in: Self.pauseMilliseconds, using: &random))
         _ = try client.setState(app, to: .active)
         tally.stateChanges += 1
