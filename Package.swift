@@ -71,12 +71,23 @@ let package = Package(
         // Test fixture: floods of connections, registrations, bytes and calls, for hostile peers of another uid.
         .executableTarget(
             name: "BGTaskHostileClient", dependencies: ["BGTaskSystem"], path: "Tests/Fixtures/HostileClient"),
+        // Measurements of a running bgtaskd under load (the deadline benchmark), shared by bgtask-bench and the
+        // tests that assert on them.
+        .target(
+            name: "BGTaskBenchmarks", dependencies: ["BGTaskClient", "BGTaskConfig", "BGTaskProtocol", "BGTaskSystem"]
+        ),
         // Benchmarks; build with `-c release`.
-        .executableTarget(name: "bgtask-bench", dependencies: ["BGTaskCore", "BGTaskSystem", "bgtaskd"]),
+        .executableTarget(
+            name: "bgtask-bench", dependencies: ["BGTaskBenchmarks", "BGTaskCore", "BGTaskSystem", "bgtaskd"]),
         .testTarget(name: "BGTaskCoreTests", dependencies: ["BGTaskCore", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskConfigTests", dependencies: ["BGTaskConfig", "BGTaskCore", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskProtocolTests", dependencies: ["BGTaskProtocol"]),
+        // Runs the deadline benchmark at a small size against the real daemon, so it depends on both executables
+        // (bgtask-bench re-runs itself as the apps' stand-in processes and as the status flooder).
+        .testTarget(
+            name: "BGTaskBenchmarkTests",
+            dependencies: ["BGTaskBenchmarks", "BGTaskTestSupport", "bgtaskd", "bgtask-bench"]),
         // Depends on the executables it runs as processes (the daemon, the fixture, the example), so they are
         // built before the tests.
         .testTarget(

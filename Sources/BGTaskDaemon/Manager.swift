@@ -137,7 +137,8 @@ public final class Manager {
             // Made now, disabled, so the loop's timer descriptor exists from the start and the daemon's
             // descriptor use does not grow with its first deadline.
             // 1 µs accuracy: deadlines are what apps see (a warning, a kill), so no coalescing delay is added to them.
-            timer = try loop.addTimer(at: .max, accuracy: .microseconds(1), name: "policy-deadline") { [unowned self] _ in
+            timer = try loop.addTimer(at: .max, accuracy: .microseconds(1), name: "policy-deadline") {
+                [unowned self] _ in
                 self.perform(self.core.deadlineReached(now: self.now))
                 self.updateStatus()
             }

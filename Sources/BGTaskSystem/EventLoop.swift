@@ -276,7 +276,8 @@ public struct LoopStatistics: Hashable, Sendable {
     public private(set) var longestDispatchSource = ""
     /// Dispatches by duration: `dispatchCounts[i]` took at most `bucketBoundsNanoseconds[i]` (and more than the
     /// bound before); the last entry counts the ones longer than every bound.
-    public private(set) var dispatchCounts = [Int](repeating: 0, count: LoopStatistics.bucketBoundsNanoseconds.count + 1)
+    public private(set) var dispatchCounts = [Int](
+        repeating: 0, count: LoopStatistics.bucketBoundsNanoseconds.count + 1)
 
     /// No dispatch yet.
     public init() {}

@@ -1,5 +1,6 @@
 // `bgtask-bench ipc`: lease round trips through the real daemon, next to a raw Unix-socket ping-pong.
 
+import BGTaskBenchmarks
 import BGTaskSystem
 import Foundation
 import Glibc
@@ -32,7 +33,10 @@ struct IPCBenchmark {
     func run() throws -> [String] {
         let directory = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let daemon = try PrivateDaemon(directory: directory)
+        // Room for 64 clients' leases and connections; the default policy otherwise.
+        let daemon = try BenchmarkDaemon(
+            executable: try sibling("bgtaskd"), directory: directory,
+            configuration: "[Limits]\nConnectionsPerUserMax=1024\n", lifetime: .seconds(600))
         defer { daemon.stop() }
         let echo = try EchoServerProcess(directory: directory)
         defer { echo.stop() }
@@ -184,36 +188,6 @@ func waitForReady(_ notify: FileDescriptor, process: SpawnedProcess) throws {
         if try process.pidFD.hasExited { throw BenchError("the server exited before it was ready") }
     }
     throw BenchError("the server was not ready within 30 s")
-}
-
-/// A `bgtaskd` on a private socket, with its notifications read until ready.
-final class PrivateDaemon {
-    let socketPath: String
-    private let process: SpawnedProcess
-
-    init(directory: String) throws {
-        socketPath = directory + "/bgtaskd.sock"
-        let notifyPath = directory + "/bgtaskd.notify"
-        let notify = try UnixSocket.bindDatagram(path: notifyPath)
-        defer { try? notify.close() }
-        let configuration = directory + "/bench.conf"
-        // Room for 64 clients' leases and connections; the default policy otherwise.
-        try "[Limits]\nConnectionsPerUserMax=1024\n".write(toFile: configuration, atomically: true, encoding: .utf8)
-        var options = SpawnOptions(flags: .newProcessGroup, standardError: .nullDevice)
-        options.environment = ["NOTIFY_SOCKET=\(notifyPath)", "BGTASKD_LOG_LEVEL=notice"]
-        process = try ProcessSpawner.spawn(
-            ["timeout", "600", try sibling("bgtaskd"), "--socket", socketPath, "--config", configuration],
-            options: options)
-        try waitForReady(notify, process: process)
-        // The daemon keeps sending STATUS= (rate-limited); nothing reads them after READY, so detach the socket:
-        // sd_notify to a socket nobody binds any more just fails, it does not block.
-        unlink(notifyPath)
-    }
-
-    func stop() {
-        try? ProcessGroup(id: process.pid).send(.terminate)
-        _ = try? process.waitForExit()
-    }
 }
 
 /// The raw echo server: this executable in `ipc-echo-server` mode, in its own process.

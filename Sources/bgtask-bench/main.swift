@@ -1,6 +1,8 @@
 // bgtask-bench: measures bgtaskd's costs. Build with `swift run -c release bgtask-bench MODE`.
 
+import BGTaskBenchmarks
 import BGTaskSystem
+import Foundation
 import Glibc
 
 let usage = """
@@ -9,6 +11,13 @@ let usage = """
               policy core ns/op for lease begin+end and deadline processing at 100, 10k and 100k live leases
       ipc     lease begin+end through a private bgtaskd with 1, 16 and 64 clients: calls/s, p50/p99, next
               to a raw Unix-socket ping-pong of the same message sizes measured in the same run
+      deadlines [--apps N] [--duration D] [--socket PATH]
+              N apps (default 100) churn for D (default 30s) through background, lease, expiration warning,
+              suspension and foreground, posting to each other, while uid nobody calls GetStatus, ListApps and
+              History in a loop with bursts of 40 pipelined GetStatus; reports how late backgroundTaskExpiring
+              reaches the apps against its due time (p50/p99/max ms), the churn per second, and a verdict against
+              the aim (p99 under 5 ms). Starts a private bgtaskd unless --socket names a running one, which must
+              allow BackgroundTimeSec over 2s and ExpirationWarningSec of 500ms or more, and let nobody reach PATH
     """
 
 /// Prints `message` on standard error and exits with `status`.
@@ -46,6 +55,36 @@ case "ipc-echo-server" where arguments.count == 2:
     } catch {
         fail("echo server: \(error)", status: 1)
     }
+case "deadlines":
+    do {
+        let options = try DeadlineBenchmark.options(
+            Array(arguments.dropFirst()), allowed: ["--apps", "--duration", "--socket"])
+        // bgtaskd and this executable are built side by side.
+        let executable = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+        var configuration = DeadlineBenchmark.Configuration(
+            executablesDirectory: (executable as NSString).deletingLastPathComponent)
+        configuration.apps = options.apps ?? configuration.apps
+        configuration.duration = options.duration ?? configuration.duration
+        configuration.socketPath = options.socketPath
+        for line in try DeadlineBenchmark(configuration: configuration).run().lines { print(line) }
+    } catch let error as DeadlineBenchmark.UsageError {
+        fail("deadlines: \(error)\n\(usage)", status: 64)
+    } catch {
+        fail("deadlines: \(error)", status: 1)
+    }
+// Hidden modes the deadline benchmark runs itself in: an app's stand-in process, and the status flooder.
+case "app-process":
+    guard let options = try? DeadlineBenchmark.options(Array(arguments.dropFirst()), allowed: ["--socket"]),
+        let socketPath = options.socketPath
+    else { fail("usage: bgtask-bench app-process --socket PATH", status: 64) }
+    exit(DeadlineBenchmark.runAppProcess(socketPath: socketPath))
+case "status-flood":
+    guard
+        let options = try? DeadlineBenchmark.options(
+            Array(arguments.dropFirst()), allowed: ["--socket", "--duration"]),
+        let socketPath = options.socketPath, let duration = options.duration
+    else { fail("usage: bgtask-bench status-flood --socket PATH --duration D", status: 64) }
+    exit(DeadlineBenchmark.runStatusFlood(socketPath: socketPath, duration: duration))
 case "-h", "--help", "help":
     print(usage)
 default:

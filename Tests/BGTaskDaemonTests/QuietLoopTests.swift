@@ -62,14 +62,16 @@ struct QuietLoopTests {
         // The first sample is taken as the apps arrive; from then on MemAvailable is read every 5 s while it is far
         // above MemoryWarnPercent (as on these machines).
         let info = try ProcFS().memoryInfo()
-        #expect(info.availablePercent > 50, "MemAvailable is only \(info.availablePercent)%: not far from the threshold")
+        #expect(
+            info.availablePercent > 50, "MemAvailable is only \(info.availablePercent)%: not far from the threshold")
         let woken = try wakeUps(of: daemon, over: .seconds(10))
         #expect(woken <= 2, "bgtaskd woke up \(woken) times in 10 s with ten idle apps")
     }
 
     @Test("200 apps churning with their memory sampled: the loop's longest dispatch stays short")
     func longestDispatchWithManyApps() throws {
-        let daemon = try DaemonHarness(configuration: DaemonHarness.fastPolicy + "\n[Memory]\nAppsMemoryMax=64G\n[Limits]\nAppsPerUserMax=256\n")
+        let daemon = try DaemonHarness(
+            configuration: DaemonHarness.fastPolicy + "\n[Memory]\nAppsMemoryMax=64G\n[Limits]\nAppsPerUserMax=256\n")
         let apps = try manyApps(daemon, count: 200, prefix: "busy")
         defer { apps.terminate() }
         let control = try daemon.connect()

@@ -1,0 +1,129 @@
+// The stand-in process behind each benchmark app: the one the daemon suspends, measures and watches for exit.
+
+import BGTaskSystem
+import Glibc
+
+/// The process a benchmark app registers from, while the app's logic runs on the benchmark's threads.
+///
+/// bgtaskd ties an app to the process that connected its event stream (the peer credentials of the `Register`
+/// connection) and suspends that process with SIGSTOP. A hundred apps as threads of one benchmark process would
+/// stop the benchmark itself, so each app gets a stand-in: the benchmark executable in its hidden `app-process`
+/// mode, which connects to the daemon, hands the connected socket back over its standard input (`SCM_RIGHTS`)
+/// and then does nothing until that input closes. The daemon stops, continues, measures and kills the stand-in
+/// as it would an app's process of the same size (a small Swift program); the benchmark talks over the socket.
+///
+/// The stand-in runs under `timeout --signal=KILL`, so it ends by itself even when it is left stopped.
+struct AppStandIn: Sendable {
+    /// The `timeout` process the stand-in runs under: the benchmark's child.
+    let wrapper: SpawnedProcess
+    /// The stand-in itself.
+    let process: PidFD
+    /// A socket to the daemon, connected by the stand-in: the app's event stream goes over it.
+    let connection: FileDescriptor
+    /// The benchmark's end of the stand-in's standard input; closing it lets the stand-in exit.
+    private let control: FileDescriptor
+
+    /// Bytes of the stand-in's pid beside the descriptor it passes.
+    private static let pidByteCount = MemoryLayout<Int32>.size
+
+    /// A stand-in started and not yet connected.
+    struct Launch: Sendable {
+        let wrapper: SpawnedProcess
+        let control: FileDescriptor
+
+        /// Waits at most `timeout` for the stand-in's connection; kills the stand-in when none comes.
+        func connected(timeout: Duration) throws -> AppStandIn {
+            do {
+                guard
+                    let (connection, payload) = try DescriptorPassing.receive(
+                        over: control, payloadCapacity: AppStandIn.pidByteCount, timeout: timeout)
+                else {
+                    throw BenchmarkError("an app stand-in exited before it connected (\(wrapper))")
+                }
+                guard payload.count == AppStandIn.pidByteCount else {
+                    try? connection.close()
+                    throw BenchmarkError("an app stand-in sent \(payload.count) bytes instead of its pid")
+                }
+                let pid = payload.withUnsafeBytes { $0.loadUnaligned(as: Int32.self) }
+                do {
+                    // The stand-in is alive: it waits for its input to close, which has not happened.
+                    let process = try PidFD.open(pid: pid)
+                    return AppStandIn(wrapper: wrapper, process: process, connection: connection, control: control)
+                } catch {
+                    try? connection.close()
+                    throw error
+                }
+            } catch {
+                abandon()
+                throw error
+            }
+        }
+
+        /// Kills the group `timeout` leads (it and the stand-in) and reaps `timeout`.
+        func abandon() {
+            try? ProcessGroup(id: wrapper.pid).send(.kill)
+            _ = try? wrapper.waitForExit()
+            try? wrapper.pidFD.close()
+            try? control.close()
+        }
+    }
+
+    /// Starts `executable app-process --socket SOCKET` under `timeout --signal=KILL LIFETIME`; call
+    /// `connected(timeout:)` on the result to get the stand-in's connection.
+    static func launch(executable: String, socketPath: String, lifetime: Duration) throws -> Launch {
+        let (mine, theirs) = try UnixSocket.pair()
+        defer { try? theirs.close() }
+        do {
+            let seconds = max(1, Int(lifetime.components.seconds))
+            let wrapper = try ProcessSpawner.spawn(
+                ["timeout", "--signal=KILL", String(seconds), executable, "app-process", "--socket", socketPath],
+                options: SpawnOptions(flags: .newProcessGroup, standardInput: .fileDescriptor(theirs)))
+            return Launch(wrapper: wrapper, control: mine)
+        } catch {
+            try? mine.close()
+            throw error
+        }
+    }
+
+    /// Kills the stand-in (SIGKILL ends it stopped or not), reaps its `timeout`, and closes the connection and
+    /// descriptors. Call once, after the app's registration ended.
+    func stop() {
+        try? process.sendSignal(.kill)
+        try? control.close()
+        if (try? wrapper.pidFD.waitForExit(timeout: .seconds(5))) != true {
+            try? wrapper.pidFD.sendSignal(.kill)
+        }
+        _ = try? wrapper.waitForExit()
+        try? process.close()
+        try? wrapper.pidFD.close()
+    }
+
+    /// The hidden `app-process` mode: connects to `socketPath`, passes the connection and this process's pid
+    /// over standard input, then waits until standard input closes. Returns the exit status.
+    static func serve(socketPath: String) -> Int32 {
+        do {
+            let connection = try UnixSocket.connect(path: socketPath)
+            let pid = getpid()
+            let payload = withUnsafeBytes(of: pid) { Array($0) }
+            try DescriptorPassing.send(connection, payload: payload, over: .standardInput)
+            // The benchmark holds its own copy now; the daemon still sees this process as the peer.
+            try connection.close()
+        } catch {
+            reportFailure("app-process: \(error)")
+            return 1
+        }
+        while true {
+            do {
+                if try FileDescriptor.standardInput.read(upTo: 64).isEmpty { return 0 }
+            } catch {
+                reportFailure("app-process: reading standard input: \(error)")
+                return 1
+            }
+        }
+    }
+}
+
+/// Writes `message` as one line on standard error; nothing is left to report a failure of that write to.
+func reportFailure(_ message: String) {
+    try? FileDescriptor.standardError.writeAll(Array("\(message)\n".utf8))
+}
