@@ -11,7 +11,7 @@ enum Samples {
     static let backgroundApp = AppInfo(
         name: "org.example.photos", state: .background, pid: 77, uid: 1000, managed: true,
         tasks: [TaskInfo(id: 7, name: "upload", ageSec: 63.5), TaskInfo(id: 9, name: "", ageSec: 0.25)],
-        backgroundTimeRemaining: 252.9, memoryBytes: 12_897_485, queuedEvents: 2)
+        backgroundTimeRemaining: 252.9, memoryBytes: 12_897_485, queuedEvents: 2, droppedEvents: 5)
     static let terminatedApp = AppInfo(
         name: "evil\nname\u{1B}[2J", state: .terminated, pid: 1, uid: 0, managed: false, exitReason: .memoryReclaim)
     static let apps = [activeApp, backgroundApp, terminatedApp]
@@ -142,6 +142,17 @@ func idlReplyFields(of methodName: String) throws -> [String] {
         #expect(Formatting.duration(seconds: seconds) == expected)
     }
 
+    /// Milliseconds: two decimals below 10, one below 100, none above; rounded to nearest.
+    static let millisecondRows: [(Double, String)] = [
+        (0.0, "0ms"), (-1, "0ms"), (.nan, "0ms"), (0.004, "0.00ms"), (0.42, "0.42ms"), (1.005, "1.00ms"),
+        (2.5, "2.50ms"), (9.996, "10.00ms"), (12.46, "12.5ms"), (99.94, "99.9ms"), (250.4, "250ms"),
+        (1_234.5, "1235ms"),
+    ]
+
+    @Test(arguments: millisecondRows) func formatsMilliseconds(_ milliseconds: Double, _ expected: String) {
+        #expect(Formatting.milliseconds(milliseconds) == expected)
+    }
+
     @Test func formatsRemainingTime() {
         #expect(Formatting.remaining(nil) == "unlimited")
         #expect(Formatting.remaining(252) == "4m 12s")
@@ -190,6 +201,8 @@ func idlReplyFields(of methodName: String) throws -> [String] {
         #expect(text.contains("  remaining:  4m 12s\n"))
         #expect(text.contains("  memory:     12.3 MiB\n"))
         #expect(text.contains("  queued:     2 event(s)\n"))
+        #expect(text.contains("  dropped:    5 queued event(s), oldest first (QueuedEventsPerAppMax)\n"))
+        #expect(!Rendering.app(Samples.activeApp).contains("dropped:"))
         #expect(text.contains("  tasks:      2\n    ID  NAME    AGE\n    7   upload  1m 3s\n    9           250ms\n"))
         let ended = Rendering.app(Samples.terminatedApp)
         #expect(ended.contains("  exit:       memory-reclaim\n") && ended.contains("  remaining:  -\n"))
@@ -206,6 +219,9 @@ func idlReplyFields(of methodName: String) throws -> [String] {
                 memory:    appsBytes=120.0 MiB  availablePercent=42  level=normal
 
                 """)
+        var status = Samples.status
+        status.loop = ["iterations": 1_234, "longestIterationMs": 2.5, "longestIterationSource": "client-7"]
+        #expect(Rendering.status(status).hasSuffix("loop:      1234 dispatches, the longest 2.50ms (client-7)\n"))
     }
 
     @Test func rendersHistory() throws {

@@ -31,6 +31,20 @@ public enum Formatting {
         return text
     }
 
+    /// A short time in milliseconds with two decimals below 10 ms, one below 100 ms, none above: `0.42ms`,
+    /// `12.5ms`, `250ms`.
+    public static func milliseconds(_ milliseconds: Double) -> String {
+        guard milliseconds.isFinite, milliseconds > 0 else { return "0ms" }
+        let digits = milliseconds < 10 ? 2 : milliseconds < 100 ? 1 : 0
+        var scale = 1.0
+        for _ in 0..<digits { scale *= 10 }
+        let scaled = Int((milliseconds * scale).rounded())
+        guard digits > 0 else { return "\(scaled)ms" }
+        let whole = scaled / Int(scale)
+        let fraction = String(scaled % Int(scale))
+        return "\(whole).\(String(repeating: "0", count: digits - fraction.count))\(fraction)ms"
+    }
+
     /// A remaining background time: a duration, or `unlimited` for nil (the app is in the foreground).
     public static func remaining(_ seconds: Double?) -> String {
         seconds.map { duration(seconds: $0) } ?? "unlimited"

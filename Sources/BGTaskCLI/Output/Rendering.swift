@@ -34,6 +34,13 @@ public enum Rendering {
         lines.append("apps:      \(status.apps) (\(status.suspended) suspended)")
         lines.append("tasks:     \(status.tasks)")
         lines.append("memory:    " + members(status.memory))
+        if let longest = status.loop["longestIterationMs"]?.doubleValue,
+            let iterations = status.loop["iterations"]?.intValue
+        {
+            let source = status.loop["longestIterationSource"]?.stringValue.map { " (\(Formatting.printable($0)))" }
+            lines.append(
+                "loop:      \(iterations) dispatches, the longest \(Formatting.milliseconds(longest))\(source ?? "")")
+        }
         return lines.joined(separator: "\n") + "\n"
     }
 
@@ -73,6 +80,9 @@ public enum Rendering {
         lines.append("  remaining:  \(remaining(app))")
         lines.append("  memory:     \(Formatting.bytes(app.memoryBytes))")
         if app.queuedEvents > 0 { lines.append("  queued:     \(app.queuedEvents) event(s)") }
+        if app.droppedEvents > 0 {
+            lines.append("  dropped:    \(app.droppedEvents) queued event(s), oldest first (QueuedEventsPerAppMax)")
+        }
         if let reason = app.exitReason { lines.append("  exit:       \(reason.rawValue)") }
         lines.append("  tasks:      \(app.tasks.count)")
         var text = lines.joined(separator: "\n") + "\n"
