@@ -189,13 +189,22 @@ public struct DeadlineBenchmark: Sendable {
         guard let reply = try? connection.call(LoopProbe(), timeout: .seconds(10)),
             case .object(let loop)? = reply.loop
         else { return nil }
-        return loop.keys.sorted().map { key in
-            switch loop[key] {
-            case .number(let value)?: return "\(key) \(value)"
-            case .string(let value)?: return "\(key) \(value)"
-            default: return "\(key) ?"
+        var parts: [String] = []
+        if let iterations = loop["iterations"]?.intValue { parts.append("\(iterations) dispatches") }
+        if let longest = loop["longestIterationMs"]?.doubleValue {
+            parts.append("longest \(longest) ms (\(loop["longestIterationSource"]?.stringValue ?? "?"))")
+        }
+        // The histogram: how many dispatches took at most each bound.
+        if let bounds = loop["iterationBoundsMs"]?.arrayValue?.compactMap(\.doubleValue),
+            let counts = loop["iterationCounts"]?.arrayValue?.compactMap(\.intValue), counts.count == bounds.count + 1
+        {
+            let buckets = counts.indices.filter { counts[$0] > 0 }.map { index in
+                index < bounds.count
+                    ? "≤\(bounds[index]) ms: \(counts[index])" : ">\(bounds.last ?? 0) ms: \(counts[index])"
             }
-        }.joined(separator: ", ")
+            parts.append("dispatches by duration " + buckets.joined(separator: ", "))
+        }
+        return parts.joined(separator: "; ")
     }
 
     /// How long each phase of a run took, for the report.
