@@ -17,8 +17,10 @@ let package = Package(
         .executable(name: "bgtask-demo-app", targets: ["bgtask-demo-app"]),
     ],
     targets: [
+        // The words shared from the policy to the wire: states, event kinds, behaviours, reasons, bands.
+        .target(name: "BGTaskVocabulary"),
         // The lifecycle and lease policy: a pure state machine, standard library only.
-        .target(name: "BGTaskCore"),
+        .target(name: "BGTaskCore", dependencies: ["BGTaskVocabulary"]),
         // libsystemd (sd-daemon, sd-event, sd-journal) plus inline wrappers for syscalls Swift cannot call.
         .systemLibrary(
             name: "CSystemd",
@@ -31,7 +33,7 @@ let package = Package(
         .target(name: "BGTaskConfig", dependencies: ["BGTaskCore"]),
         // The Varlink wire protocol: framing, the interface's Codable types and errors, the IDL and its text.
         // The `.varlink` files in the target are the source of truth; the plugin embeds them as strings.
-        .target(name: "BGTaskProtocol", plugins: ["EmbedInterface"]),
+        .target(name: "BGTaskProtocol", dependencies: ["BGTaskVocabulary"], plugins: ["EmbedInterface"]),
         // Build-time tool behind the plugin: turns one `.varlink` file into a Swift string constant.
         .executableTarget(name: "EmbedInterfaceTool"),
         // Build-tool plugin: runs EmbedInterfaceTool on every `.varlink` file of the target that uses it.

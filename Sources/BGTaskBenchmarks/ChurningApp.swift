@@ -212,7 +212,7 @@ struct ChurningApp: Sendable {
         if Int.random(in: 0..<2, using: &random) == 0, let peer = settings.appNames.randomElement(using: &random),
             peer != baseName
         {
-            let behavior = [PostBehavior.coalesce, .hold, .drop].randomElement(using: &random)
+            let behavior = [DeliveryBehavior.coalesce, .hold, .drop].randomElement(using: &random)
             tally.posts += 1
             // A peer between registrations refuses the post (NoSuchApp): part of the churn, not a failure.
             _ = try? client.post(name: "bench.ping", payload: ["from": .string(app)], behavior: behavior, app: peer)

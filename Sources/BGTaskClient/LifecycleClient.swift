@@ -132,7 +132,7 @@ public final class LifecycleClient: Sendable {
 
     /// Posts the notification `name` to `app`, or to every registered app when nil.
     public func post(
-        name: String, payload: [String: JSONValue]? = nil, behavior: PostBehavior? = nil, app: String? = nil
+        name: String, payload: [String: JSONValue]? = nil, behavior: DeliveryBehavior? = nil, app: String? = nil
     ) throws(ClientError) -> PostReply {
         try call(PostParameters(name: name, payload: payload, behavior: behavior, app: app))
     }

@@ -55,37 +55,6 @@ public enum Action: Hashable, Sendable {
     case forget(AppID)
 }
 
-/// What an audit record reports.
-public enum AuditKind: String, Sendable, CaseIterable {
-    /// An app registered (or was launched, for a managed app).
-    case registered
-    /// An app's registration re-attached to its existing record.
-    case reattached
-    /// An app changed state; `state` is the new state.
-    case stateChanged
-    /// A lease began; `taskID` and `taskName` say which.
-    case taskBegan
-    /// A lease ended; `taskID` and `taskEnd` say which and how.
-    case taskEnded
-    /// `backgroundTaskExpiring` was sent; `taskIDs` lists the tasks.
-    case expirationWarning
-    /// Suspension was put off because the app holds a file lock.
-    case suspensionDeferred
-    /// A memory warning was sent; `rank` is set for likely victims.
-    case memoryWarning
-    /// The policy ended the app (or saw it end); `reason` says why.
-    case terminated
-    /// The app's processes were sent SIGKILL; `reason` says why.
-    case killed
-    /// The app's process is gone; `reason` is its final exit reason.
-    case processExited
-    /// An app's registration closed while its process may live on; it no longer holds its name.
-    case unregistered
-    /// A suspended app's event queue was full (`QueuedEventsPerAppMax`): its oldest events are being dropped.
-    /// Recorded once per suspension; the app's `droppedEventCount` counts every drop.
-    case eventsDropped
-}
-
 /// One entry of the audit trail: history, `Watch`, journal.
 public struct AuditRecord: Hashable, Sendable {
     /// When it happened (monotonic; the shell adds wall-clock time).
@@ -152,7 +121,7 @@ public enum LifecycleError: Error, Hashable, Sendable {
     /// The app is in background with no time left (`UIBackgroundTaskInvalid`).
     case backgroundTimeExhausted(app: String)
     /// The request does not fit the app's state (or asks for a state that cannot be requested).
-    case invalidState(app: String, state: String)
+    case invalidState(app: String, state: AppState)
     /// A bound was hit: `limit` is the configuration key, `max` its value.
     case limitExceeded(limit: String, max: Int)
     /// The event id was never issued.

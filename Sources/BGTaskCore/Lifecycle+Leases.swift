@@ -16,7 +16,7 @@ extension Lifecycle {
             ($0.state, $0.isRegistered, $0.budgetEnd, $0.openTasks.count)
         }
         guard isRegistered, state.isRunning || state == .suspended else {
-            throw .invalidState(app: apps[id]?.name ?? "", state: state.rawValue)
+            throw .invalidState(app: apps[id]?.name ?? "", state: state)
         }
         if state == .background || state == .suspended, let budgetEnd, budgetEnd <= now {
             throw .backgroundTimeExhausted(app: apps[id]?.name ?? "")

@@ -23,7 +23,7 @@ extension Lifecycle {
         if let target {
             guard let app = apps[target] else { throw .noSuchApp(target.description) }
             guard app.isRegistered, app.state != .terminated, app.state != .notRunning else {
-                throw .invalidState(app: app.name, state: app.state.rawValue)
+                throw .invalidState(app: app.name, state: app.state)
             }
             recipients = [target]
         } else {

@@ -20,6 +20,24 @@ public enum InitialState: Sendable {
     case active
     /// Launched for background work: gets `didEnterBackground` and its grace at once.
     case background
+
+    /// The state a registration asks to start in, by its name as an `AppState` (`Register`'s `state`; nil there
+    /// means active); nil for the states a registration cannot start in.
+    public init?(_ state: AppState) {
+        switch state {
+        case .active: self = .active
+        case .background: self = .background
+        case .notRunning, .inactive, .suspended, .terminated: return nil
+        }
+    }
+
+    /// The same state as an `AppState`.
+    public var appState: AppState {
+        switch self {
+        case .active: .active
+        case .background: .background
+        }
+    }
 }
 
 /// The outcome of `Lifecycle.register`.

@@ -4,7 +4,7 @@ extension Lifecycle {
     /// `Terminate` from a controller: `willTerminate`, then SIGKILL after `WillTerminateGraceSec`.
     public mutating func terminate(_ id: AppID, now: MonotonicInstant) throws(LifecycleError) -> [Action] {
         guard let app = apps[id] else { throw .noSuchApp(id.description) }
-        guard app.state != .terminated else { throw .invalidState(app: app.name, state: app.state.rawValue) }
+        guard app.state != .terminated else { throw .invalidState(app: app.name, state: app.state) }
         var actions: [Action] = []
         terminate(id, reason: .controller, now: now, into: &actions)
         finish(&actions)
@@ -17,7 +17,7 @@ extension Lifecycle {
         guard let app = apps[id], !app.isProcessGone else { return [] }
         var actions: [Action] = []
         if app.state != .terminated {
-            let reason: TerminationReason = how == .crashed ? .crashed : .exited
+            let reason = how.reason
             terminate(id, reason: reason, now: now, into: &actions, processGone: true)
         }
         clearDeadlines(DeadlineKind.allCases, of: id)

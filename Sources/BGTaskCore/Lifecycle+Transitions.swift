@@ -8,6 +8,26 @@ public enum RequestedState: String, Sendable, CaseIterable {
     case inactive
     /// Background (a suspended app stays suspended).
     case background
+
+    /// The state asked for by its name as an `AppState` (`SetState`'s `state`); nil for the states that can only
+    /// be reached, never asked for.
+    public init?(_ state: AppState) {
+        switch state {
+        case .active: self = .active
+        case .inactive: self = .inactive
+        case .background: self = .background
+        case .notRunning, .suspended, .terminated: return nil
+        }
+    }
+
+    /// The same state as an `AppState`.
+    public var appState: AppState {
+        switch self {
+        case .active: .active
+        case .inactive: .inactive
+        case .background: .background
+        }
+    }
 }
 
 extension Lifecycle {
@@ -21,7 +41,7 @@ extension Lifecycle {
         var actions: [Action] = []
         switch (app.state, requested) {
         case (.notRunning, _), (.terminated, _):
-            throw .invalidState(app: app.name, state: app.state.rawValue)
+            throw .invalidState(app: app.name, state: app.state)
         case (.active, .active), (.inactive, .inactive), (.background, .background), (.suspended, .background):
             return []
         case (.active, .inactive):

@@ -117,7 +117,7 @@ extension Lifecycle {
     ) throws(LifecycleError) -> [Action] {
         guard let app = apps[id] else { throw .noSuchApp(id.description) }
         guard let band = reclamationBand(of: id) else {
-            throw .invalidState(app: app.name, state: app.state.rawValue)
+            throw .invalidState(app: app.name, state: app.state)
         }
         var actions: [Action] = []
         terminate(id, reason: .memoryReclaim, now: now, into: &actions) {

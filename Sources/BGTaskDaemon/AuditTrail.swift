@@ -42,7 +42,9 @@ final class AuditTrail {
         switch record.kind {
         case .taskBegan, .stateChanged: false
         case .taskEnded: record.taskEnd != .ended
-        default: true
+        case .registered, .reattached, .expirationWarning, .suspensionDeferred, .memoryWarning, .terminated, .killed,
+            .processExited, .unregistered, .eventsDropped:
+            true
         }
     }
 

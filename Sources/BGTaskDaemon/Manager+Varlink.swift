@@ -224,11 +224,9 @@ extension Manager {
             fail(call, .invalidParameter(parameter: "name"))
             return
         }
-        let initialState: InitialState
-        switch parameters.state {
-        case nil, .active: initialState = .active
-        case .background: initialState = .background
-        default:
+        // No state asks for the usual start, in the foreground; a state a registration cannot start in is refused.
+        let requestedState = parameters.state ?? .active
+        guard let initialState = InitialState(requestedState) else {
             fail(call, .invalidParameter(parameter: "state"))
             return
         }
@@ -374,7 +372,7 @@ extension Manager {
         guard let parameters = parameters(SetStateParameters.self, of: call),
             let app = authorizedApp(parameters.app, for: call, asApp: false)
         else { return }
-        guard let requested = RequestedState(rawValue: parameters.state.rawValue) else {
+        guard let requested = RequestedState(parameters.state) else {
             fail(call, .invalidParameter(parameter: "state"))
             return
         }
@@ -421,7 +419,7 @@ extension Manager {
             }
         }
         // Safe: the protocol's and the core's behaviours have the same raw values; a test compares them.
-        let behavior = DeliveryBehavior(rawValue: (parameters.behavior ?? .default).rawValue)!
+        let behavior = parameters.behavior ?? .default
         var targets: [AppID?]
         if let name = parameters.app {
             guard let app = authorizedApp(name, for: call, asApp: false) else { return }

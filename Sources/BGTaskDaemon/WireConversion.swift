@@ -1,4 +1,7 @@
-// Conversions between the policy core's values and the interface's wire types.
+// The wire forms of the policy core's values: snapshots, events, audit entries and refusals.
+//
+// The words themselves (states, kinds, reasons, bands) are BGTaskVocabulary's, shared by both sides, so nothing
+// here converts a word: it only assembles the interface's structures.
 
 import BGTaskCore
 import BGTaskProtocol
@@ -8,31 +11,14 @@ extension AppInfo {
     /// The wire form of a snapshot; `memoryBytes` is measured by the shell.
     init(_ snapshot: AppSnapshot, memoryBytes: Int?, now: MonotonicInstant) {
         self.init(
-            name: snapshot.name, state: AppState(snapshot.state), pid: Int(snapshot.pid), uid: Int(snapshot.uid),
+            name: snapshot.name, state: snapshot.state, pid: Int(snapshot.pid), uid: Int(snapshot.uid),
             managed: snapshot.isManaged,
             tasks: snapshot.tasks.map {
                 TaskInfo(id: Int($0.id.rawValue), name: $0.name ?? "", ageSec: (now - $0.began).secondsValue)
             },
             backgroundTimeRemaining: snapshot.backgroundTimeRemaining?.secondsValue,
-            memoryBytes: snapshot.state == .terminated ? nil : memoryBytes,
-            exitReason: snapshot.exitReason.map(ExitReason.init),
+            memoryBytes: snapshot.state == .terminated ? nil : memoryBytes, exitReason: snapshot.exitReason,
             queuedEvents: snapshot.queuedEvents, droppedEvents: snapshot.droppedEvents)
-    }
-}
-
-extension BGTaskProtocol.AppState {
-    /// The wire word for a core state (the spellings are the same).
-    init(_ state: BGTaskCore.AppState) {
-        // Safe: both enums list DESIGN §6's states with the same raw values; a test compares them.
-        self.init(rawValue: state.rawValue)!
-    }
-}
-
-extension ExitReason {
-    /// The wire word for a core termination reason (the spellings are the same).
-    init(_ reason: TerminationReason) {
-        // Safe: both enums list the same reasons with the same raw values; a test compares them.
-        self.init(rawValue: reason.rawValue)!
     }
 }
 
@@ -44,31 +30,21 @@ extension EventInfo {
             payload = try? decoder.decode([String: JSONValue].self, from: data)
         }
         self.init(
-            id: Int(event.id.rawValue),
-            // Safe: both enums list DESIGN §6's event kinds with the same raw values; a test compares them.
-            kind: EventKind(rawValue: event.kind.rawValue)!,
-            taskIds: event.taskIDs?.map { Int($0.rawValue) }, name: event.name, payload: payload, count: event.count,
-            likelyVictim: event.likelyVictim, rank: event.rank)
+            id: Int(event.id.rawValue), kind: event.kind, taskIds: event.taskIDs?.map { Int($0.rawValue) },
+            name: event.name, payload: payload, count: event.count, likelyVictim: event.likelyVictim, rank: event.rank)
     }
 }
 
 extension HistoryEntry {
-    /// The wire form of an audit record, stamped with wall-clock time.
+    /// The wire form of an audit entry, stamped with wall-clock time.
     init(_ record: AuditRecord, wallClockSeconds: Double) {
         self.init(
-            time: wallClockSeconds, app: record.appName,
-            // Safe: HistoryKind lists every AuditKind with the same raw value; a test compares them.
-            kind: HistoryKind(rawValue: record.kind.rawValue)!,
-            reason: record.reason.map(ExitReason.init),
-            band: record.band.flatMap { ReclaimBand(rawValue: $0.name) },
+            time: wallClockSeconds, app: record.appName, kind: record.kind, reason: record.reason, band: record.band,
             memoryBytes: record.memoryBytes.map { Int(clamping: $0) },
-            latencyMs: record.latency.map { $0.secondsValue * 1000 },
-            state: record.state.map(BGTaskProtocol.AppState.init),
+            latencyMs: record.latency.map { $0.secondsValue * 1000 }, state: record.state,
             taskId: record.taskID.map { Int($0.rawValue) },
-            taskName: record.taskID == nil ? nil : (record.taskName ?? ""),
-            taskEnd: record.taskEnd.flatMap { TaskEnd(rawValue: $0.rawValue) },
-            taskIds: record.taskIDs?.map { Int($0.rawValue) },
-            rank: record.rank)
+            taskName: record.taskID == nil ? nil : (record.taskName ?? ""), taskEnd: record.taskEnd,
+            taskIds: record.taskIDs?.map { Int($0.rawValue) }, rank: record.rank)
     }
 }
 
@@ -79,8 +55,7 @@ func varlinkError(_ error: BGTaskCore.LifecycleError) -> VarlinkError {
     case .appExists(let app): .appExists(app: app)
     case .noSuchTask(let app, let task): .noSuchTask(app: app, taskId: Int(task.rawValue))
     case .backgroundTimeExhausted(let app): .backgroundTimeExhausted(app: app)
-    case .invalidState(let app, let state):
-        .invalidState(app: app, state: BGTaskProtocol.AppState(rawValue: state) ?? .notRunning)
+    case .invalidState(let app, let state): .invalidState(app: app, state: state)
     case .limitExceeded(let limit, let max): .limitExceeded(limit: limit, max: max)
     case .noSuchEvent(let app, let event): .noSuchEvent(app: app, eventId: Int(event.rawValue))
     }

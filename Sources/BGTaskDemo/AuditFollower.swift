@@ -35,7 +35,7 @@ final class AuditFollower {
     /// Waits for the first entry after `mark` about `app` of `kind` that `matches`.
     @discardableResult
     func wait(
-        for kind: HistoryKind, of app: String, after mark: Int, timeout: Duration, transcript: Transcript,
+        for kind: AuditKind, of app: String, after mark: Int, timeout: Duration, transcript: Transcript,
         describedAs what: String? = nil, where matches: (HistoryEntry) -> Bool = { _ in true }
     ) throws(DemoFailure) -> (entry: HistoryEntry, next: Int) {
         let found = try entries.wait(

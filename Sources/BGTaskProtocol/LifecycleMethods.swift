@@ -461,13 +461,13 @@ public struct PostParameters: VarlinkMethodCall, Hashable {
     public var name: String
     /// Free-form data for the app.
     public var payload: [String: JSONValue]?
-    /// What to do for a suspended app; nil means `PostBehavior.default`.
-    public var behavior: PostBehavior?
+    /// What to do for a suspended app; nil means `DeliveryBehavior.default`.
+    public var behavior: DeliveryBehavior?
     /// The app to post to; nil posts to every registered app.
     public var app: String?
 
     /// Post parameters.
-    public init(name: String, payload: [String: JSONValue]? = nil, behavior: PostBehavior? = nil, app: String? = nil) {
+    public init(name: String, payload: [String: JSONValue]? = nil, behavior: DeliveryBehavior? = nil, app: String? = nil) {
         self.name = name
         self.payload = payload
         self.behavior = behavior
@@ -480,7 +480,7 @@ public struct PostParameters: VarlinkMethodCall, Hashable {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         name = try container.decodeParameter(String.self, forKey: .name)
         payload = try container.decodeParameterIfPresent([String: JSONValue].self, forKey: .payload)
-        behavior = try container.decodeParameterIfPresent(PostBehavior.self, forKey: .behavior)
+        behavior = try container.decodeParameterIfPresent(DeliveryBehavior.self, forKey: .behavior)
         app = try container.decodeParameterIfPresent(String.self, forKey: .app)
     }
 }

@@ -3,132 +3,9 @@
 // Replies encode every optional field, as an explicit `null` when absent, so a consumer sees every field the
 // interface declares; decoding accepts a missing field as null too.
 
-/// An app's lifecycle state (`App.state`), as DESIGN §1 defines them.
-public enum AppState: String, Codable, CaseIterable, Sendable {
-    /// Launched by the daemon, its process has not registered yet.
-    case notRunning
-    /// In the foreground but not receiving input (between active and background).
-    case inactive
-    /// In the foreground and receiving input; background time is unlimited.
-    case active
-    /// Running in background, spending its background time budget.
-    case background
-    /// Frozen or stopped by the daemon; events for it are queued.
-    case suspended
-    /// Ended; the app stays visible with its exit reason until its name registers again.
-    case terminated
-}
-
-/// What an event tells an app (`Event.kind`).
-public enum EventKind: String, Codable, CaseIterable, Sendable {
-    /// Leaving active for inactive (`applicationWillResignActive`).
-    case willResignActive
-    /// Became active (`applicationDidBecomeActive`).
-    case didBecomeActive
-    /// Entered background; acknowledge within the grace period (`applicationDidEnterBackground`).
-    case didEnterBackground
-    /// About to return to the foreground, after a resume if the app was suspended.
-    case willEnterForeground
-    /// The background time is about to run out; `taskIds` lists the tasks whose expiration handlers must run.
-    case backgroundTaskExpiring
-    /// Memory is short; `likelyVictim` and `rank` say how close the app is to being reclaimed.
-    case memoryWarning
-    /// The app is being terminated and has a grace period before SIGKILL (`applicationWillTerminate`).
-    case willTerminate
-    /// A notification posted with `Post`; `name`, `payload` and `count` describe it.
-    case notification
-}
-
-/// Why an app ended (`App.exitReason`, `HistoryEntry.reason`), as DESIGN §1 lists them.
-public enum ExitReason: String, Codable, CaseIterable, Sendable {
-    /// `didEnterBackground` went unacknowledged for the grace period with no lease held.
-    case enterBackgroundTimeout = "enter-background-timeout"
-    /// The background time ran out with tasks still open.
-    case taskExpired = "task-expired"
-    /// A launched app did not register in time.
-    case launchTimeout = "launch-timeout"
-    /// The app kept a file lock past the grace period instead of letting itself be suspended.
-    case suspendedHoldingLock = "suspended-holding-lock"
-    /// Killed to reclaim memory.
-    case memoryReclaim = "memory-reclaim"
-    /// A controller called `Terminate`.
-    case controller
-    /// An `ExitsOnSuspend` app reached the point where it would have been suspended.
-    case exitsOnSuspend = "exits-on-suspend"
-    /// The app exited by itself, or its registration ended and its process is gone.
-    case exited
-    /// The app died of a signal the daemon did not send.
-    case crashed
-}
-
-/// What `Post` does for a suspended app (`behavior`).
-public enum PostBehavior: String, Codable, CaseIterable, Sendable {
-    /// Discard the event.
-    case drop
-    /// Keep one pending event per name with the latest payload and a count of posts (the default).
-    case coalesce
-    /// Keep every event, up to a bound, dropping the oldest past it.
-    case hold
-    /// Wake the app into background to deliver the event.
-    case wake
-
-    /// The behaviour when a post names none.
-    public static let `default` = PostBehavior.coalesce
-}
-
-/// What a history entry records (`HistoryEntry.kind`).
-public enum HistoryKind: String, Codable, CaseIterable, Sendable {
-    /// An app registered.
-    case registered
-    /// An app's own process registered again (a reconnect, or a daemon restart that kept it).
-    case reattached
-    /// The daemon started a managed app.
-    case launched
-    /// An app changed state; `state` is the new one.
-    case stateChanged
-    /// A lease began; `taskId`, `taskName`.
-    case taskBegan
-    /// A lease ended; `taskId`, `taskName`, `taskEnd`.
-    case taskEnded
-    /// `backgroundTaskExpiring` was sent; `taskIds`.
-    case expirationWarning
-    /// Suspension was put off because the app holds a file lock.
-    case suspensionDeferred
-    /// A memory warning was sent; `rank` for a likely victim.
-    case memoryWarning
-    /// The app ended; `reason` says why.
-    case terminated
-    /// SIGKILL was sent; `reason` says why.
-    case killed
-    /// The app's process is gone; `reason` is its final exit reason.
-    case processExited
-    /// The app's event stream closed while its process lives on.
-    case unregistered
-    /// A suspended app's event queue was full: its oldest events are being dropped (once per suspension).
-    case eventsDropped
-}
-
-/// How a lease ended (`HistoryEntry.taskEnd`).
-public enum TaskEnd: String, Codable, CaseIterable, Sendable {
-    /// `EndBackgroundTask` was called.
-    case ended
-    /// The budget ran out while it was open.
-    case expired
-    /// Its app ended while it was open.
-    case appEnded = "app-ended"
-}
-
-/// The reclamation band an app was chosen from (`HistoryEntry.band`), in the order DESIGN §4 reclaims them.
-public enum ReclaimBand: String, Codable, CaseIterable, Sendable {
-    /// Suspended apps go first.
-    case suspended
-    /// Then apps in background without a lease.
-    case backgroundIdle
-    /// Then apps in background holding leases.
-    case backgroundWithTasks
-    /// Foreground apps, only with `ReclaimForeground=yes`.
-    case foreground
-}
+// The words (states, kinds, reasons, behaviours, bands) are BGTaskVocabulary's, shared with the policy core and
+// re-exported here so that every user of the interface has them.
+@_exported import BGTaskVocabulary
 
 /// An open background-task lease (`Task` in the interface).
 public struct TaskInfo: Codable, Hashable, Sendable {
@@ -166,7 +43,7 @@ public struct AppInfo: Codable, Hashable, Sendable {
     /// Memory charged to the app in bytes; nil when it could not be measured.
     public var memoryBytes: Int?
     /// Why the app ended; nil while it has not.
-    public var exitReason: ExitReason?
+    public var exitReason: TerminationReason?
     /// Events queued while the app is suspended.
     public var queuedEvents: Int
     /// Queued events dropped because the app's queue was full (`QueuedEventsPerAppMax`).
@@ -175,7 +52,7 @@ public struct AppInfo: Codable, Hashable, Sendable {
     /// An app description; optional fields default to nil.
     public init(
         name: String, state: AppState, pid: Int, uid: Int, managed: Bool, tasks: [TaskInfo] = [],
-        backgroundTimeRemaining: Double? = nil, memoryBytes: Int? = nil, exitReason: ExitReason? = nil,
+        backgroundTimeRemaining: Double? = nil, memoryBytes: Int? = nil, exitReason: TerminationReason? = nil,
         queuedEvents: Int = 0, droppedEvents: Int = 0
     ) {
         self.name = name
@@ -207,7 +84,7 @@ public struct AppInfo: Codable, Hashable, Sendable {
         tasks = try container.decode([TaskInfo].self, forKey: .tasks)
         backgroundTimeRemaining = try container.decodeIfPresent(Double.self, forKey: .backgroundTimeRemaining)
         memoryBytes = try container.decodeIfPresent(Int.self, forKey: .memoryBytes)
-        exitReason = try container.decodeIfPresent(ExitReason.self, forKey: .exitReason)
+        exitReason = try container.decodeIfPresent(TerminationReason.self, forKey: .exitReason)
         queuedEvents = try container.decode(Int.self, forKey: .queuedEvents)
         droppedEvents = try container.decodeIfPresent(Int.self, forKey: .droppedEvents) ?? 0
     }
@@ -288,11 +165,11 @@ public struct HistoryEntry: Codable, Hashable, Sendable {
     /// The app's name.
     public var app: String
     /// What happened.
-    public var kind: HistoryKind
+    public var kind: AuditKind
     /// For `terminated`: why.
-    public var reason: ExitReason?
+    public var reason: TerminationReason?
     /// For a memory reclaim: the band the app was chosen from.
-    public var band: ReclaimBand?
+    public var band: ReclamationBand?
     /// For a memory reclaim: the app's memory in bytes when chosen.
     public var memoryBytes: Int?
     /// For a memory reclaim: milliseconds from the pressure trigger to the kill.
@@ -304,7 +181,7 @@ public struct HistoryEntry: Codable, Hashable, Sendable {
     /// For `taskBegan` and `taskEnded`: the task's name, empty when none was given.
     public var taskName: String?
     /// For `taskEnded`: how the task ended.
-    public var taskEnd: TaskEnd?
+    public var taskEnd: TaskEndCause?
     /// For `expirationWarning`: the tasks the warning listed.
     public var taskIds: [Int]?
     /// For `memoryWarning` to a likely victim: its rank in the reclamation order.
@@ -312,9 +189,9 @@ public struct HistoryEntry: Codable, Hashable, Sendable {
 
     /// A history entry; the fields that do not apply to `kind` default to nil.
     public init(
-        time: Double, app: String, kind: HistoryKind, reason: ExitReason? = nil, band: ReclaimBand? = nil,
+        time: Double, app: String, kind: AuditKind, reason: TerminationReason? = nil, band: ReclamationBand? = nil,
         memoryBytes: Int? = nil, latencyMs: Double? = nil, state: AppState? = nil, taskId: Int? = nil,
-        taskName: String? = nil, taskEnd: TaskEnd? = nil, taskIds: [Int]? = nil, rank: Int? = nil
+        taskName: String? = nil, taskEnd: TaskEndCause? = nil, taskIds: [Int]? = nil, rank: Int? = nil
     ) {
         self.time = time
         self.app = app

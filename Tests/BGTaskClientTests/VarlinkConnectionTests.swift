@@ -184,7 +184,7 @@ private let getApp = GetAppParameters.methodName
     }
 
     @Test func streamEndsWithAnErrorReply() throws {
-        let entry = HistoryEntry(time: 1, app: "a", kind: .launched)
+        let entry = HistoryEntry(time: 1, app: "a", kind: .registered)
         try withScriptedDaemon(respond: { call, _ in
             guard call.method == WatchParameters.methodName else { return nil }
             return .repliesThenError([WatchReply(entry: entry)], .permissionDenied())
@@ -206,7 +206,7 @@ private let getApp = GetAppParameters.methodName
     @Test func streamStaysUsableAfterATimedOutRead() throws {
         try withScriptedDaemon(respond: { call, daemon in
             guard call.method == WatchParameters.methodName else { return nil }
-            return .reply(WatchReply(entry: HistoryEntry(time: 1, app: "a", kind: .launched)), continues: true)
+            return .reply(WatchReply(entry: HistoryEntry(time: 1, app: "a", kind: .registered)), continues: true)
         }) { daemon in
             let connection = try VarlinkConnection(socketPath: daemon.socketPath)
             defer { connection.close() }

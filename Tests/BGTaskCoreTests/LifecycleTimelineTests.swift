@@ -400,15 +400,15 @@ struct LifecycleTimelineTests {
     func invalidStates() throws {
         let h = PolicyHarness()
         let job = try h.launch("job")
-        #expect(throws: LifecycleError.invalidState(app: "job", state: "notRunning")) {
+        #expect(throws: LifecycleError.invalidState(app: "job", state: .notRunning)) {
             try h.setState(job, .active)
         }
         let mail = try h.register("mail")
         try h.terminate(mail)
-        #expect(throws: LifecycleError.invalidState(app: "mail", state: "terminated")) {
+        #expect(throws: LifecycleError.invalidState(app: "mail", state: .terminated)) {
             try h.setState(mail, .background)
         }
-        #expect(throws: LifecycleError.invalidState(app: "mail", state: "terminated")) {
+        #expect(throws: LifecycleError.invalidState(app: "mail", state: .terminated)) {
             try h.begin(mail)
         }
     }

@@ -105,11 +105,11 @@ struct WireTypeTests {
     @Test func vocabulariesAreDocumentedInTheInterface() throws {
         let rows: [(type: String, field: String, words: [String])] = [
             ("App", "state", AppState.allCases.map(\.rawValue)),
-            ("App", "exitReason", ExitReason.allCases.map(\.rawValue)),
+            ("App", "exitReason", TerminationReason.allCases.map(\.rawValue)),
             ("Event", "kind", EventKind.allCases.map(\.rawValue)),
-            ("HistoryEntry", "kind", HistoryKind.allCases.map(\.rawValue)),
-            ("HistoryEntry", "band", ReclaimBand.allCases.map(\.rawValue)),
-            ("HistoryEntry", "taskEnd", TaskEnd.allCases.map(\.rawValue)),
+            ("HistoryEntry", "kind", AuditKind.allCases.map(\.rawValue)),
+            ("HistoryEntry", "band", ReclamationBand.allCases.map(\.rawValue)),
+            ("HistoryEntry", "taskEnd", TaskEndCause.allCases.map(\.rawValue)),
         ]
         for row in rows {
             let definition = try #require(lifecycleDefinition.type(named: row.type))
@@ -125,10 +125,10 @@ struct WireTypeTests {
         }
         let post = try #require(lifecycleDefinition.method(named: "Post"))
         let behavior = try #require(post.parameters.first { $0.name == "behavior" })
-        for word in PostBehavior.allCases.map(\.rawValue) {
+        for word in DeliveryBehavior.allCases.map(\.rawValue) {
             #expect(behavior.documentation.contains(word), "Post.behavior documents \(word)")
         }
-        #expect(behavior.documentation.contains("\(PostBehavior.default.rawValue), the default"))
+        #expect(behavior.documentation.contains("\(DeliveryBehavior.default.rawValue), the default"))
     }
 
     @Test func getInfoAndInterfaceDescriptionReplies() throws {

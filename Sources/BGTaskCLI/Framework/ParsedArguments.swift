@@ -82,7 +82,7 @@ public struct ParsedArguments: Hashable, Sendable {
     }
 
     /// The behaviour of an option; nil when absent.
-    public func behavior(_ option: OptionSpec) -> PostBehavior? {
+    public func behavior(_ option: OptionSpec) -> DeliveryBehavior? {
         if case .behavior(let behavior)? = value(option) { return behavior }
         return nil
     }

@@ -17,7 +17,7 @@ public enum ParsedValue: Hashable, Sendable {
     /// `.jsonObject`.
     case jsonObject([String: JSONValue])
     /// `.behavior`.
-    case behavior(PostBehavior)
+    case behavior(DeliveryBehavior)
     /// `.state`.
     case state(AppState)
     /// A command line: the words of an argument with `isCommand`.
@@ -108,9 +108,9 @@ public enum ValueParsers {
     }
 
     /// A `Post` behaviour: `drop`, `coalesce`, `hold` or `wake`.
-    public static func behavior(_ text: String) throws(ValueError) -> PostBehavior {
-        guard let behavior = PostBehavior(rawValue: text) else {
-            throw ValueError("expected one of " + PostBehavior.allCases.map(\.rawValue).joined(separator: ", "))
+    public static func behavior(_ text: String) throws(ValueError) -> DeliveryBehavior {
+        guard let behavior = DeliveryBehavior(rawValue: text) else {
+            throw ValueError("expected one of " + DeliveryBehavior.allCases.map(\.rawValue).joined(separator: ", "))
         }
         return behavior
     }

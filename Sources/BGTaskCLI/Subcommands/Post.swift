@@ -11,7 +11,7 @@ public struct Post: Subcommand {
     static let behavior = OptionSpec(
         "behavior", valueName: "BEHAVIOR",
         help: "What a suspended app gets: drop, coalesce, hold or wake.", type: .behavior,
-        defaultValue: PostBehavior.default.rawValue)
+        defaultValue: DeliveryBehavior.default.rawValue)
     static let app = OptionSpec("app", valueName: "APP", help: "Post to APP only.", defaultValue: "every app")
 
     public static let spec = CommandSpec(
@@ -43,7 +43,7 @@ public struct Post: Subcommand {
     /// The payload, if any.
     public var payload: [String: JSONValue]?
     /// The behaviour for suspended apps; nil for the daemon's default.
-    public var behavior: PostBehavior?
+    public var behavior: DeliveryBehavior?
     /// The app to post to; nil for all.
     public var app: String?
     /// Whether to print JSON.
