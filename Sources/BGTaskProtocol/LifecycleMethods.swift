@@ -467,7 +467,9 @@ public struct PostParameters: VarlinkMethodCall, Hashable {
     public var app: String?
 
     /// Post parameters.
-    public init(name: String, payload: [String: JSONValue]? = nil, behavior: DeliveryBehavior? = nil, app: String? = nil) {
+    public init(
+        name: String, payload: [String: JSONValue]? = nil, behavior: DeliveryBehavior? = nil, app: String? = nil
+    ) {
         self.name = name
         self.payload = payload
         self.behavior = behavior

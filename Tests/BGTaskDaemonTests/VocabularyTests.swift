@@ -1,11 +1,12 @@
 // One vocabulary from the core to the wire: every word round-trips through JSON as itself, and every conversion
 // between the core's narrower types and the shared ones is walked case by case, in both directions.
 
-@testable import BGTaskDaemon
 import BGTaskCore
 import BGTaskProtocol
 import Foundation
 import Testing
+
+@testable import BGTaskDaemon
 
 @Suite("One vocabulary, core to wire")
 struct VocabularyTests {
