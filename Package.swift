@@ -28,7 +28,7 @@ let package = Package(
             providers: [.apt(["libsystemd-dev"])]
         ),
         // The typed Linux layer: descriptors, pidfds, sockets, procfs, the sd-event loop, sd_notify, journal.
-        .target(name: "BGTaskSystem", dependencies: ["CSystemd"]),
+        .target(name: "BGTaskSystem", dependencies: ["BGTaskVocabulary", "CSystemd"]),
         // bgtaskd.conf: systemd value syntax, INI parsing, the typed configuration, loading and --dump-config.
         .target(name: "BGTaskConfig", dependencies: ["BGTaskCore"]),
         // The Varlink wire protocol: framing, the interface's Codable types and errors, the IDL and its text.

@@ -76,7 +76,7 @@ public final class BenchmarkDaemon: Sendable {
     private static func waitForReady(
         on socket: FileDescriptor, of wrapper: SpawnedProcess, timeout: Duration, logPath: String
     ) throws {
-        let deadline = MonotonicClock.now() + timeout.nanosecondsClamped
+        let deadline = MonotonicClock.now() + timeout.nanosecondCount
         while MonotonicClock.now() < deadline {
             if try socket.poll(for: .readable, timeout: .milliseconds(100)).contains(.readable) {
                 let assignments = String(decoding: try socket.read(upTo: 65_536), as: UTF8.self).split(separator: "\n")

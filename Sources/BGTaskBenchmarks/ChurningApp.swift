@@ -126,13 +126,13 @@ struct ChurningApp: Sendable {
         var random = SystemRandomNumberGenerator()
         pause(
             milliseconds: Int.random(in: 0...Int(settings.backgroundTime.components.seconds * 1000), using: &random))
-        while MonotonicClock.now() + cycleLength.nanosecondsClamped < settings.window.endNanoseconds {
+        while MonotonicClock.now() + cycleLength.nanosecondCount < settings.window.endNanoseconds {
             do {
                 try cycle(current, client: client, tally: &tally, random: &random)
             } catch {
                 note(ending: "\(error)", of: current.name, in: &tally)
                 current.end()
-                guard MonotonicClock.now() + cycleLength.nanosecondsClamped < settings.window.endNanoseconds else {
+                guard MonotonicClock.now() + cycleLength.nanosecondCount < settings.window.endNanoseconds else {
                     return tally
                 }
                 do {
@@ -197,7 +197,7 @@ struct ChurningApp: Sendable {
         tally.stateChanges += 1
         let entered = try wait(for: "didEnterBackground", on: events, timeout: Self.stepTimeout, tally: &tally)
         let due =
-            entered.arrivalNanoseconds + (settings.backgroundTime - settings.warningLead).nanosecondsClamped
+            entered.arrivalNanoseconds + (settings.backgroundTime - settings.warningLead).nanosecondCount
         let beginSent = MonotonicClock.now()
         let task = try client.beginBackgroundTask(app: app, name: "cycle")
         tally.tasksBegun += 1
@@ -221,7 +221,7 @@ struct ChurningApp: Sendable {
             tally.posts += 1
             _ = try? client.post(name: "bench.broadcast", payload: ["from": .string(app)])
         }
-        let warningWait = (due - MonotonicClock.now()) + Self.missingWarningWait.nanosecondsClamped
+        let warningWait = (due - MonotonicClock.now()) + Self.missingWarningWait.nanosecondCount
         let warning: ReceivedEvent
         do {
             warning = try wait(
@@ -229,7 +229,7 @@ struct ChurningApp: Sendable {
         } catch is WarningTimeout {
             // Counted at the longest wait, a bound below the truth, so a lost warning cannot flatter the figures.
             tally.missingWarnings += 1
-            tally.latenessNanoseconds.append(Self.missingWarningWait.nanosecondsClamped)
+            tally.latenessNanoseconds.append(Self.missingWarningWait.nanosecondCount)
             throw Ended(reason: "no backgroundTaskExpiring within \(Self.missingWarningWait) of its due time")
         }
         if beginSent > due {
@@ -242,7 +242,7 @@ struct ChurningApp: Sendable {
         } catch {
             // A warning later than its lead arrives after the budget ran out: the daemon has already ended the
             // task and terminated the app (task-expired), so the end is refused.
-            guard warning.arrivalNanoseconds - due < settings.warningLead.nanosecondsClamped else {
+            guard warning.arrivalNanoseconds - due < settings.warningLead.nanosecondCount else {
                 throw Ended(reason: "the task expired before its late warning came (task-expired)")
             }
             throw error
@@ -261,7 +261,7 @@ struct ChurningApp: Sendable {
     private func wait(for kind: String, on events: EventStream, timeout: Duration, tally: inout AppTally) throws
         -> ReceivedEvent
     {
-        let deadline = MonotonicClock.now() + timeout.nanosecondsClamped
+        let deadline = MonotonicClock.now() + timeout.nanosecondCount
         while true {
             switch events.next(until: deadline) {
             case .event(let event) where event.kind == kind:

@@ -143,7 +143,7 @@ public struct DeadlineBenchmark: Sendable {
         let daemonCPUBefore = daemon.flatMap { Self.cpuSeconds(ofProcess: $0.pid) }
         let benchmarkCPUBefore = Self.ownCPUSeconds()
         let start = MonotonicClock.now()
-        window.end(at: start + configuration.duration.nanosecondsClamped)
+        window.end(at: start + configuration.duration.nanosecondCount)
         var flood: StatusFloodProcess?
         var statusFlood = Result<StatusFloodResult, BenchmarkError>.failure(BenchmarkError("not started"))
         do {

@@ -73,7 +73,7 @@ final class EventStream: Sendable {
                 + Double(backgroundTime.components.attoseconds) / 1e18
             try connection.sendAll(
                 codec.encodeCall(RegisterParameters(name: name, backgroundTimeSec: seconds), more: true))
-            let deadline = MonotonicClock.now() + timeout.nanosecondsClamped
+            let deadline = MonotonicClock.now() + timeout.nanosecondCount
             var first: Data?
             while first == nil {
                 let remaining = deadline - MonotonicClock.now()

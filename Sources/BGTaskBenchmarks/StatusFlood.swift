@@ -87,15 +87,15 @@ enum StatusFlood {
         var burst = Data()
         for _ in 0..<burstSize { burst.append(calls[0]) }
         var result = StatusFloodResult()
-        let end = MonotonicClock.now() + duration.nanosecondsClamped
-        var nextBurst = MonotonicClock.now() + burstInterval.nanosecondsClamped
+        let end = MonotonicClock.now() + duration.nanosecondCount
+        var nextBurst = MonotonicClock.now() + burstInterval.nanosecondCount
         var channel: Channel?
         while MonotonicClock.now() < end {
             do {
                 if channel == nil { channel = try Channel(socketPath: socketPath) }
                 guard let current = channel else { continue }
                 if MonotonicClock.now() >= nextBurst {
-                    nextBurst += burstInterval.nanosecondsClamped
+                    nextBurst += burstInterval.nanosecondCount
                     let sent = MonotonicClock.now()
                     try current.socket.sendAll(burst)
                     for _ in 0..<burstSize { try current.readReply(codec: codec, into: &result) }
@@ -110,7 +110,7 @@ enum StatusFlood {
                     result.longestCallMilliseconds = max(
                         result.longestCallMilliseconds, Double(MonotonicClock.now() - sent) / 1e6)
                 }
-                Thread.sleep(forTimeInterval: Double(roundPause.nanosecondsClamped) / 1e9)
+                Thread.sleep(forTimeInterval: Double(roundPause.nanosecondCount) / 1e9)
             } catch {
                 result.errors += 1
                 if result.firstError == nil { result.firstError = "\(error)" }
@@ -174,7 +174,7 @@ struct StatusFloodProcess {
     init(executable: String, socketPath: String, duration: Duration, user: (uid: uid_t, gid: gid_t)) throws {
         let (readEnd, writeEnd) = try FileDescriptor.pipe()
         defer { try? writeEnd.close() }
-        let milliseconds = duration.nanosecondsClamped / 1_000_000
+        let milliseconds = duration.nanosecondCount / 1_000_000
         let limit = milliseconds / 1000 + 30
         do {
             wrapper = try ProcessSpawner.spawn(

@@ -41,7 +41,7 @@ extension BackgroundApplication {
                 attempt += 1
                 if attempt > 1 {
                     // A signal means close() was called; the attempt below then sees the closed link and stops.
-                    _ = wakeUp.wait(timeout: .now() + .nanoseconds(Int(clamping: delay.nanosecondsClamped)))
+                    _ = wakeUp.wait(timeout: .now() + .nanoseconds(Int(clamping: delay.nanosecondCount)))
                     delay = min(delay * 2, policy.maximumDelay)
                 }
                 guard let app = application.value else { return }

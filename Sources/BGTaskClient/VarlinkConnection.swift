@@ -73,7 +73,7 @@ public final class VarlinkConnection: Sendable {
 
     /// Calls the method `parameters` belongs to and waits for its reply, at most `timeout` (nil: no limit).
     public func call<M: VarlinkMethodCall>(_ parameters: M, timeout: Duration? = nil) throws(ClientError) -> M.Reply {
-        let deadline = timeout.map { MonotonicClock.now() &+ $0.nanosecondsClamped }
+        let deadline = timeout.map { MonotonicClock.now() &+ $0.nanosecondCount }
         return try io.withLock { (channel: inout Channel) throws(ClientError) -> M.Reply in
             try checkIdle(channel)
             try send(encode(parameters, more: false, oneway: false), channel: &channel)
@@ -120,7 +120,7 @@ public final class VarlinkConnection: Sendable {
     func nextStreamedReply<Reply: Decodable & Sendable>(_ type: Reply.Type, method: String, timeout: Duration?)
         throws(ClientError) -> (Reply, isLast: Bool)?
     {
-        let deadline = timeout.map { MonotonicClock.now() &+ $0.nanosecondsClamped }
+        let deadline = timeout.map { MonotonicClock.now() &+ $0.nanosecondCount }
         return try io.withLock { (channel: inout Channel) throws(ClientError) -> (Reply, isLast: Bool)? in
             switch channel.status {
             case .idle: return nil

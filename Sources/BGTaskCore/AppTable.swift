@@ -1,17 +1,20 @@
 // The policy's apps by identity: slots indexed straight from the identity, reused once an app is forgotten.
 
-/// A table of app records addressed by `AppID` without hashing.
+/// A table of tracked apps addressed by `AppID` without hashing.
 ///
-/// Each identity names its slot; the record in the slot must carry the same identity, so an identity of a
-/// forgotten app never reaches the app that reused its slot.
+/// Why slots: every lease call looks its app up, and `bgtask-bench core` showed hashing the identity (SipHash)
+/// and copying whole records dominating a begin+end pair; an `AppID` packs the index of its slot with a serial,
+/// so a lookup is one array index and a comparison. Each identity names its slot; the app in the slot must carry
+/// the same identity, so an identity of a forgotten app (whose slot was reused) misses instead of reaching the
+/// new app: the serial part differs.
 struct AppTable: Sendable {
-    private var slots: [AppRecord?] = []
-    /// The identity stored in each slot (0 when empty): `contains` must not touch the records themselves.
+    private var slots: [TrackedApp?] = []
+    /// The identity stored in each slot (0 when empty): `contains` must not touch the apps themselves.
     private var identities: [Int64] = []
     private var freeSlots: [Int] = []
     private var nextSerial: Int64 = 1
 
-    /// Number of records.
+    /// Number of apps.
     private(set) var count = 0
 
     /// A fresh identity, with a slot reserved for it.
@@ -26,15 +29,15 @@ struct AppTable: Sendable {
         return AppID(serial: nextSerial, slot: slots.count - 1)
     }
 
-    /// Stores the record of an identity made by `makeID()`.
-    mutating func insert(_ record: AppRecord) {
+    /// Stores the app of an identity made by `makeID()`.
+    mutating func insert(_ record: TrackedApp) {
         precondition(slots[record.id.slot] == nil, "slot of \(record.id) is taken")
         slots[record.id.slot] = record
         identities[record.id.slot] = record.id.rawValue
         count += 1
     }
 
-    /// Forgets a record and frees its slot.
+    /// Forgets an app and frees its slot.
     mutating func remove(_ id: AppID) {
         guard contains(id) else { return }
         slots[id.slot] = nil
@@ -43,33 +46,33 @@ struct AppTable: Sendable {
         count -= 1
     }
 
-    /// Whether `id` names a record in the table.
+    /// Whether `id` names an app in the table.
     func contains(_ id: AppID) -> Bool {
         id.slot < identities.count && identities[id.slot] == id.rawValue
     }
 
-    /// The record of `id`, if present. Reads and in-place changes go straight to the slot without copying
-    /// the record; a change must not add or remove the record (use `insert` and `remove`).
-    subscript(id: AppID) -> AppRecord? {
+    /// The app of `id`, if present. Reads and in-place changes go straight to the slot without copying
+    /// the app; a change must not add or remove the app (use `insert` and `remove`).
+    subscript(id: AppID) -> TrackedApp? {
         _read {
             if contains(id) { yield slots[id.slot] } else { yield nil }
         }
         _modify {
-            precondition(contains(id), "no record for \(id)")
+            precondition(contains(id), "no app for \(id)")
             yield &slots[id.slot]
-            precondition(slots[id.slot] != nil, "a record of \(id) was removed in place")
+            precondition(slots[id.slot] != nil, "the app of \(id) was removed in place")
         }
     }
 
-    /// How many records satisfy `predicate`, reading them in place.
-    func count(where predicate: (AppRecord) -> Bool) -> Int {
+    /// How many apps satisfy `predicate`, reading them in place.
+    func count(where predicate: (TrackedApp) -> Bool) -> Int {
         var total = 0
         for index in slots.indices where slots[index].map(predicate) == true { total += 1 }
         return total
     }
 
-    /// Every record, in slot order.
-    var values: [AppRecord] {
+    /// Every app, in slot order.
+    var values: [TrackedApp] {
         slots.compactMap { $0 }
     }
 }

@@ -48,15 +48,15 @@ public enum Action: Hashable, Sendable {
     case kill(AppID, reason: TerminationReason)
     /// Arm the single timer at this instant (`nil`: disarm). Emitted only when the earliest deadline changes.
     case armTimer(at: MonotonicInstant?)
-    /// Record this in the history, the watch stream and the journal.
-    case record(AuditRecord)
+    /// Publish this audit entry: the history, the watch stream and the journal.
+    case audit(AuditEntry)
     /// The policy forgot a registration whose process may still run (a detached one, past `historySize` of
     /// them): let go of whatever is held for it, such as the handle watching its process.
     case forget(AppID)
 }
 
 /// One entry of the audit trail: history, `Watch`, journal.
-public struct AuditRecord: Hashable, Sendable {
+public struct AuditEntry: Hashable, Sendable {
     /// When it happened (monotonic; the shell adds wall-clock time).
     public var time: MonotonicInstant
     /// Which registration.
@@ -77,7 +77,7 @@ public struct AuditRecord: Hashable, Sendable {
     public var taskEnd: TaskEndCause?
     /// The tasks listed in an expiration warning.
     public var taskIDs: [TaskID]?
-    /// The app's reclamation band and memory, for memory-related records.
+    /// The app's reclamation band and memory, for memory-related entries.
     public var band: ReclamationBand?
     /// The memory reading behind a reclamation or warning.
     public var memoryBytes: UInt64?
@@ -86,7 +86,7 @@ public struct AuditRecord: Hashable, Sendable {
     /// For a reclamation: the time from the pressure trigger to the kill decision.
     public var latency: Duration?
 
-    /// Creates a record; the details default to absent.
+    /// Creates an entry; the details default to absent.
     public init(
         time: MonotonicInstant, app: AppID, appName: String, kind: AuditKind, state: AppState? = nil,
         reason: TerminationReason? = nil, taskID: TaskID? = nil, taskName: String? = nil,

@@ -11,7 +11,7 @@ extension Lifecycle {
         _ id: AppID, name: String?, now: MonotonicInstant
     ) throws(LifecycleError) -> (task: TaskID, actions: [Action]) {
         guard apps.contains(id) else { throw .noSuchApp(id.description) }
-        // Read in place: copying the whole record is the dominant cost of this hot path.
+        // Read in place: copying the whole app is the dominant cost of this hot path.
         let (state, isRegistered, budgetEnd, openCount) = modify(id) {
             ($0.state, $0.isRegistered, $0.budgetEnd, $0.openTasks.count)
         }
@@ -53,7 +53,7 @@ extension Lifecycle {
             }
             armBudgetDeadlines(of: id, now: now, into: &actions)
         }
-        finish(&actions)
+        armTimerIfDeadlineMoved(&actions)
         return (task, actions)
     }
 
@@ -72,7 +72,7 @@ extension Lifecycle {
             clearDeadlines([.expirationWarning, .budget], of: id)
             suspendIfIdle(id, now: now, into: &actions)
         }
-        finish(&actions)
+        armTimerIfDeadlineMoved(&actions)
         return actions
     }
 
@@ -97,7 +97,7 @@ extension Lifecycle {
         modify(id) { $0.pendingAcknowledgement = nil }
         clearDeadline(.acknowledgement, of: id)
         suspendIfIdle(id, now: now, into: &actions)
-        finish(&actions)
+        armTimerIfDeadlineMoved(&actions)
         return actions
     }
 

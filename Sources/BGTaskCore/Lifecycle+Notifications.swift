@@ -27,14 +27,14 @@ extension Lifecycle {
             }
             recipients = [target]
         } else {
-            recipients = liveNames.values.sorted().filter { record($0).isRegistered }
+            recipients = liveNames.values.sorted().filter { tracked($0).isRegistered }
         }
         var result = PostResult(delivered: 0, queued: 0, actions: [])
         for id in recipients {
             var event = makeEvent(.notification)
             event.name = name
             event.payloadJSON = payloadJSON
-            switch record(id).state {
+            switch tracked(id).state {
             case .active, .inactive, .background:
                 result.actions.append(.send(event, to: id))
                 result.delivered += 1
@@ -45,7 +45,7 @@ extension Lifecycle {
                     $0.pendingAcknowledgement = event.id
                     $0.acknowledgementIsForWake = true
                 }
-                setDeadline(.acknowledgement, of: id, at: now + record(id).policy.enterBackgroundGrace)
+                setDeadline(.acknowledgement, of: id, at: now + tracked(id).policy.enterBackgroundGrace)
                 result.delivered += 1
             case .suspended:
                 if enqueue(event, for: id, behavior: behavior, now: now, into: &result.actions) { result.queued += 1 }
@@ -53,7 +53,7 @@ extension Lifecycle {
                 break
             }
         }
-        finish(&result.actions)
+        armTimerIfDeadlineMoved(&result.actions)
         return result
     }
 }

@@ -41,7 +41,7 @@ public enum InitialState: Sendable {
 }
 
 /// The outcome of `Lifecycle.register`.
-public struct Registration: Sendable {
+public struct RegistrationOutcome: Sendable {
     /// The registration's identity.
     public var app: AppID
     /// Whether an existing registration of the same process was re-attached instead of a new one created.
@@ -64,10 +64,10 @@ extension Lifecycle {
     public mutating func register(
         name: String, process: ProcessIdentity, exitsOnSuspend: Bool? = nil, initialState: InitialState = .active,
         backgroundTime: Duration? = nil, now: MonotonicInstant
-    ) throws(LifecycleError) -> Registration {
+    ) throws(LifecycleError) -> RegistrationOutcome {
         var actions: [Action] = []
         if let existing = liveNames[name] {
-            let app = record(existing)
+            let app = tracked(existing)
             // A launched app's process may register from any uid it runs as; a running app only from its own.
             guard app.pid == process.pid, app.state == .notRunning || app.uid == process.uid else {
                 throw .appExists(name)
@@ -84,8 +84,8 @@ extension Lifecycle {
                 modify(existing) { $0.isRegistered = true }
                 audit(.reattached, existing, now: now, into: &actions) { $0.state = app.state }
             }
-            finish(&actions)
-            return Registration(app: existing, isReattached: app.state != .notRunning, actions: actions)
+            armTimerIfDeadlineMoved(&actions)
+            return RegistrationOutcome(app: existing, isReattached: app.state != .notRunning, actions: actions)
         }
         guard liveAppCount(uid: process.uid) < policy.appsPerUserMax else {
             throw .limitExceeded(limit: "AppsPerUserMax", max: policy.appsPerUserMax)
@@ -96,8 +96,8 @@ extension Lifecycle {
         modify(id) { $0.isRegistered = true }
         audit(.registered, id, now: now, into: &actions)
         start(id, in: initialState, now: now, into: &actions)
-        finish(&actions)
-        return Registration(app: id, isReattached: false, actions: actions)
+        armTimerIfDeadlineMoved(&actions)
+        return RegistrationOutcome(app: id, isReattached: false, actions: actions)
     }
 
     /// The daemon launched a managed app's process under `name`; it must register within `LaunchTimeoutSec`.
@@ -107,9 +107,9 @@ extension Lifecycle {
         guard liveNames[name] == nil else { throw .appExists(name) }
         var actions: [Action] = []
         let id = createRecord(name: name, process: process, isManaged: true, exitsOnSuspend: exitsOnSuspend, now: now)
-        setDeadline(.launch, of: id, at: now + record(id).policy.launchTimeout)
+        setDeadline(.launch, of: id, at: now + tracked(id).policy.launchTimeout)
         audit(.registered, id, now: now, into: &actions) { $0.state = .notRunning }
-        finish(&actions)
+        armTimerIfDeadlineMoved(&actions)
         return (id, actions)
     }
 
@@ -120,7 +120,7 @@ extension Lifecycle {
         var actions: [Action] = []
         modify(id) { $0.isRegistered = false }
         guard app.state != .terminated else {
-            finish(&actions)
+            armTimerIfDeadlineMoved(&actions)
             return actions
         }
         endAllTasks(of: id, cause: .appEnded, now: now, into: &actions)
@@ -141,7 +141,7 @@ extension Lifecycle {
         changeState(id, to: .notRunning, now: now, into: &actions)
         audit(.unregistered, id, now: now, into: &actions)
         evictDetached(into: &actions)
-        finish(&actions)
+        armTimerIfDeadlineMoved(&actions)
         return actions
     }
 
@@ -186,7 +186,7 @@ extension Lifecycle {
         }
         detachedNames[name] = nil
         apps.insert(
-            AppRecord(
+            TrackedApp(
                 id: id, name: name, pid: process.pid, uid: process.uid, isManaged: isManaged,
                 policy: resolvedPolicy(for: name, exitsOnSuspend: exitsOnSuspend, backgroundTime: backgroundTime),
                 state: .notRunning,

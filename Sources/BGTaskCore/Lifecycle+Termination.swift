@@ -7,7 +7,7 @@ extension Lifecycle {
         guard app.state != .terminated else { throw .invalidState(app: app.name, state: app.state) }
         var actions: [Action] = []
         terminate(id, reason: .controller, now: now, into: &actions)
-        finish(&actions)
+        armTimerIfDeadlineMoved(&actions)
         return actions
     }
 
@@ -25,10 +25,10 @@ extension Lifecycle {
             $0.isProcessGone = true
             $0.isRegistered = false
         }
-        let finalReason = record(id).exitReason
+        let finalReason = tracked(id).exitReason
         audit(.processExited, id, now: now, into: &actions) { $0.reason = finalReason }
         evictEnded()
-        finish(&actions)
+        armTimerIfDeadlineMoved(&actions)
         return actions
     }
 
@@ -37,9 +37,9 @@ extension Lifecycle {
     /// registered, or reclaimed while suspended), which is killed at once with no notice.
     mutating func terminate(
         _ id: AppID, reason: TerminationReason, now: MonotonicInstant, into actions: inout [Action],
-        processGone: Bool = false, annotate: (inout AuditRecord) -> Void = { _ in }
+        processGone: Bool = false, annotate: (inout AuditEntry) -> Void = { _ in }
     ) {
-        let app = record(id)
+        let app = tracked(id)
         guard app.state != .terminated else { return }
         endAllTasks(of: id, cause: reason == .taskExpired ? .expired : .appEnded, now: now, into: &actions)
         closeBackgroundStretch(of: id, now: now)
@@ -111,21 +111,21 @@ extension Lifecycle {
         var actions: [Action] = []
         while let (id, order) = deadlines.first, order.instant <= now {
             // Safe: the queue only holds apps with a pending deadline, whose earliest is this one.
-            let kind = record(id).deadlines.earliest!.kind
+            let kind = tracked(id).deadlines.earliest!.kind
             modify(id) { $0.deadlines[kind] = nil }
             refreshQueue(for: id)
             handleDeadline(kind, of: id, at: order.instant, into: &actions)
         }
         // The shell's timer is spent: re-arm whatever is next, even if it did not move.
         armedDeadline = nil
-        finish(&actions)
+        armTimerIfDeadlineMoved(&actions)
         return actions
     }
 
     private mutating func handleDeadline(
         _ kind: DeadlineKind, of id: AppID, at deadline: MonotonicInstant, into actions: inout [Action]
     ) {
-        let app = record(id)
+        let app = tracked(id)
         switch kind {
         case .launch:
             terminate(id, reason: .launchTimeout, now: deadline, into: &actions)
@@ -145,7 +145,7 @@ extension Lifecycle {
                 $0.suspensionIsFinalAttempt = true
             }
             suspendIfIdle(id, now: deadline, into: &actions)
-            if record(id).state != .suspended {
+            if tracked(id).state != .suspended {
                 modify(id) { $0.suspensionIsFinalAttempt = false }
             }
         case .expirationWarning:

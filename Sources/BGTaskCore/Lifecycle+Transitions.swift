@@ -59,7 +59,7 @@ extension Lifecycle {
             enterForeground(id, now: now, into: &actions)
             becomeActive(id, now: now, into: &actions)
         }
-        finish(&actions)
+        armTimerIfDeadlineMoved(&actions)
         return actions
     }
 
@@ -78,7 +78,7 @@ extension Lifecycle {
 
     /// inactive → background: a fresh budget, `didEnterBackground`, and its acknowledgement deadline.
     mutating func enterBackground(_ id: AppID, now: MonotonicInstant, into actions: inout [Action]) {
-        let app = record(id)
+        let app = tracked(id)
         var budgetEnd = now + app.policy.backgroundTime
         let dailyCap = app.policy.backgroundBudgetPerDay
         if dailyCap > .zero {
@@ -104,7 +104,7 @@ extension Lifecycle {
 
     /// background or suspended → inactive, resuming first if suspended; the budget resets.
     mutating func enterForeground(_ id: AppID, now: MonotonicInstant, into actions: inout [Action]) {
-        if record(id).state == .suspended {
+        if tracked(id).state == .suspended {
             resume(id, now: now, into: &actions)
         }
         closeBackgroundStretch(of: id, now: now)
@@ -199,7 +199,7 @@ extension Lifecycle {
             setDeadline(.lockGrace, of: id, at: now + app.policy.lockedSuspendGrace)
             armBudgetDeadlines(of: id, now: now, into: &actions)
         }
-        finish(&actions)
+        armTimerIfDeadlineMoved(&actions)
         return actions
     }
 }

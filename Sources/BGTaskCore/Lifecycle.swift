@@ -15,7 +15,7 @@ public struct Lifecycle: Sendable {
     public private(set) var policy: CorePolicy
 
     var apps = AppTable()
-    /// Apps holding their name (see `AppRecord.holdsName`).
+    /// Apps holding their name (see `TrackedApp.holdsName`).
     var liveNames: [String: AppID] = [:]
     /// Registrations whose event stream closed while their process lives on, by name, until the process is
     /// gone or the name registers again.
@@ -58,9 +58,9 @@ public struct Lifecycle: Sendable {
 // MARK: - Internal helpers shared by the input methods
 
 extension Lifecycle {
-    /// Runs `body` on the record of `id`, which the caller has checked exists.
+    /// Runs `body` on the tracked app `id`, which the caller has checked exists.
     @inline(__always)
-    mutating func modify<Result>(_ id: AppID, _ body: (inout AppRecord) -> Result) -> Result {
+    mutating func modify<Result>(_ id: AppID, _ body: (inout TrackedApp) -> Result) -> Result {
         guard apps.contains(id) else {
             preconditionFailure("policy bookkeeping lost \(id)")
         }
@@ -68,10 +68,10 @@ extension Lifecycle {
         return body(&apps[id]!)
     }
 
-    /// The record of `id`, which the caller has checked exists.
-    func record(_ id: AppID) -> AppRecord {
-        guard let record = apps[id] else { preconditionFailure("policy bookkeeping lost \(id)") }
-        return record
+    /// The tracked app `id`, which the caller has checked exists.
+    func tracked(_ id: AppID) -> TrackedApp {
+        guard let app = apps[id] else { preconditionFailure("policy bookkeeping lost \(id)") }
+        return app
     }
 
     mutating func makeEvent(_ kind: EventKind) -> AppEvent {
@@ -81,11 +81,11 @@ extension Lifecycle {
 
     mutating func audit(
         _ kind: AuditKind, _ id: AppID, now: MonotonicInstant, into actions: inout [Action],
-        _ fill: (inout AuditRecord) -> Void = { _ in }
+        _ fill: (inout AuditEntry) -> Void = { _ in }
     ) {
-        var entry = AuditRecord(time: now, app: id, appName: modify(id) { $0.name }, kind: kind)
+        var entry = AuditEntry(time: now, app: id, appName: modify(id) { $0.name }, kind: kind)
         fill(&entry)
-        actions.append(.record(entry))
+        actions.append(.audit(entry))
     }
 
     /// Schedules (or replaces) one deadline of an app and refreshes the app's place in the queue.
@@ -124,7 +124,7 @@ extension Lifecycle {
     }
 
     /// Appends `.armTimer` when the earliest deadline moved since the shell last armed its timer.
-    mutating func finish(_ actions: inout [Action]) {
+    mutating func armTimerIfDeadlineMoved(_ actions: inout [Action]) {
         let next = nextDeadline
         if next != armedDeadline {
             armedDeadline = next
@@ -184,9 +184,9 @@ extension Lifecycle {
 
     /// Closes the current stretch of running in background in the daily ledger.
     mutating func closeBackgroundStretch(of id: AppID, now: MonotonicInstant) {
-        guard let since = record(id).runningInBackgroundSince else { return }
+        guard let since = tracked(id).runningInBackgroundSince else { return }
         modify(id) { $0.runningInBackgroundSince = nil }
-        let app = record(id)
+        let app = tracked(id)
         guard app.policy.backgroundBudgetPerDay > .zero else { return }
         ledgers[app.name, default: UsageLedger()].add(from: since, to: now)
     }
@@ -196,7 +196,7 @@ extension Lifecycle {
         audit(.stateChanged, id, now: now, into: &actions) { $0.state = state }
     }
 
-    func remaining(of app: AppRecord, now: MonotonicInstant) -> Duration? {
+    func remaining(of app: TrackedApp, now: MonotonicInstant) -> Duration? {
         guard let end = app.budgetEnd, app.state == .background || app.state == .suspended else { return nil }
         return end > now ? end - now : .zero
     }

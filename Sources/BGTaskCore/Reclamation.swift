@@ -93,7 +93,7 @@ extension Lifecycle {
         let victims = Reclamation.victims(in: ordered, toFree: bytesToFree)
         var ranks: [AppID: Int] = [:]
         for (index, victim) in victims.enumerated() { ranks[victim.app] = index + 1 }
-        for id in liveNames.values.sorted() where record(id).isRegistered {
+        for id in liveNames.values.sorted() where tracked(id).isRegistered {
             var event = makeEvent(.memoryWarning)
             event.likelyVictim = ranks[id] != nil
             event.rank = ranks[id]
@@ -105,7 +105,7 @@ extension Lifecycle {
                 $0.band = band
             }
         }
-        finish(&actions)
+        armTimerIfDeadlineMoved(&actions)
         return actions
     }
 
@@ -125,7 +125,7 @@ extension Lifecycle {
             $0.memoryBytes = memoryBytes
             $0.latency = triggeredAt.map { now - $0 }
         }
-        finish(&actions)
+        armTimerIfDeadlineMoved(&actions)
         return actions
     }
 }

@@ -27,7 +27,7 @@ enum MessageID {
 /// The audit trail: every record the policy emits goes to the journal (or stderr), to live watchers, and,
 /// when it explains an app's end or a warning, to the bounded history `History()` serves.
 final class AuditTrail {
-    private(set) var entries: [(record: AuditRecord, entry: HistoryEntry)] = []
+    private(set) var entries: [(record: AuditEntry, entry: HistoryEntry)] = []
     private var start = 0
     var capacity: Int
     let logger: Logger
@@ -38,7 +38,7 @@ final class AuditTrail {
     }
 
     /// Whether `History()` keeps this kind of record (Watch streams them all).
-    static func isKeptInHistory(_ record: AuditRecord) -> Bool {
+    static func isKeptInHistory(_ record: AuditEntry) -> Bool {
         switch record.kind {
         case .taskBegan, .stateChanged: false
         case .taskEnded: record.taskEnd != .ended
@@ -50,7 +50,7 @@ final class AuditTrail {
 
     /// Records an entry: journal always, history when kept. Returns the wire entry when it is kept or
     /// `isWatched` (building it reads the wall clock; lease begin and end on the hot path need neither).
-    func record(_ record: AuditRecord, isWatched: Bool) -> HistoryEntry? {
+    func publish(_ record: AuditEntry, isWatched: Bool) -> HistoryEntry? {
         log(record)
         let isKept = Self.isKeptInHistory(record)
         guard isKept || isWatched else { return nil }
@@ -68,7 +68,7 @@ final class AuditTrail {
     }
 
     /// The newest `limit` kept entries, oldest first, that `isVisible` allows.
-    func history(limit: Int?, isVisible: (AuditRecord) -> Bool) -> [HistoryEntry] {
+    func history(limit: Int?, isVisible: (AuditEntry) -> Bool) -> [HistoryEntry] {
         var result: [HistoryEntry] = []
         for (record, entry) in entries[start...].reversed() where isVisible(record) {
             if let limit, result.count >= limit { break }
@@ -77,7 +77,7 @@ final class AuditTrail {
         return result.reversed()
     }
 
-    private func log(_ record: AuditRecord) {
+    private func log(_ record: AuditEntry) {
         let app = record.appName
         var fields: [LogField] = [.app(app)]
         if let task = record.taskID { fields.append(.task(task.rawValue)) }

@@ -135,7 +135,7 @@ extension Manager {
     }
 
     /// Whether an audit record may be shown to the caller.
-    func isVisible(_ record: AuditRecord, to connection: ClientConnection) -> Bool {
+    func isVisible(_ record: AuditEntry, to connection: ClientConnection) -> Bool {
         if isPrivileged(connection) { return true }
         return core.uid(of: record.app) == connection.credentials.uid
     }
@@ -258,7 +258,7 @@ extension Manager {
             call.connection.close(because: "the registering process is gone")
             return
         }
-        let registration: Registration
+        let registration: RegistrationOutcome
         do {
             registration = try core.register(
                 name: name, process: ProcessIdentity(pid: credentials.pid, uid: credentials.uid),

@@ -94,8 +94,14 @@ public final class Manager {
     /// any real backlog (one check per app at most), yet a bound.
     static let workerCapacity = 4096
 
-    /// Inputs that arose while actions were being carried out, fed to the core once the current batch is done
-    /// (a batch's `.armTimer` reflects the core as it was when the batch was made).
+    /// Inputs that arose while actions were being carried out, fed to the core once the current batch is done.
+    ///
+    /// Why a queue: carrying out an action can itself produce an input. Sending an event to a client whose socket
+    /// fails closes the connection, and a closed event stream is the input `registrationClosed`; a lock check the
+    /// worker cannot take is the input `suspensionRefused`. Fed at once, the new input's actions would run in the
+    /// middle of the batch, before the batch's own later actions, and the batch's `.armTimer` (computed when the
+    /// batch was made) would then re-arm the timer to a deadline the core has since moved. Queued, every batch
+    /// runs whole and in order.
     private var pendingInputs: [() -> [Action]] = []
     private var isPerforming = false
 
@@ -355,8 +361,8 @@ public final class Manager {
             armTimer(at: instant)
         case .forget(let app):
             pruneProcess(of: app)
-        case .record(let record):
-            guard let entry = trail.record(record, isWatched: !watchers.isEmpty) else { return }
+        case .audit(let record):
+            guard let entry = trail.publish(record, isWatched: !watchers.isEmpty) else { return }
             for watcher in watchers.values where isVisible(record, to: watcher) {
                 sendStreamed(WatchReply(entry: entry), on: watcher)
             }

@@ -37,7 +37,7 @@ extension EventInfo {
 
 extension HistoryEntry {
     /// The wire form of an audit entry, stamped with wall-clock time.
-    init(_ record: AuditRecord, wallClockSeconds: Double) {
+    init(_ record: AuditEntry, wallClockSeconds: Double) {
         self.init(
             time: wallClockSeconds, app: record.appName, kind: record.kind, reason: record.reason, band: record.band,
             memoryBytes: record.memoryBytes.map { Int(clamping: $0) },

@@ -1,4 +1,5 @@
 // A single-threaded event loop over systemd's sd-event: descriptors, one re-armable timer, signals, defers.
+import BGTaskVocabulary
 import CSystemd
 import Glibc
 
@@ -75,7 +76,7 @@ public final class EventLoop {
     ) throws(Errno) -> TimerSource {
         let source = TimerSource(loop: self, name: name, deadline: deadline, handler: handler)
         let microseconds = TimerSource.microseconds(deadline)
-        let accuracyMicroseconds = UInt64(max(1, accuracy.nanosecondsClamped / 1000))
+        let accuracyMicroseconds = UInt64(max(1, accuracy.nanosecondCount / 1000))
         try register(source, operation: "sd_event_add_time(\(name))") { pointer, userdata in
             sd_event_add_time(
                 event, &pointer, CLOCK_MONOTONIC, microseconds, accuracyMicroseconds,
@@ -205,7 +206,7 @@ public final class EventLoop {
     /// Returns whether something was dispatched (false: timed out, or the loop has finished).
     @discardableResult
     public func runIteration(timeout: Duration?) throws(Errno) -> Bool {
-        let microseconds = timeout.map { UInt64(max(0, $0.nanosecondsClamped) / 1000) } ?? UInt64.max
+        let microseconds = timeout.map { UInt64(max(0, $0.nanosecondCount) / 1000) } ?? UInt64.max
         return try systemCall("sd_event_run", convention: .returnsNegativeErrno) {
             sd_event_run(event, microseconds)
         } > 0

@@ -1,4 +1,5 @@
 // A typed file descriptor: reading, writing, closing, non-blocking mode and bounded waits for readiness.
+import BGTaskVocabulary
 import CSystemd
 import Glibc
 
@@ -188,7 +189,7 @@ public struct FileDescriptor: RawRepresentable, Hashable, Sendable, CustomString
     /// An interrupting signal does not restart the full wait: the remaining time is recomputed from
     /// `CLOCK_MONOTONIC`, so the bound holds however often the process is signalled.
     public func poll(for events: IOEvents, timeout: Duration?) throws(Errno) -> IOEvents {
-        let deadline = timeout.map { MonotonicClock.now() &+ max(0, $0.nanosecondsClamped) }
+        let deadline = timeout.map { MonotonicClock.now() &+ max(0, $0.nanosecondCount) }
         var entry = pollfd(fd: rawValue, events: Int16(truncatingIfNeeded: events.rawValue), revents: 0)
         // The helper calls this again after EINTR, and each call waits only for what is left.
         _ = try systemCall("poll(fd \(rawValue))") { () -> Int32 in
@@ -236,17 +237,5 @@ public struct IOEvents: OptionSet, Hashable, Sendable, CustomStringConvertible {
         return "["
             + (present + (unknown.isEmpty ? [] : ["0x\(String(unknown.rawValue, radix: 16))"]))
             .joined(separator: ", ") + "]"
-    }
-}
-
-extension Duration {
-    /// Whole nanoseconds, saturating at the bounds of `Int64` (about 292 years).
-    public var nanosecondsClamped: Int64 {
-        let (seconds, attoseconds) = components
-        let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
-        if overflow { return seconds > 0 ? .max : .min }
-        let (sum, overflowAgain) = scaled.addingReportingOverflow(attoseconds / 1_000_000_000)
-        if overflowAgain { return seconds > 0 ? .max : .min }
-        return sum
     }
 }

@@ -423,11 +423,6 @@ public struct MemoryInfo: Hashable, Sendable {
         self.availableBytes = availableBytes
     }
 
-    /// Available memory as a percentage of the total (0–100), the unit of `MemoryWarnPercent`.
-    public var availablePercent: Double {
-        totalBytes > 0 ? Double(availableBytes) / Double(totalBytes) * 100 : 0
-    }
-
     /// Parses `/proc/meminfo`; both `MemTotal` and `MemAvailable` (Linux 3.14+) must be present.
     public static func parse(_ text: String) throws(ProcParseError) -> MemoryInfo {
         var total: Int64?

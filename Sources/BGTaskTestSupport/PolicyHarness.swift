@@ -217,7 +217,7 @@ public final class PolicyHarness {
                         self.execute(self.core.deadlineReached(now: self.loop.now))
                     }
                 }
-            case .record(let entry):
+            case .audit(let entry):
                 switch entry.kind {
                 case .terminated:
                     pendingEffects.append("\(entry.appName) terminated (\(entry.reason?.rawValue ?? "?"))")

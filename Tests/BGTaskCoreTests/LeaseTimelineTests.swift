@@ -198,7 +198,7 @@ struct LeaseTimelineTests {
         h.closeRegistration(exiting)
         h.processExited(exiting)
         var endings: [TaskID: [TaskEndCause]] = [:]
-        for case .record(let entry) in h.actions where entry.kind == .taskEnded {
+        for case .audit(let entry) in h.actions where entry.kind == .taskEnded {
             endings[entry.taskID!, default: []].append(entry.taskEnd!)
         }
         #expect(endings == [t1: [.ended], t2: [.expired], t3: [.appEnded]])

@@ -150,8 +150,8 @@ struct MemoryPressureTests {
         _ = try core.setState(app, to: .background, now: .seconds(1))
         _ = try core.acknowledge(app, event: EventID(rawValue: 2), now: .seconds(1))
         let actions = try core.reclaim(app, memoryBytes: 42, triggeredAt: .seconds(2), now: .seconds(3))
-        let records = actions.compactMap { action -> AuditRecord? in
-            if case .record(let record) = action, record.kind == .terminated { return record }
+        let records = actions.compactMap { action -> AuditEntry? in
+            if case .audit(let record) = action, record.kind == .terminated { return record }
             return nil
         }
         #expect(records.count == 1)

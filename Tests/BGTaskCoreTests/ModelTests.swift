@@ -81,7 +81,7 @@ private struct ModelRun {
 
     /// Adds what this run's audit trail shows to the coverage tally.
     func tally(into coverage: inout [String: Int]) {
-        for case .record(let entry) in h.actions {
+        for case .audit(let entry) in h.actions {
             coverage["kind \(entry.kind)", default: 0] += 1
             if entry.kind == .terminated, let reason = entry.reason {
                 coverage["reason \(reason.rawValue)", default: 0] += 1
@@ -188,7 +188,7 @@ private struct ModelRun {
         let newActions = h.actions[processedActions...]
         processedActions = h.actions.count
         var leftForeground: Set<AppID> = []
-        for case .record(let entry) in newActions {
+        for case .audit(let entry) in newActions {
             switch entry.kind {
             case .taskBegan:
                 guard let task = entry.taskID, begun.insert(task).inserted else { return "task began twice" }

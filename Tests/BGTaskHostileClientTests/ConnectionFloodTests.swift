@@ -146,7 +146,7 @@ extension HeavyHostileClientTests {
 
 /// Evaluates `condition` every 10 ms until it holds or `timeout` passes; returns whether it held.
 func waitUntil(timeout: Duration, _ condition: () throws -> Bool) throws -> Bool {
-    let deadline = MonotonicClock.now() + timeout.nanosecondsClamped
+    let deadline = MonotonicClock.now() + timeout.nanosecondCount
     while try !condition() {
         guard MonotonicClock.now() < deadline else { return false }
         sleepQuietly(for: .milliseconds(10))

@@ -68,7 +68,7 @@ extension RawVarlinkClient {
 
     /// Waits until `GetApp(name)` reports `state`, re-asking every 5 ms for at most `timeout`.
     func waitForState(_ state: String, of name: String, timeout: Duration = .seconds(15)) throws {
-        let deadline = MonotonicClock.now() + timeout.nanosecondsClamped
+        let deadline = MonotonicClock.now() + timeout.nanosecondCount
         var seen = try app(name)["state"]
         while seen != .string(state) {
             guard MonotonicClock.now() < deadline else {
@@ -138,7 +138,7 @@ final class PipelinedCalls {
     /// Reads replies, and sends the rest of the calls as the daemon takes them, until `count` replies arrived, the
     /// daemon closed the connection, or `timeout` passed.
     func exchange(untilReplies count: Int, timeout: Duration = .seconds(30)) throws {
-        let deadline = MonotonicClock.now() + timeout.nanosecondsClamped
+        let deadline = MonotonicClock.now() + timeout.nanosecondCount
         while replies.count < count && !isClosedByServer {
             let remaining = deadline - MonotonicClock.now()
             guard remaining > 0 else { return }
@@ -153,7 +153,7 @@ final class PipelinedCalls {
     /// Reads (sending nothing more) until the daemon closes the connection or `timeout` passes; returns whether
     /// it closed.
     func readToEnd(timeout: Duration = .seconds(10)) throws -> Bool {
-        let deadline = MonotonicClock.now() + timeout.nanosecondsClamped
+        let deadline = MonotonicClock.now() + timeout.nanosecondCount
         while !isClosedByServer {
             let remaining = deadline - MonotonicClock.now()
             guard remaining > 0 else { return false }

@@ -74,7 +74,7 @@ func waitForEndOfInput() {
 /// Reads one NUL-terminated reply within `timeout`; nil when the daemon closed the connection or did not answer.
 func readReply(_ socket: FileDescriptor, timeout: Duration) -> [UInt8]? {
     var reply: [UInt8] = []
-    let deadline = MonotonicClock.now() + timeout.nanosecondsClamped
+    let deadline = MonotonicClock.now() + timeout.nanosecondCount
     while !reply.contains(0) {
         let remaining = deadline - MonotonicClock.now()
         guard remaining > 0, let ready = try? socket.poll(for: .readable, timeout: .nanoseconds(remaining)),

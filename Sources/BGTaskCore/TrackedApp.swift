@@ -63,7 +63,7 @@ struct PendingDeadlines: Sendable {
     var isEmpty: Bool { earliest == nil }
 }
 
-/// One open lease. Leases live in their app's record: every request naming a lease also names its app, and
+/// One open lease. Leases live in their tracked app: every request naming a lease also names its app, and
 /// an app holds at most `TasksPerAppMax`, so no daemon-wide table (and no cache miss into one) is needed.
 struct OpenTask: Sendable {
     var id: TaskID
@@ -72,7 +72,7 @@ struct OpenTask: Sendable {
 }
 
 /// Everything the policy tracks about one registration.
-struct AppRecord: Sendable {
+struct TrackedApp: Sendable {
     let id: AppID
     let name: String
     var pid: Int32
