@@ -47,14 +47,21 @@ extension Manager {
             fail(call, .methodNotImplemented(method: header.method.qualified))
             return
         }
-        switch header.method.interface {
-        case VarlinkServiceInterface.name:
-            handleServiceCall(call)
-        case LifecycleInterface.name:
-            handleLifecycleCall(call)
-        default:
-            fail(call, .interfaceNotFound(interface: header.method.interface))
+        guard let method = CallableMethod(header.method) else {
+            switch header.method.interface {
+            case VarlinkServiceInterface.name, LifecycleInterface.name:
+                fail(call, .methodNotFound(method: header.method.qualified))
+            default:
+                fail(call, .interfaceNotFound(interface: header.method.interface))
+            }
+            return
         }
+        if method.requiresMore && !header.more {
+            fail(call, .expectedMore())
+            return
+        }
+        method.handler.serve(self, call)
+        updateStatus()
     }
 
     // MARK: Replies
@@ -75,6 +82,26 @@ extension Manager {
             call.connection.send(try codec.encodeError(error))
         } catch {
             call.connection.close(because: "internal error encoding an error")
+        }
+    }
+
+    /// Answers a handler's failure: a Varlink error as it is, a refusal of the core as its typed error (a limit
+    /// logged once per connection).
+    func fail(_ call: IncomingCall, _ error: any Error) {
+        switch error {
+        case let error as VarlinkError:
+            if let lifecycle = BGTaskProtocol.LifecycleError(error), case .limitExceeded(let limit, let max) = lifecycle
+            {
+                refuse(call, limit: limit, max: max)
+            } else {
+                fail(call, error)
+            }
+        case let error as BGTaskCore.LifecycleError:
+            fail(call, error)
+        default:
+            // Handlers throw only the two kinds above; anything else is a bug, and the peer cannot be answered.
+            logger.error("internal error answering \(call.header.method): \(error)")
+            call.connection.close(because: "internal error answering \(call.header.method)")
         }
     }
 
@@ -101,16 +128,6 @@ extension Manager {
     static func isValidName(_ name: String) -> Bool {
         !name.isEmpty && name.utf8.count <= nameMaximumBytes
             && !name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
-    }
-
-    /// The call's parameters, or nil after replying `InvalidParameter`.
-    func parameters<Parameters: Decodable>(_ type: Parameters.Type, of call: IncomingCall) -> Parameters? {
-        do {
-            return try codec.decodeParameters(type, from: call.message)
-        } catch {
-            fail(call, error)
-            return nil
-        }
     }
 
     // MARK: Authorization (DESIGN §7)
@@ -140,19 +157,22 @@ extension Manager {
         return core.uid(of: record.app) == connection.credentials.uid
     }
 
-    /// The app named `name` that the caller may use, or nil after replying the error.
-    func authorizedApp(_ name: String, for call: IncomingCall, asApp: Bool) -> AppID? {
+    /// The app named `name` that the caller may use as `caller`; throws `NoSuchApp` or `PermissionDenied` (the
+    /// denial logged).
+    func authorize(_ name: String, as caller: LifecycleCaller, for call: IncomingCall) throws(VarlinkError) -> AppID {
         guard let id = core.appID(named: name), let uid = core.uid(of: id) else {
-            fail(call, .noSuchApp(app: name))
-            return nil
+            throw .noSuchApp(app: name)
         }
-        let allowed = asApp ? mayActAsApp(uid: uid, call.connection) : mayControl(uid: uid, call.connection)
-        guard allowed else {
+        let isAllowed =
+            switch caller {
+            case .app: mayActAsApp(uid: uid, call.connection)
+            case .controller: mayControl(uid: uid, call.connection)
+            }
+        guard isAllowed else {
             logger.notice(
                 "denied \(call.header.method.member) on \(name) to uid \(call.credentials.uid) "
                     + "(pid \(call.credentials.pid))", [.app(name)])
-            fail(call, .permissionDenied())
-            return nil
+            throw .permissionDenied()
         }
         return id
     }
@@ -169,344 +189,4 @@ extension Manager {
         return process.memoryBytes.map { Int(clamping: $0) }
     }
 
-    // MARK: org.varlink.service
-
-    private func handleServiceCall(_ call: IncomingCall) {
-        switch VarlinkServiceMethod(rawValue: call.header.method.member) {
-        case .getInfo:
-            reply(call, GetInfoReply.bgtaskd(version: Self.version, url: "man:bgtaskd(8)"))
-        case .getInterfaceDescription:
-            guard let parameters = parameters(GetInterfaceDescriptionParameters.self, of: call) else { return }
-            guard let description = GetInterfaceDescriptionReply.bgtaskd(interface: parameters.interface) else {
-                fail(call, .interfaceNotFound(interface: parameters.interface))
-                return
-            }
-            reply(call, description)
-        case nil:
-            fail(call, .methodNotFound(method: call.header.method.qualified))
-        }
-    }
-
-    // MARK: io.bgtask.Lifecycle
-
-    private func handleLifecycleCall(_ call: IncomingCall) {
-        guard let method = LifecycleMethod(call.header.method) else {
-            fail(call, .methodNotFound(method: call.header.method.qualified))
-            return
-        }
-        if method.requiresMore && !call.header.more {
-            fail(call, .expectedMore())
-            return
-        }
-        switch method {
-        case .register: register(call)
-        case .beginBackgroundTask: beginBackgroundTask(call)
-        case .endBackgroundTask: endBackgroundTask(call)
-        case .backgroundTimeRemaining: backgroundTimeRemaining(call)
-        case .acknowledge: acknowledge(call)
-        case .listApps: listApps(call)
-        case .getApp: getApp(call)
-        case .setState: setState(call)
-        case .launch: fail(call, .methodNotImplemented(method: method.qualifiedName))
-        case .terminate: terminate(call)
-        case .post: post(call)
-        case .history: history(call)
-        case .watch: watch(call)
-        case .getStatus: getStatus(call)
-        }
-        updateStatus()
-    }
-
-    private func register(_ call: IncomingCall) {
-        guard let parameters = parameters(RegisterParameters.self, of: call) else { return }
-        let name = parameters.name
-        guard Self.isValidName(name) else {
-            fail(call, .invalidParameter(parameter: "name"))
-            return
-        }
-        // No state asks for the usual start, in the foreground; a state a registration cannot start in is refused.
-        let requestedState = parameters.state ?? .active
-        guard let initialState = InitialState(requestedState) else {
-            fail(call, .invalidParameter(parameter: "state"))
-            return
-        }
-        var backgroundTime: Duration?
-        if let seconds = parameters.backgroundTimeSec {
-            guard seconds.isFinite, seconds > 0, seconds < 1e9 else {
-                fail(call, .invalidParameter(parameter: "backgroundTimeSec"))
-                return
-            }
-            backgroundTime = .nanoseconds(Int64(seconds * 1e9))
-        }
-        let credentials = call.credentials
-        if let pinned = pinnedUsers[name], pinned != credentials.uid {
-            logger.notice(
-                "denied Register of \(name) to uid \(credentials.uid) (pid \(credentials.pid)): the name is pinned "
-                    + "to \(pinned.map { "uid \($0)" } ?? "a user that cannot be resolved") by apps.d/\(name).conf",
-                [.app(name)])
-            fail(call, .permissionDenied())
-            return
-        }
-        // A holder whose process exited without the daemon having seen it yet ends first: re-attaching is only
-        // ever to a live process.
-        settleExitedHolder(of: name)
-        let peer: PeerProcess
-        do {
-            peer = try identifyPeer(of: call.connection)
-        } catch {
-            logger.info("Register of \(name) from pid \(credentials.pid): the process is gone (\(error))")
-            call.connection.close(because: "the registering process is gone")
-            return
-        }
-        let registration: RegistrationOutcome
-        do {
-            registration = try core.register(
-                name: name, process: ProcessIdentity(pid: credentials.pid, uid: credentials.uid),
-                exitsOnSuspend: parameters.exitsOnSuspend, initialState: initialState, backgroundTime: backgroundTime,
-                now: now)
-        } catch {
-            try? peer.pidFD.close()
-            fail(call, error)
-            return
-        }
-        let app = registration.app
-        if let previous = eventStreams[app], previous !== call.connection {
-            // The same process registered again on a new connection: the old stream no longer speaks for it.
-            previous.stream = nil
-            previous.close(because: "replaced by a new registration of the same process")
-        }
-        call.connection.stream = .registration(app)
-        eventStreams[app] = call.connection
-        if processOfApp[app] == nil {
-            track(app, peer: peer, uid: credentials.uid)
-        } else {
-            try? peer.pidFD.close()
-        }
-        guard processOfApp[app] != nil else {
-            // Its exit could not be watched: the registration already ended.
-            eventStreams[app] = nil
-            call.connection.stream = nil
-            call.connection.close(because: "the registering process cannot be watched")
-            return
-        }
-        if !call.header.oneway, let info = appInfo(app) {
-            sendStreamed(RegisterReply(app: info, event: nil), on: call.connection)
-        }
-        perform(registration.actions)
-    }
-
-    private func beginBackgroundTask(_ call: IncomingCall) {
-        guard let parameters = parameters(BeginBackgroundTaskParameters.self, of: call) else { return }
-        if let name = parameters.name, !name.isEmpty, !Self.isValidName(name) {
-            fail(call, .invalidParameter(parameter: "name"))
-            return
-        }
-        guard let app = authorizedApp(parameters.app, for: call, asApp: true) else { return }
-        do {
-            let begun = try core.beginBackgroundTask(app, name: parameters.name, now: now)
-            reply(call, BeginBackgroundTaskReply(taskId: Int(begun.task.rawValue)))
-            perform(begun.actions)
-        } catch {
-            fail(call, error)
-        }
-    }
-
-    private func endBackgroundTask(_ call: IncomingCall) {
-        guard let parameters = parameters(EndBackgroundTaskParameters.self, of: call),
-            let app = authorizedApp(parameters.app, for: call, asApp: true)
-        else { return }
-        do {
-            let actions = try core.endBackgroundTask(app, task: TaskID(rawValue: Int64(parameters.taskId)), now: now)
-            reply(call, EmptyReply())
-            perform(actions)
-        } catch {
-            fail(call, error)
-        }
-    }
-
-    private func backgroundTimeRemaining(_ call: IncomingCall) {
-        guard let parameters = parameters(BackgroundTimeRemainingParameters.self, of: call),
-            let app = authorizedApp(parameters.app, for: call, asApp: true)
-        else { return }
-        do {
-            let remaining = try core.backgroundTimeRemaining(app, now: now)
-            reply(call, BackgroundTimeRemainingReply(seconds: remaining?.secondsValue))
-        } catch {
-            fail(call, error)
-        }
-    }
-
-    private func acknowledge(_ call: IncomingCall) {
-        guard let parameters = parameters(AcknowledgeParameters.self, of: call),
-            let app = authorizedApp(parameters.app, for: call, asApp: true)
-        else { return }
-        do {
-            let actions = try core.acknowledge(app, event: EventID(rawValue: Int64(parameters.eventId)), now: now)
-            reply(call, EmptyReply())
-            perform(actions)
-        } catch {
-            fail(call, error)
-        }
-    }
-
-    private func listApps(_ call: IncomingCall) {
-        guard parameters(ListAppsParameters.self, of: call) != nil else { return }
-        // Live apps and the terminated ones still remembered (the interface's ListApps).
-        let apps = core.snapshots(now: now, includeEnded: true)
-            .filter { mayControl(uid: $0.uid, call.connection) }
-            .map { AppInfo($0, memoryBytes: memoryBytes(of: $0.id), now: now) }
-        reply(call, ListAppsReply(apps: apps))
-        memoryMonitor?.refreshForDisplay()
-    }
-
-    private func getApp(_ call: IncomingCall) {
-        guard let parameters = parameters(GetAppParameters.self, of: call),
-            let app = authorizedApp(parameters.app, for: call, asApp: false),
-            let info = appInfo(app)
-        else { return }
-        reply(call, GetAppReply(app: info))
-        memoryMonitor?.refreshForDisplay()
-    }
-
-    private func setState(_ call: IncomingCall) {
-        guard let parameters = parameters(SetStateParameters.self, of: call),
-            let app = authorizedApp(parameters.app, for: call, asApp: false)
-        else { return }
-        guard let requested = RequestedState(parameters.state) else {
-            fail(call, .invalidParameter(parameter: "state"))
-            return
-        }
-        do {
-            let actions = try core.setState(app, to: requested, now: now)
-            perform(actions)
-            if let info = appInfo(app) { reply(call, SetStateReply(app: info)) }
-        } catch {
-            fail(call, error)
-        }
-    }
-
-    private func terminate(_ call: IncomingCall) {
-        guard let parameters = parameters(TerminateParameters.self, of: call),
-            let app = authorizedApp(parameters.app, for: call, asApp: false)
-        else { return }
-        do {
-            let actions = try core.terminate(app, now: now)
-            reply(call, EmptyReply())
-            perform(actions)
-        } catch {
-            fail(call, error)
-        }
-    }
-
-    private func post(_ call: IncomingCall) {
-        guard let parameters = parameters(PostParameters.self, of: call) else { return }
-        guard Self.isValidName(parameters.name) else {
-            fail(call, .invalidParameter(parameter: "name"))
-            return
-        }
-        var payloadJSON: String?
-        if let payload = parameters.payload {
-            do {
-                payloadJSON = String(decoding: try payloadEncoder.encode(payload), as: UTF8.self)
-            } catch {
-                fail(call, .invalidParameter(parameter: "payload"))
-                return
-            }
-            let limit = configuration.limits.postPayloadSizeMaxBytes
-            if let payloadJSON, payloadJSON.utf8.count > limit {
-                refuse(call, limit: "PostPayloadSizeMax", max: limit)
-                return
-            }
-        }
-        // Safe: the protocol's and the core's behaviours have the same raw values; a test compares them.
-        let behavior = parameters.behavior ?? .default
-        var targets: [AppID?]
-        if let name = parameters.app {
-            guard let app = authorizedApp(name, for: call, asApp: false) else { return }
-            targets = [app]
-        } else if isPrivileged(call.connection) {
-            targets = [nil]
-        } else {
-            // An unprivileged broadcast reaches the caller's own apps only.
-            targets = core.snapshots(now: now)
-                .filter { $0.uid == call.credentials.uid && $0.isRegistered && $0.state != .notRunning }
-                .map(\.id)
-        }
-        var delivered = 0
-        var queued = 0
-        for target in targets {
-            do {
-                let result = try core.post(
-                    name: parameters.name, payloadJSON: payloadJSON, behavior: behavior, to: target, now: now)
-                delivered += result.delivered
-                queued += result.queued
-                perform(result.actions)
-            } catch {
-                fail(call, error)
-                return
-            }
-        }
-        reply(call, PostReply(delivered: delivered, queued: queued))
-    }
-
-    private func history(_ call: IncomingCall) {
-        guard let parameters = parameters(HistoryParameters.self, of: call) else { return }
-        if let limit = parameters.limit, limit < 0 {
-            fail(call, .invalidParameter(parameter: "limit"))
-            return
-        }
-        let credentials = call.credentials
-        let privileged = isPrivileged(call.connection)
-        let entries = trail.history(limit: parameters.limit) { [core] record in
-            privileged || core.uid(of: record.app) == credentials.uid
-        }
-        reply(call, HistoryReply(entries: entries))
-    }
-
-    private func watch(_ call: IncomingCall) {
-        guard parameters(WatchParameters.self, of: call) != nil else { return }
-        call.connection.stream = .watch
-        watchers[call.connection.serial] = call.connection
-    }
-
-    /// `GetStatus`: counts from the core, memory from the last sample (never a /proc read for the caller), and
-    /// the loop's statistics.
-    private func getStatus(_ call: IncomingCall) {
-        guard parameters(GetStatusParameters.self, of: call) != nil else { return }
-        var memory: [String: JSONValue] = [
-            "appsMemoryMax": configuration.memory.appsMemoryMaxBytes.map { .number(Double($0)) } ?? .null,
-            "level": .string(memoryMonitor?.machine.level.description ?? "normal"),
-            "trigger": "polling",
-            "sampleAgeSec": .null,
-        ]
-        let current = loop.now
-        if let sample = memoryMonitor?.lastSample {
-            memory["sampleAgeSec"] = .number(Double(max(0, current - sample.finishedAt)) / 1e9)
-            if let info = sample.memoryInfo {
-                memory["totalBytes"] = .number(Double(info.totalBytes))
-                memory["availableBytes"] = .number(Double(info.availableBytes))
-            }
-            if let pressure = sample.pressure {
-                memory["pressureSomeAvg10"] = .number(pressure.some.average10)
-            }
-        }
-        if let appsBytes = memoryMonitor?.appsBytes {
-            memory["appsBytes"] = .number(Double(appsBytes))
-        }
-        let statistics = loop.statistics
-        let loopStatus: [String: JSONValue] = [
-            "iterations": .number(Double(statistics.iterations)),
-            "longestIterationMs": .number(Double(statistics.longestDispatchNanoseconds) / 1e6),
-            "longestIterationSource": .string(statistics.longestDispatchSource),
-            "iterationBoundsMs": .array(LoopStatistics.bucketBoundsNanoseconds.map { .number(Double($0) / 1e6) }),
-            "iterationCounts": .array(statistics.dispatchCounts.map { .number(Double($0)) }),
-        ]
-        reply(
-            call,
-            GetStatusReply(
-                version: Self.version, uptimeSec: (now - startedAt).secondsValue,
-                backends: ["freeze": "sigstop", "memory": "pss", "kill": "pidfd"], apps: core.liveAppCount,
-                suspended: core.suspendedAppCount, tasks: core.openTaskCount, memory: memory, loop: loopStatus))
-        memoryMonitor?.refreshForDisplay()
-    }
 }
