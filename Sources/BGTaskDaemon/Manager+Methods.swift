@@ -286,7 +286,7 @@ extension Manager {
         guard Self.isValidName(parameters.name) else { throw VarlinkError.invalidParameter(parameter: "name") }
         var payloadJSON: String?
         if let payload = parameters.payload {
-            guard let encoded = try? payloadEncoder.encode(payload) else {
+            guard let encoded = try? JSONValue.object(payload).jsonText() else {
                 throw VarlinkError.invalidParameter(parameter: "payload")
             }
             let limit = configuration.limits.postPayloadSizeMaxBytes

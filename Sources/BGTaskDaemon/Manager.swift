@@ -35,11 +35,6 @@ public final class Manager {
     let notifier = ServiceNotifier()
     let codec = VarlinkCodec()
     let payloadDecoder = JSONDecoder()
-    let payloadEncoder: JSONEncoder = {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return encoder
-    }()
     let procFS: ProcFS
     let inspector: ProcessInspector
     let trail: AuditTrail

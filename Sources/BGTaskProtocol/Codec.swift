@@ -154,64 +154,91 @@ extension VarlinkReply: Sendable where Parameters: Sendable {}
 extension VarlinkReply: Equatable where Parameters: Equatable {}
 extension VarlinkReply: Hashable where Parameters: Hashable {}
 
+/// A call decoded in one pass over its bytes: its header, and its parameters as a tree to decode from.
+public struct DecodedCall: Hashable, Sendable {
+    /// The method and flags.
+    public var header: VarlinkCallHeader
+    /// The `parameters` object; empty when it was absent or null.
+    public var parameters: [String: JSONValue]
+
+    /// A decoded call.
+    public init(header: VarlinkCallHeader, parameters: [String: JSONValue] = [:]) {
+        self.header = header
+        self.parameters = parameters
+    }
+}
+
 /// Turns Varlink messages into typed values and back, for both ends of a connection.
 ///
-/// Server: `decodeCallHeader(_:)` first (it rejects everything that is not a well-formed call), dispatch on the
-/// method, then `decodeParameters(_:from:)` with the method's parameter type, and answer with `encodeReply` or
-/// `encodeError`. A call thus costs two JSON parses. Client: `encodeCall` and `decodeReply`.
-/// Messages are given and returned without framing; the `encode` functions append the NUL.
-/// One codec reuses its JSON coders for every message (creating them per message more than doubles the cost);
-/// it is safe to share between threads.
+/// Every message is parsed once, into a `JSONValue` tree; its envelope is read from the tree and its parameters
+/// decoded from it (`JSONValueDecoder`, which names the parameter at fault in every error, numbers included).
+/// Server: `decodeCall(_:)` (it rejects everything that is not a well-formed call), dispatch on the method, then
+/// `decodeParameters(_:of:)` with the method's parameter type, and answer with `encodeReply` or `encodeError`.
+/// Client: `encodeCall` and `decodeReply`. Messages are given and returned without framing; the `encode`
+/// functions append the NUL. Outgoing messages are written by `JSONTextEncoder`: every optional field of a reply
+/// is present, as `null` when absent. A codec is safe to share between threads.
 public struct VarlinkCodec: Sendable {
-    private let decoder = JSONDecoder()
-    private let encoder: JSONEncoder = {
-        let encoder = JSONEncoder()
-        // Paths in argv and URLs read better unescaped, and JSON does not require escaping "/".
-        encoder.outputFormatting = [.withoutEscapingSlashes]
-        return encoder
+    private let parser: JSONDecoder = {
+        let parser = JSONDecoder()
+        // The whole message is parsed as a tree: its depth is bounded by the JSON parser itself; the nesting limit
+        // of `JSONValue` applies to each parameter as it is decoded, so a deep payload is a bad parameter.
+        parser.userInfo[JSONValue.depthLimitKey] = Int.max
+        return parser
     }()
+    private let treeDecoder = JSONValueDecoder()
+    private let replyEncoder = JSONTextEncoder()
+    private let callEncoder = JSONTextEncoder(writesAbsentOptionals: false)
 
-    /// `{}`: what a call or reply without `parameters` is decoded from.
-    private static let emptyObject = Data("{}".utf8)
-
-    /// A codec with its own JSON coders.
+    /// A codec.
     public init() {}
 
     // MARK: Server side
 
-    /// Reads a call's method and flags, checking that the message is a well-formed call.
-    ///
-    /// The whole message must be valid UTF-8, unread fields included: JSONDecoder only checks the strings it is
-    /// asked to decode.
-    public func decodeCallHeader(_ message: Data) throws(VarlinkProtocolError) -> VarlinkCallHeader {
+    /// Parses a call: its header (method and flags) and its parameters, checking that the message is a
+    /// well-formed call. The whole message must be valid UTF-8.
+    public func decodeCall(_ message: Data) throws(VarlinkProtocolError) -> DecodedCall {
         guard isValidUTF8(message) else { throw .invalidUTF8 }
-        do {
-            return try decoder.decode(CallHeaderWire.self, from: message).header
-        } catch let error as VarlinkProtocolError {
-            throw error
-        } catch {
-            throw .invalidJSON
+        guard case .object(let envelope) = try parse(message) else { throw .notAnObject }
+        guard let methodValue = envelope["method"] else { throw .missingMethod }
+        guard case .string(let name) = methodValue else { throw .methodNotString }
+        guard let method = VarlinkMethodName(qualified: name) else { throw .invalidMethodName(name) }
+        let header = VarlinkCallHeader(
+            method: method, more: try Self.flag("more", in: envelope), oneway: try Self.flag("oneway", in: envelope),
+            upgrade: try Self.flag("upgrade", in: envelope))
+        switch envelope["parameters"] {
+        case nil, .null?: return DecodedCall(header: header)
+        case .object(let parameters)?: return DecodedCall(header: header, parameters: parameters)
+        default: throw .invalidField("parameters")
         }
     }
 
-    /// Decodes a call's parameters as `type`, for a message `decodeCallHeader(_:)` accepted.
-    ///
-    /// Missing `parameters` decode as `{}`. Parameters the type does not declare are ignored. A missing, null
-    /// (for a non-optional parameter) or wrongly typed parameter throws `org.varlink.service.InvalidParameter`
-    /// naming it.
+    /// The header of a call (`decodeCall(_:)` without keeping the parameters).
+    public func decodeCallHeader(_ message: Data) throws(VarlinkProtocolError) -> VarlinkCallHeader {
+        try decodeCall(message).header
+    }
+
+    /// Decodes a call's parameters as `type`. Missing `parameters` decode as `{}`. Parameters the type does not
+    /// declare are ignored. A missing, null (for a non-optional parameter) or wrongly typed parameter throws
+    /// `org.varlink.service.InvalidParameter` naming it.
+    public func decodeParameters<P: Decodable>(_ type: P.Type, of call: DecodedCall) throws(VarlinkError) -> P {
+        do {
+            return try treeDecoder.decode(
+                type, from: .object(call.parameters), codingPath: [AnyCodingKey("parameters")])
+        } catch {
+            throw .invalidParameter(parameter: Self.parameterName(of: error, depth: 1))
+        }
+    }
+
+    /// Decodes the parameters of the call in `message` as `type`; a message that is not a well-formed call is an
+    /// invalid `parameters`.
     public func decodeParameters<P: Decodable>(_ type: P.Type, from message: Data) throws(VarlinkError) -> P {
+        let call: DecodedCall
         do {
-            if let parameters = try decoder.decode(ParametersWire<P>.self, from: message).parameters {
-                return parameters
-            }
+            call = try decodeCall(message)
         } catch {
-            throw VarlinkCodec.invalidParameter(error, depth: 1)
+            throw .invalidParameter(parameter: "parameters")
         }
-        do {
-            return try decoder.decode(P.self, from: VarlinkCodec.emptyObject)
-        } catch {
-            throw VarlinkCodec.invalidParameter(error, depth: 0)
-        }
+        return try decodeParameters(type, of: call)
     }
 
     /// A framed reply carrying `parameters`; `continues` marks all but the last reply to a `more` call.
@@ -219,12 +246,12 @@ public struct VarlinkCodec: Sendable {
         _ parameters: R,
         continues: Bool = false
     ) throws(VarlinkEncodingError) -> Data {
-        try encodeFramed(ReplyWire(parameters: parameters, continues: continues))
+        try encodeFramed(ReplyWire(parameters: parameters, continues: continues), with: replyEncoder)
     }
 
     /// A framed error reply.
     public func encodeError(_ error: VarlinkError) throws(VarlinkEncodingError) -> Data {
-        try encodeFramed(ErrorWire(error: error.name, parameters: error.parameters))
+        try encodeFramed(ErrorWire(error: error.name, parameters: error.parameters), with: replyEncoder)
     }
 
     // MARK: Client side
@@ -238,8 +265,8 @@ public struct VarlinkCodec: Sendable {
         upgrade: Bool = false
     ) throws(VarlinkEncodingError) -> Data {
         try encodeFramed(
-            CallWire(method: method, parameters: parameters, more: more, oneway: oneway, upgrade: upgrade)
-        )
+            CallWire(method: method, parameters: parameters, more: more, oneway: oneway, upgrade: upgrade),
+            with: callEncoder)
     }
 
     /// A framed call of the method `parameters` belongs to.
@@ -257,41 +284,68 @@ public struct VarlinkCodec: Sendable {
         from message: Data
     ) throws(VarlinkProtocolError) -> VarlinkReply<R> {
         guard isValidUTF8(message) else { throw .invalidUTF8 }
-        let wire: ReplyReadWire<R>
-        do {
-            wire = try decoder.decode(ReplyReadWire<R>.self, from: message)
-        } catch let error as VarlinkProtocolError {
-            throw error
-        } catch {
-            throw .invalidJSON
+        guard case .object(let envelope) = try parse(message) else { throw .notAnObject }
+        let continues = try Self.flag("continues", in: envelope)
+        switch envelope["error"] {
+        case nil, .null?:
+            break
+        case .string(let name)?:
+            switch envelope["parameters"] {
+            case nil, .null?: return .error(VarlinkError(name: name))
+            case .object(let parameters)?: return .error(VarlinkError(name: name, parameters: parameters))
+            default: throw .invalidField("parameters")
+            }
+        default:
+            throw .invalidField("error")
         }
-        if let reply = wire.reply { return reply }
+        let parameters: [String: JSONValue]
+        switch envelope["parameters"] {
+        case nil, .null?: parameters = [:]
+        case .object(let members)?: parameters = members
+        default: throw .invalidReplyParameters(parameter: "parameters")
+        }
         do {
-            return .reply(try decoder.decode(R.self, from: VarlinkCodec.emptyObject), continues: wire.continues)
+            let reply = try treeDecoder.decode(
+                type, from: .object(parameters), codingPath: [AnyCodingKey("parameters")])
+            return .reply(reply, continues: continues)
         } catch {
-            throw .invalidReplyParameters(parameter: VarlinkCodec.parameterName(of: error, depth: 0))
+            throw .invalidReplyParameters(parameter: Self.parameterName(of: error, depth: 1))
         }
     }
 
     // MARK: Helpers
 
-    private func encodeFramed<T: Encodable>(_ value: T) throws(VarlinkEncodingError) -> Data {
+    /// The message as a tree: one pass of the JSON parser over its bytes.
+    private func parse(_ message: Data) throws(VarlinkProtocolError) -> JSONValue {
         do {
-            // Appending to the encoder's own buffer, which nothing else references, avoids copying the message.
+            return try parser.decode(JSONValue.self, from: message)
+        } catch {
+            throw .invalidJSON
+        }
+    }
+
+    /// A boolean envelope field: absent or null is false; any other non-boolean is a protocol error.
+    private static func flag(_ key: String, in envelope: [String: JSONValue]) throws(VarlinkProtocolError) -> Bool {
+        switch envelope[key] {
+        case nil, .null?: return false
+        case .bool(let flag)?: return flag
+        default: throw .invalidField(key)
+        }
+    }
+
+    private func encodeFramed<T: Encodable>(_ value: T, with encoder: JSONTextEncoder) throws(VarlinkEncodingError)
+        -> Data
+    {
+        do {
             var message = try encoder.encode(value)
             message.append(VarlinkFrame.terminator)
-            return message
+            return Data(message)
         } catch let EncodingError.invalidValue(value, context) {
             let path = context.codingPath.map(\.stringValue).joined(separator: ".")
             throw VarlinkEncodingError(description: "cannot encode \(value) at \(path): \(context.debugDescription)")
         } catch {
             throw VarlinkEncodingError(description: "\(error)")
         }
-    }
-
-    /// `InvalidParameter` naming the parameter at fault, `depth` keys below the top of the decoded value.
-    private static func invalidParameter(_ error: any Error, depth: Int) -> VarlinkError {
-        .invalidParameter(parameter: parameterName(of: error, depth: depth))
     }
 
     /// The name of the parameter a decoding error is about: the coding path's key at `depth` (1 when the
@@ -305,65 +359,6 @@ public struct VarlinkCodec: Sendable {
         default: path = []
         }
         return path.count > depth ? path[depth].stringValue : "parameters"
-    }
-}
-
-/// The envelope of a call, read for its method and flags; `parameters` is only checked to be an object.
-private struct CallHeaderWire: Decodable {
-    var header: VarlinkCallHeader
-
-    enum Key: String, CodingKey { case method, parameters, more, oneway, upgrade }
-
-    init(from decoder: any Decoder) throws {
-        let container: KeyedDecodingContainer<Key>
-        do {
-            container = try decoder.container(keyedBy: Key.self)
-        } catch {
-            throw VarlinkProtocolError.notAnObject
-        }
-        guard container.contains(.method) else { throw VarlinkProtocolError.missingMethod }
-        let name: String
-        do {
-            name = try container.decode(String.self, forKey: .method)
-        } catch DecodingError.typeMismatch, DecodingError.valueNotFound {
-            throw VarlinkProtocolError.methodNotString
-        }
-        guard let method = VarlinkMethodName(qualified: name) else {
-            throw VarlinkProtocolError.invalidMethodName(name)
-        }
-        header = VarlinkCallHeader(
-            method: method,
-            more: try flag(.more, in: container),
-            oneway: try flag(.oneway, in: container),
-            upgrade: try flag(.upgrade, in: container)
-        )
-        if container.contains(.parameters), try !container.decodeNil(forKey: .parameters) {
-            do {
-                _ = try container.nestedContainer(keyedBy: AnyCodingKey.self, forKey: .parameters)
-            } catch {
-                throw VarlinkProtocolError.invalidField(Key.parameters.rawValue)
-            }
-        }
-    }
-}
-
-/// A boolean envelope field: absent or null is false; any other non-boolean is a protocol error.
-private func flag<Key: CodingKey>(_ key: Key, in container: KeyedDecodingContainer<Key>) throws -> Bool {
-    do {
-        return try container.decodeIfPresent(Bool.self, forKey: key) ?? false
-    } catch {
-        throw VarlinkProtocolError.invalidField(key.stringValue)
-    }
-}
-
-/// The envelope of a call, read for its parameters; nil when `parameters` is absent or null.
-private struct ParametersWire<P: Decodable>: Decodable {
-    var parameters: P?
-
-    enum Key: String, CodingKey { case parameters }
-
-    init(from decoder: any Decoder) throws {
-        parameters = try decoder.container(keyedBy: Key.self).decodeIfPresent(P.self, forKey: .parameters)
     }
 }
 
@@ -423,44 +418,4 @@ private struct ReplyWire<R: Encodable>: Encodable {
 private struct ErrorWire: Encodable {
     var error: String
     var parameters: [String: JSONValue]
-}
-
-/// An incoming reply; `reply` is nil when it had no parameters, to be decoded from `{}` by the codec.
-private struct ReplyReadWire<R: Decodable>: Decodable {
-    var reply: VarlinkReply<R>?
-    var continues: Bool
-
-    enum Key: String, CodingKey { case parameters, continues, error }
-
-    init(from decoder: any Decoder) throws {
-        let container: KeyedDecodingContainer<Key>
-        do {
-            container = try decoder.container(keyedBy: Key.self)
-        } catch {
-            throw VarlinkProtocolError.notAnObject
-        }
-        continues = try flag(.continues, in: container)
-        let errorName: String?
-        do {
-            errorName = try container.decodeIfPresent(String.self, forKey: .error)
-        } catch {
-            throw VarlinkProtocolError.invalidField(Key.error.rawValue)
-        }
-        if let errorName {
-            let parameters: [String: JSONValue]?
-            do {
-                parameters = try container.decodeIfPresent([String: JSONValue].self, forKey: .parameters)
-            } catch {
-                throw VarlinkProtocolError.invalidField(Key.parameters.rawValue)
-            }
-            reply = .error(VarlinkError(name: errorName, parameters: parameters ?? [:]))
-            return
-        }
-        do {
-            reply = try container.decodeIfPresent(R.self, forKey: .parameters).map { .reply($0, continues: continues) }
-        } catch {
-            throw VarlinkProtocolError.invalidReplyParameters(
-                parameter: VarlinkCodec.parameterName(of: error, depth: 1))
-        }
-    }
 }

@@ -1,33 +1,7 @@
-// Decoding helpers that keep the coding path when Foundation's JSONDecoder rejects a number.
+// Keeps the coding path when Foundation's JSONDecoder rejects a number while a message is parsed into a tree.
 //
-// Foundation's JSONDecoder reports a number that does not fit the requested type (`1.5` or `1e30` for an `Int`,
-// `1e400` for a `Double`) by throwing an internal, non-`DecodingError` error; at the top it becomes "not valid
-// JSON" with an empty coding path, which would hide the parameter at fault. These helpers catch it where the key
-// is still known and throw a `DecodingError` that names the key.
-
-extension KeyedDecodingContainer {
-    /// Decodes the value for `key`, naming `key` in the error when the value is a number that does not fit `T`.
-    func decodeParameter<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
-        do {
-            return try decode(type, forKey: key)
-        } catch let error as DecodingError {
-            throw error
-        } catch {
-            throw unrepresentableNumber(at: codingPath + [key], underlying: error)
-        }
-    }
-
-    /// Decodes the value for `key` when present and not null, with the same error as `decodeParameter`.
-    func decodeParameterIfPresent<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T? {
-        do {
-            return try decodeIfPresent(type, forKey: key)
-        } catch let error as DecodingError {
-            throw error
-        } catch {
-            throw unrepresentableNumber(at: codingPath + [key], underlying: error)
-        }
-    }
-}
+// Foundation's JSONDecoder reports a number that does not fit the requested type (`1e400` for a `Double`) by
+// throwing an internal, non-`DecodingError` error; this turns it into a `DecodingError` at its path.
 
 /// Decodes a number from a single-value container, naming `codingPath` when it does not fit `T`.
 func decodeNumber<T: Decodable>(

@@ -1,8 +1,8 @@
 // The methods of `io.bgtask.Lifecycle` as data: the method enum and one parameter and one reply struct per method.
 //
-// Parameter structs decode with `decodeParameter`, so a wrongly typed parameter is reported by name
-// (`org.varlink.service.InvalidParameter`), and ignore parameters they do not know. Reply structs encode every
-// optional field as an explicit `null`.
+// Plain Codable structs: the codec decodes them from the message's tree, naming a wrongly typed parameter
+// (`org.varlink.service.InvalidParameter`), ignoring parameters they do not know, and writes every optional field
+// of a reply, as `null` when absent.
 
 /// A method call's parameters, tied to the method's fully qualified name and its reply type.
 ///
@@ -132,15 +132,6 @@ public struct RegisterParameters: VarlinkMethodCall, Hashable {
         self.backgroundTimeSec = backgroundTimeSec
     }
 
-    enum CodingKeys: String, CodingKey { case name, exitsOnSuspend, state, backgroundTimeSec }
-
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        name = try container.decodeParameter(String.self, forKey: .name)
-        exitsOnSuspend = try container.decodeParameterIfPresent(Bool.self, forKey: .exitsOnSuspend)
-        state = try container.decodeParameterIfPresent(AppState.self, forKey: .state)
-        backgroundTimeSec = try container.decodeParameterIfPresent(Double.self, forKey: .backgroundTimeSec)
-    }
 }
 
 /// A reply of `Register`: the app in the first reply, then one event per reply.
@@ -156,14 +147,6 @@ public struct RegisterReply: Codable, Hashable, Sendable {
         self.event = event
     }
 
-    enum CodingKeys: String, CodingKey { case app, event }
-
-    /// Encodes both fields, the absent one as explicit `null`.
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(app, forKey: .app)
-        try container.encode(event, forKey: .event)
-    }
 }
 
 /// Parameters of `BeginBackgroundTask`: begin a background-task lease.
@@ -182,13 +165,6 @@ public struct BeginBackgroundTaskParameters: VarlinkMethodCall, Hashable {
         self.name = name
     }
 
-    enum CodingKeys: String, CodingKey { case app, name }
-
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        app = try container.decodeParameter(String.self, forKey: .app)
-        name = try container.decodeParameterIfPresent(String.self, forKey: .name)
-    }
 }
 
 /// The reply of `BeginBackgroundTask`.
@@ -218,13 +194,6 @@ public struct EndBackgroundTaskParameters: VarlinkMethodCall, Hashable {
         self.taskId = taskId
     }
 
-    enum CodingKeys: String, CodingKey { case app, taskId }
-
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        app = try container.decodeParameter(String.self, forKey: .app)
-        taskId = try container.decodeParameter(Int.self, forKey: .taskId)
-    }
 }
 
 /// The reply of `EndBackgroundTask`: nothing.
@@ -243,12 +212,6 @@ public struct BackgroundTimeRemainingParameters: VarlinkMethodCall, Hashable {
         self.app = app
     }
 
-    enum CodingKeys: String, CodingKey { case app }
-
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        app = try container.decodeParameter(String.self, forKey: .app)
-    }
 }
 
 /// The reply of `BackgroundTimeRemaining`.
@@ -261,13 +224,6 @@ public struct BackgroundTimeRemainingReply: Codable, Hashable, Sendable {
         self.seconds = seconds
     }
 
-    enum CodingKeys: String, CodingKey { case seconds }
-
-    /// Encodes `seconds`, as explicit `null` when nil.
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(seconds, forKey: .seconds)
-    }
 }
 
 /// Parameters of `Acknowledge`: acknowledge an event.
@@ -286,13 +242,6 @@ public struct AcknowledgeParameters: VarlinkMethodCall, Hashable {
         self.eventId = eventId
     }
 
-    enum CodingKeys: String, CodingKey { case app, eventId }
-
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        app = try container.decodeParameter(String.self, forKey: .app)
-        eventId = try container.decodeParameter(Int.self, forKey: .eventId)
-    }
 }
 
 /// The reply of `Acknowledge`: nothing.
@@ -333,12 +282,6 @@ public struct GetAppParameters: VarlinkMethodCall, Hashable {
         self.app = app
     }
 
-    enum CodingKeys: String, CodingKey { case app }
-
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        app = try container.decodeParameter(String.self, forKey: .app)
-    }
 }
 
 /// The reply of `GetApp`.
@@ -368,13 +311,6 @@ public struct SetStateParameters: VarlinkMethodCall, Hashable {
         self.state = state
     }
 
-    enum CodingKeys: String, CodingKey { case app, state }
-
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        app = try container.decodeParameter(String.self, forKey: .app)
-        state = try container.decodeParameter(AppState.self, forKey: .state)
-    }
 }
 
 /// The reply of `SetState`.
@@ -407,14 +343,6 @@ public struct LaunchParameters: VarlinkMethodCall, Hashable {
         self.exitsOnSuspend = exitsOnSuspend
     }
 
-    enum CodingKeys: String, CodingKey { case name, argv, exitsOnSuspend }
-
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        name = try container.decodeParameter(String.self, forKey: .name)
-        argv = try container.decodeParameter([String].self, forKey: .argv)
-        exitsOnSuspend = try container.decodeParameterIfPresent(Bool.self, forKey: .exitsOnSuspend)
-    }
 }
 
 /// The reply of `Launch`.
@@ -441,12 +369,6 @@ public struct TerminateParameters: VarlinkMethodCall, Hashable {
         self.app = app
     }
 
-    enum CodingKeys: String, CodingKey { case app }
-
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        app = try container.decodeParameter(String.self, forKey: .app)
-    }
 }
 
 /// The reply of `Terminate`: nothing.
@@ -476,15 +398,6 @@ public struct PostParameters: VarlinkMethodCall, Hashable {
         self.app = app
     }
 
-    enum CodingKeys: String, CodingKey { case name, payload, behavior, app }
-
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        name = try container.decodeParameter(String.self, forKey: .name)
-        payload = try container.decodeParameterIfPresent([String: JSONValue].self, forKey: .payload)
-        behavior = try container.decodeParameterIfPresent(DeliveryBehavior.self, forKey: .behavior)
-        app = try container.decodeParameterIfPresent(String.self, forKey: .app)
-    }
 }
 
 /// The reply of `Post`.
@@ -514,12 +427,6 @@ public struct HistoryParameters: VarlinkMethodCall, Hashable {
         self.limit = limit
     }
 
-    enum CodingKeys: String, CodingKey { case limit }
-
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        limit = try container.decodeParameterIfPresent(Int.self, forKey: .limit)
-    }
 }
 
 /// The reply of `History`.
@@ -578,8 +485,8 @@ public struct GetStatusReply: Codable, Hashable, Sendable {
     public var tasks: Int
     /// The memory readings behind reclamation, and the pressure level.
     public var memory: [String: JSONValue]
-    /// The event loop's health: iterations and the longest single dispatch, with its source. Empty from a daemon
-    /// that does not report it.
+    /// The event loop's health: iterations, the longest single dispatch with its source, and a histogram of
+    /// dispatch durations.
     public var loop: [String: JSONValue]
 
     /// A status report.
@@ -595,22 +502,5 @@ public struct GetStatusReply: Codable, Hashable, Sendable {
         self.tasks = tasks
         self.memory = memory
         self.loop = loop
-    }
-
-    enum CodingKeys: String, CodingKey {
-        case version, uptimeSec, backends, apps, suspended, tasks, memory, loop
-    }
-
-    /// Decodes a status; `loop`, added after the first release, reads as empty when a daemon omits it.
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        version = try container.decode(String.self, forKey: .version)
-        uptimeSec = try container.decode(Double.self, forKey: .uptimeSec)
-        backends = try container.decode([String: JSONValue].self, forKey: .backends)
-        apps = try container.decode(Int.self, forKey: .apps)
-        suspended = try container.decode(Int.self, forKey: .suspended)
-        tasks = try container.decode(Int.self, forKey: .tasks)
-        memory = try container.decode([String: JSONValue].self, forKey: .memory)
-        loop = try container.decodeIfPresent([String: JSONValue].self, forKey: .loop) ?? [:]
     }
 }

@@ -74,12 +74,6 @@ public struct GetInterfaceDescriptionParameters: VarlinkMethodCall, Hashable {
         self.interface = interface
     }
 
-    enum CodingKeys: String, CodingKey { case interface }
-
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        interface = try container.decodeParameter(String.self, forKey: .interface)
-    }
 }
 
 /// The reply of `org.varlink.service.GetInterfaceDescription`.

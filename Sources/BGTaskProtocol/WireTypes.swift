@@ -1,7 +1,7 @@
 // The types of `io.bgtask.Lifecycle` (`Task`, `App`, `Event`, `HistoryEntry`) and the words their strings take.
 //
-// Replies encode every optional field, as an explicit `null` when absent, so a consumer sees every field the
-// interface declares; decoding accepts a missing field as null too.
+// Plain Codable structs: the codec's writer (`JSONTextEncoder`) puts every optional field in a reply, as `null` when
+// absent, so a consumer sees every field the interface declares; decoding accepts a missing optional as null.
 
 // The words (states, kinds, reasons, behaviours, bands) are BGTaskVocabulary's, shared with the policy core and
 // re-exported here so that every user of the interface has them.
@@ -67,43 +67,6 @@ public struct AppInfo: Codable, Hashable, Sendable {
         self.queuedEvents = queuedEvents
         self.droppedEvents = droppedEvents
     }
-
-    enum CodingKeys: String, CodingKey {
-        case name, state, pid, uid, managed, tasks, backgroundTimeRemaining, memoryBytes, exitReason, queuedEvents,
-            droppedEvents
-    }
-
-    /// Decodes an app; `droppedEvents`, added after the first release, reads as 0 when a daemon omits it.
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        name = try container.decode(String.self, forKey: .name)
-        state = try container.decode(AppState.self, forKey: .state)
-        pid = try container.decode(Int.self, forKey: .pid)
-        uid = try container.decode(Int.self, forKey: .uid)
-        managed = try container.decode(Bool.self, forKey: .managed)
-        tasks = try container.decode([TaskInfo].self, forKey: .tasks)
-        backgroundTimeRemaining = try container.decodeIfPresent(Double.self, forKey: .backgroundTimeRemaining)
-        memoryBytes = try container.decodeIfPresent(Int.self, forKey: .memoryBytes)
-        exitReason = try container.decodeIfPresent(TerminationReason.self, forKey: .exitReason)
-        queuedEvents = try container.decode(Int.self, forKey: .queuedEvents)
-        droppedEvents = try container.decodeIfPresent(Int.self, forKey: .droppedEvents) ?? 0
-    }
-
-    /// Encodes every field, nil ones as explicit `null`.
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(name, forKey: .name)
-        try container.encode(state, forKey: .state)
-        try container.encode(pid, forKey: .pid)
-        try container.encode(uid, forKey: .uid)
-        try container.encode(managed, forKey: .managed)
-        try container.encode(tasks, forKey: .tasks)
-        try container.encode(backgroundTimeRemaining, forKey: .backgroundTimeRemaining)
-        try container.encode(memoryBytes, forKey: .memoryBytes)
-        try container.encode(exitReason, forKey: .exitReason)
-        try container.encode(queuedEvents, forKey: .queuedEvents)
-        try container.encode(droppedEvents, forKey: .droppedEvents)
-    }
 }
 
 /// A lifecycle event for an app (`Event` in the interface).
@@ -140,22 +103,6 @@ public struct EventInfo: Codable, Hashable, Sendable {
         self.rank = rank
     }
 
-    enum CodingKeys: String, CodingKey {
-        case id, kind, taskIds, name, payload, count, likelyVictim, rank
-    }
-
-    /// Encodes every field, nil ones as explicit `null`.
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(id, forKey: .id)
-        try container.encode(kind, forKey: .kind)
-        try container.encode(taskIds, forKey: .taskIds)
-        try container.encode(name, forKey: .name)
-        try container.encode(payload, forKey: .payload)
-        try container.encode(count, forKey: .count)
-        try container.encode(likelyVictim, forKey: .likelyVictim)
-        try container.encode(rank, forKey: .rank)
-    }
 }
 
 /// One entry of the daemon's history (`HistoryEntry` in the interface).
@@ -208,25 +155,4 @@ public struct HistoryEntry: Codable, Hashable, Sendable {
         self.rank = rank
     }
 
-    enum CodingKeys: String, CodingKey {
-        case time, app, kind, reason, band, memoryBytes, latencyMs, state, taskId, taskName, taskEnd, taskIds, rank
-    }
-
-    /// Encodes every field, nil ones as explicit `null`.
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(time, forKey: .time)
-        try container.encode(app, forKey: .app)
-        try container.encode(kind, forKey: .kind)
-        try container.encode(reason, forKey: .reason)
-        try container.encode(band, forKey: .band)
-        try container.encode(memoryBytes, forKey: .memoryBytes)
-        try container.encode(latencyMs, forKey: .latencyMs)
-        try container.encode(state, forKey: .state)
-        try container.encode(taskId, forKey: .taskId)
-        try container.encode(taskName, forKey: .taskName)
-        try container.encode(taskEnd, forKey: .taskEnd)
-        try container.encode(taskIds, forKey: .taskIds)
-        try container.encode(rank, forKey: .rank)
-    }
 }

@@ -45,7 +45,7 @@ func decodeLine(_ line: String) -> JSONValue {
 
 /// The value as the protocol module encodes it, read back as a JSON value.
 func protocolEncoding(_ value: some Encodable) throws -> JSONValue {
-    try JSONDecoder().decode(JSONValue.self, from: JSONEncoder().encode(value))
+    try JSONDecoder().decode(JSONValue.self, from: Data(JSONTextEncoder().encode(value)))
 }
 
 /// The fields the IDL declares for a named type of io.bgtask.Lifecycle.

@@ -6,19 +6,13 @@ import Foundation
 public enum Rendering {
     // MARK: JSON
 
-    /// The encoder of `--json`: keys sorted so output is stable, slashes unescaped for paths.
-    private static func makeEncoder() -> JSONEncoder {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return encoder
-    }
-
-    /// `value` as one line of JSON, with the field names the protocol module encodes (DESIGN §6), and a newline.
+    /// `value` as one line of JSON, with the field names the protocol module encodes (DESIGN §6), every field
+    /// present (absent ones as `null`), keys sorted so output is stable, and a newline.
     ///
     /// Fails only for a value JSON cannot represent (a NaN or infinite number), which the daemon never sends.
     public static func json(_ value: some Encodable) throws(CommandFailure) -> String {
         do {
-            return String(decoding: try makeEncoder().encode(value), as: UTF8.self) + "\n"
+            return String(decoding: try JSONTextEncoder(sortsKeys: true).encode(value), as: UTF8.self) + "\n"
         } catch {
             throw CommandFailure("cannot print the reply as JSON: \(error)")
         }
