@@ -50,19 +50,23 @@ let package = Package(
         // The daemon: the manager wiring the core to Linux, the Varlink server, the action executor.
         .target(
             name: "BGTaskDaemon",
-            dependencies: ["BGTaskCore", "BGTaskProtocol", "BGTaskSystem", "BGTaskConfig"]),
+            dependencies: ["BGTaskArguments", "BGTaskCore", "BGTaskProtocol", "BGTaskSystem", "BGTaskConfig"]),
         .executableTarget(name: "bgtaskd", dependencies: ["BGTaskDaemon", "BGTaskConfig", "BGTaskSystem"]),
-        // The bgtask command line: a small argument parser, help and man page generated from one spec per
-        // subcommand, and the subcommands, which talk to the daemon through the client library.
+        // A small argument-parsing framework in the shape of swift-argument-parser: specs as data, a parser, help,
+        // usage errors and man pages generated from the specs.
+        .target(name: "BGTaskArguments"),
+        // The bgtask command line: its subcommands (one file each), which talk to the daemon through the client
+        // library, and the rendering of the daemon's replies.
         .target(
-            name: "BGTaskCLI", dependencies: ["BGTaskClient", "BGTaskConfig", "BGTaskProtocol", "BGTaskSystem"]
+            name: "BGTaskCLI",
+            dependencies: ["BGTaskArguments", "BGTaskClient", "BGTaskConfig", "BGTaskProtocol", "BGTaskSystem"]
         ),
         // The sample app of `bgtask demo`: a BackgroundApplication configured by its arguments, printing one line
         // per thing it experiences.
         .target(name: "BGTaskDemoApp", dependencies: ["BGTaskClient"]),
         .executableTarget(name: "bgtask-demo-app", dependencies: ["BGTaskDemoApp"]),
         // `bgtask demo`: a private daemon, sample apps, and the scenes narrated with real output (the DemoRunner).
-        .target(name: "BGTaskDemo", dependencies: ["BGTaskCLI", "BGTaskClient", "BGTaskSystem"]),
+        .target(name: "BGTaskDemo", dependencies: ["BGTaskArguments", "BGTaskCLI", "BGTaskClient", "BGTaskSystem"]),
         // The bgtask executable: hands the command line to BGTaskCLI, with the demo plugged in.
         .executableTarget(name: "bgtask", dependencies: ["BGTaskCLI", "BGTaskDemo"]),
         // Test helpers shared by every test target: manual clock and loop, fakes, harnesses.
@@ -83,6 +87,7 @@ let package = Package(
         .executableTarget(
             name: "bgtask-bench", dependencies: ["BGTaskBenchmarks", "BGTaskCore", "BGTaskSystem"]),
         .testTarget(name: "BGTaskCoreTests", dependencies: ["BGTaskCore", "BGTaskTestSupport"]),
+        .testTarget(name: "BGTaskArgumentsTests", dependencies: ["BGTaskArguments"]),
         .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskConfigTests", dependencies: ["BGTaskConfig", "BGTaskCore", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskProtocolTests", dependencies: ["BGTaskProtocol"]),
@@ -117,14 +122,17 @@ let package = Package(
         // are built before the tests. The help snapshots are read through the source path, not bundled.
         .testTarget(
             name: "BGTaskCLITests",
-            dependencies: ["BGTaskCLI", "BGTaskProtocol", "BGTaskSystem", "BGTaskTestSupport", "bgtask", "bgtaskd"],
+            dependencies: [
+                "BGTaskArguments", "BGTaskCLI", "BGTaskProtocol", "BGTaskSystem", "BGTaskTestSupport", "bgtask",
+                "bgtaskd",
+            ],
             exclude: ["Snapshots"]
         ),
         // Runs the real `bgtask demo` end to end, so it depends on the three executables the demo runs.
         .testTarget(
             name: "BGTaskDemoTests",
             dependencies: [
-                "BGTaskDemo", "BGTaskDemoApp", "BGTaskConfig", "BGTaskSystem", "BGTaskTestSupport", "bgtask", "bgtaskd",
+                "BGTaskArguments", "BGTaskDemo", "BGTaskDemoApp", "BGTaskConfig", "BGTaskSystem", "BGTaskTestSupport", "bgtask", "bgtaskd",
                 "bgtask-demo-app",
             ]),
     ]

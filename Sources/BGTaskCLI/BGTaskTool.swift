@@ -1,4 +1,5 @@
 // The bgtask tool as data (its words, global options, subcommands) and its entry point.
+import BGTaskArguments
 import BGTaskClient
 import Foundation
 
@@ -11,6 +12,7 @@ public enum BGTaskTool {
     public static let spec = ToolSpec(
         name: "bgtask",
         version: version,
+        package: "bgtaskd",
         abstract: "Control bgtaskd, the daemon that gives Linux apps iOS-style background execution",
         discussion: """
             bgtaskd tracks each registered app's lifecycle state (active, inactive, background, suspended), grants \
@@ -25,6 +27,7 @@ public enum BGTaskTool {
             """,
         globalOptions: GlobalOptions.options,
         globalFlags: GlobalOptions.flags,
+        exclusiveGroups: GlobalOptions.exclusiveGroups,
         environment: [
             EnvironmentSpec(
                 DaemonSocket.environmentVariable,
@@ -50,11 +53,40 @@ public enum BGTaskTool {
                     + "killed by signal N."),
         ],
         seeAlso: ["bgtaskd(8)", "bgtaskd.conf(5)", "systemd-inhibit(1)", "varlinkctl(1)"],
-        commands: [
-            Status.self, Apps.self, Run.self, Begin.self, End.self, Remaining.self, Foreground.self,
-            Background.self, Deactivate.self, Terminate.self, Post.self, Watch.self, History.self, Demo.self,
-        ]
+        commands: subcommands.map { $0.spec }
     )
+
+    /// The subcommands, in the order the help lists them.
+    public static let subcommands: [any Subcommand.Type] = [
+        Status.self, Apps.self, Run.self, Begin.self, End.self, Remaining.self, Foreground.self, Background.self,
+        Deactivate.self, Terminate.self, Post.self, Watch.self, History.self, Demo.self,
+    ]
+
+    /// What a command line of bgtask asks for, with the subcommand built from its arguments.
+    public enum Request: Sendable {
+        /// Print the help of a subcommand, or of the tool when nil.
+        case help(CommandSpec?)
+        /// Print the version.
+        case version
+        /// Run a subcommand with the global options given.
+        case command(any Subcommand, GlobalOptions)
+    }
+
+    /// Parses `words` (the command line without the program name) and builds the subcommand it names.
+    public static func parse(_ words: [String]) throws(UsageError) -> Request {
+        switch try CommandLineParser(tool: spec).parse(words) {
+        case .help(let command): return .help(command)
+        case .version: return .version
+        case .tool: throw UsageError(.missingSubcommand, command: nil)
+        case .command(let command, let arguments):
+            // A closure, not the key path `\.spec.name`: a key path to a static member through an existential
+            // metatype crashes swiftc 6.3.1 (signal 11 in SIL generation).
+            guard let type = subcommands.first(where: { $0.spec.name == command.name }) else {
+                throw UsageError(.unknownSubcommand(command.name, suggestion: nil), command: nil)
+            }
+            return .command(try type.init(parsing: arguments), GlobalOptions(arguments))
+        }
+    }
 
     /// Parses `words` (the command line without the program name), runs what it asks for, and returns the exit
     /// status: 0 on success, 1 on an operational failure, 64 on a usage error, or what the subcommand returns.
@@ -64,14 +96,14 @@ public enum BGTaskTool {
         environment: [String: String] = ProcessInfo.processInfo.environment, timeZone: TimeZone = .current,
         demoRunner: (any DemoRunner)? = nil
     ) async -> ExitCode {
-        let invocation: Invocation
+        let request: Request
         do {
-            invocation = try CommandLineParser(tool: spec).parse(words)
+            request = try parse(words)
         } catch {
             standardError.write(HelpFormatter.usageErrorText(error, tool: spec))
             return .usage
         }
-        switch invocation {
+        switch request {
         case .help(let command?):
             standardOutput.write(HelpFormatter.help(of: command, tool: spec))
             return .success

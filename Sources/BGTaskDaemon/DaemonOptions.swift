@@ -1,5 +1,6 @@
 // bgtaskd's command line: where to listen, which configuration to read, and what to do.
 
+import BGTaskArguments
 import BGTaskProtocol
 
 /// The parsed command line of `bgtaskd`.
@@ -25,32 +26,53 @@ public struct DaemonOptions: Equatable, Sendable {
     /// The configuration file given with `--config`, if any.
     public var configurationPath: String?
 
-    /// The usage text.
-    public static let help = """
-        usage: bgtaskd [--socket PATH] [--user] [--config PATH] [--dump-config] [--version] [--help]
+    /// `--socket PATH`.
+    static let socket = OptionSpec(
+        "socket", valueName: "PATH",
+        help: "Listen on PATH. A socket passed by systemd (LISTEN_FDS) is used instead when present.",
+        defaultValue: "$RUNTIME_DIRECTORY/\(LifecycleInterface.name), else /run/bgtaskd/\(LifecycleInterface.name); "
+            + "with --user, $XDG_RUNTIME_DIR/bgtaskd/\(LifecycleInterface.name)")
+    /// `--config PATH`.
+    static let config = OptionSpec(
+        "config", valueName: "PATH",
+        help: "Read PATH (drop-ins in PATH.d/, per-app files in apps.d/ beside it).",
+        defaultValue: "/etc/bgtaskd/bgtaskd.conf; with --user, $XDG_CONFIG_HOME/bgtaskd/bgtaskd.conf")
+    /// `--user`.
+    static let user = FlagSpec(
+        "user", help: "Run as a per-user instance (socket and configuration in the user's directories).")
+    /// `--dump-config`.
+    static let dumpConfig = FlagSpec(
+        "dump-config", help: "Print the effective configuration and exit (1 if it has errors).")
 
-        iOS-style background execution for Linux apps: leases, expiration handlers, suspension of
-        apps whose work is done, and memory reclamation, over Varlink (\(LifecycleInterface.name)).
+    /// The command line as data: the help and the parser both come from it.
+    public static let spec = ToolSpec(
+        name: "bgtaskd", version: Manager.version,
+        abstract: "iOS-style background execution for Linux apps",
+        discussion: """
+            Leases, expiration handlers, suspension of apps whose work is done, and memory reclamation, over Varlink \
+            (\(LifecycleInterface.name)).
 
-          --socket PATH    listen on PATH (default: $RUNTIME_DIRECTORY/\(LifecycleInterface.name), else
-                           /run/bgtaskd/\(LifecycleInterface.name); with --user,
-                           $XDG_RUNTIME_DIR/bgtaskd/\(LifecycleInterface.name)). A socket passed by
-                           systemd (LISTEN_FDS) is used instead when present.
-          --user           run as a per-user instance (socket and configuration in the user's directories)
-          --config PATH    read PATH instead of /etc/bgtaskd/bgtaskd.conf (drop-ins in PATH.d/, per-app
-                           files in apps.d/ beside it); with --user the default is
-                           $XDG_CONFIG_HOME/bgtaskd/bgtaskd.conf
-          --dump-config    print the effective configuration and exit (1 if it has errors)
-          --version        print the version and exit
-          --help           print this help and exit
+            Signals: SIGTERM and SIGINT stop (every stopped app is resumed first); SIGHUP reloads the \
+            configuration. Exit status: 0 on a clean stop, 1 on a failure to start or run, 64 on bad usage.
+            """,
+        globalOptions: [socket, config], globalFlags: [user, dumpConfig],
+        exitStatuses: [
+            ExitStatusSpec("0", "A clean stop."), ExitStatusSpec("1", "A failure to start or run."),
+            ExitStatusSpec("64", "Bad usage."),
+        ],
+        seeAlso: ["bgtask(1)", "systemd.service(5)"])
 
-        Signals: SIGTERM and SIGINT stop (every stopped app is resumed first); SIGHUP reloads the
-        configuration. Exit status: 0 on a clean stop, 1 on a failure to start or run, 64 on bad usage.
-        """
+    /// The help text (`--help`).
+    public static var help: String { HelpFormatter.toolHelp(spec) }
 
-    /// A command-line mistake, reported with the usage and exit status 64.
-    public struct UsageError: Error, Equatable, CustomStringConvertible {
-        /// What was wrong.
+    /// The text printed for a usage error: one line, the usage, and where to read more.
+    public static func usageErrorText(_ error: UsageError) -> String {
+        HelpFormatter.usageErrorText(error, tool: spec)
+    }
+
+    /// The environment does not give what the options need (`--user` without `XDG_RUNTIME_DIR`).
+    public struct ResolutionError: Error, Equatable, CustomStringConvertible {
+        /// What is missing.
         public var message: String
         public var description: String { message }
     }
@@ -58,41 +80,27 @@ public struct DaemonOptions: Equatable, Sendable {
     /// Parses `arguments` (without the program name).
     public static func parse(_ arguments: [String]) throws(UsageError) -> DaemonOptions {
         var options = DaemonOptions()
-        var index = 0
-        func value(for option: String, inline: String?) throws(UsageError) -> String {
-            if let inline { return inline }
-            index += 1
-            guard index < arguments.count, !arguments[index].isEmpty else {
-                throw UsageError(message: "option \(option) needs a value")
-            }
-            return arguments[index]
-        }
-        while index < arguments.count {
-            let argument = arguments[index]
-            let parts = argument.split(separator: "=", maxSplits: 1).map(String.init)
-            let name = parts[0]
-            let inline = parts.count == 2 ? parts[1] : nil
-            switch name {
-            case "--socket": options.socketPath = try value(for: name, inline: inline)
-            case "--config": options.configurationPath = try value(for: name, inline: inline)
-            case "--user" where inline == nil: options.isUserInstance = true
-            case "--dump-config" where inline == nil: options.mode = .dumpConfiguration
-            case "--version" where inline == nil: options.mode = .version
-            case "--help", "-h": options.mode = .help
-            default: throw UsageError(message: "unknown argument \"\(argument)\"")
-            }
-            index += 1
+        switch try CommandLineParser(tool: spec).parse(arguments) {
+        case .help:
+            options.mode = .help
+        case .version:
+            options.mode = .version
+        case .tool(let parsed), .command(_, let parsed):
+            options.socketPath = parsed.text(socket)
+            options.configurationPath = parsed.text(config)
+            options.isUserInstance = parsed.isSet(user)
+            if parsed.isSet(dumpConfig) { options.mode = .dumpConfiguration }
         }
         return options
     }
 
     /// The socket to listen on, from the options and the environment.
-    public func resolvedSocketPath(environment: [String: String]) throws(UsageError) -> String {
+    public func resolvedSocketPath(environment: [String: String]) throws(ResolutionError) -> String {
         if let socketPath { return socketPath }
         let file = LifecycleInterface.name
         if isUserInstance {
             guard let runtime = environment["XDG_RUNTIME_DIR"], !runtime.isEmpty else {
-                throw UsageError(message: "--user needs XDG_RUNTIME_DIR (or give --socket PATH)")
+                throw ResolutionError(message: "--user needs XDG_RUNTIME_DIR (or give --socket PATH)")
             }
             return "\(runtime)/bgtaskd/\(file)"
         }

@@ -1,4 +1,5 @@
 // What stops the demo: a failure with one line saying what went wrong, or a signal asking it to stop.
+import BGTaskArguments
 import BGTaskCLI
 import BGTaskClient
 import BGTaskSystem

@@ -1,4 +1,5 @@
 // `bgtask demo`'s implementation: a private daemon, sample apps, and the scenes narrated with what they really do.
+import BGTaskArguments
 import BGTaskCLI
 import Foundation
 

@@ -1,4 +1,5 @@
 // The demo's output: narration, scene headings, and quotes of what the apps and the daemon said, with the time.
+import BGTaskArguments
 import BGTaskCLI
 import Synchronization
 

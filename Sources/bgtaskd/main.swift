@@ -17,11 +17,12 @@ let options: DaemonOptions
 do {
     options = try DaemonOptions.parse(Array(CommandLine.arguments.dropFirst()))
 } catch {
-    fail("\(error)\n\(DaemonOptions.help)", status: 64)
+    try? standardError.writeAll(Array(DaemonOptions.usageErrorText(error).utf8))
+    exit(64)
 }
 switch options.mode {
 case .help:
-    print(DaemonOptions.help)
+    print(DaemonOptions.help, terminator: "")
     exit(0)
 case .version:
     print("bgtaskd \(Manager.version)")
@@ -56,7 +57,7 @@ let socketPath: String
 do {
     socketPath = try options.resolvedSocketPath(environment: environment)
 } catch {
-    fail("\(error)\n\(DaemonOptions.help)", status: 64)
+    fail("\(error)", status: 64)
 }
 
 do {

@@ -1,5 +1,6 @@
 // Tests of the subcommands' failures before a daemon answers (no daemon, stale socket, no runtime directory) and of
 // the demo hook, run in-process against real sockets.
+import BGTaskArguments
 import BGTaskCLI
 import BGTaskSystem
 import Foundation

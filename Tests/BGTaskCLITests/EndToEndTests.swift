@@ -1,5 +1,6 @@
 // The real bgtask executable against the real bgtaskd (DaemonHarness): every subcommand, with `bgtask run`
 // itself as the app under control, the real expiration warning forwarded to CMD, joining, watching, --user.
+import BGTaskArguments
 import BGTaskCLI
 import BGTaskProtocol
 import BGTaskSystem

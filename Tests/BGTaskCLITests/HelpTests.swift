@@ -1,11 +1,12 @@
 // Tests of the generated help: committed snapshots of every help page, and checks that the help says everything
 // the specs declare, fits 80 columns, and that every example in it parses.
+import BGTaskArguments
 import BGTaskCLI
 import Foundation
 import Testing
 
 /// The names of every subcommand, for parameterized tests.
-let commandNames = BGTaskTool.spec.commands.map { $0.spec.name }
+let commandNames = BGTaskTool.spec.commands.map { $0.name }
 
 // Serialized: with BGTASK_REGENERATE_DOCS=1 the snapshot tests write the directory another test lists.
 @Suite(.serialized) struct HelpTests {
@@ -33,7 +34,7 @@ let commandNames = BGTaskTool.spec.commands.map { $0.spec.name }
 
     /// Every argument, option, flag and example of the spec appears in the page, and every line fits 80 columns.
     @Test(arguments: commandNames) func commandHelpIsComplete(_ name: String) async throws {
-        let spec = try #require(BGTaskTool.spec.command(named: name)?.spec)
+        let spec = try #require(BGTaskTool.spec.command(named: name))
         let help = await runTool(["help", name]).standardOutput
         #expect(help.hasPrefix("OVERVIEW: "))
         #expect(help.contains(spec.abstract.split(separator: " ").prefix(4).joined(separator: " ")))
@@ -59,7 +60,7 @@ let commandNames = BGTaskTool.spec.commands.map { $0.spec.name }
     @Test func toolHelpListsEverySubcommand() async {
         let help = await runTool(["--help"]).standardOutput
         for command in BGTaskTool.spec.commands {
-            #expect(help.contains("  \(command.spec.name) "), "\(command.spec.name)")
+            #expect(help.contains("  \(command.name) "), "\(command.name)")
         }
         for line in help.split(separator: "\n") { #expect(line.count <= 80, "\(line)") }
     }
@@ -67,7 +68,7 @@ let commandNames = BGTaskTool.spec.commands.map { $0.spec.name }
     /// Each spec's own words are well formed: an abstract without a final period, options and short names unique
     /// among the command's and the global ones, at least one example, which names the subcommand.
     @Test(arguments: commandNames) func specIsWellFormed(_ name: String) throws {
-        let spec = try #require(BGTaskTool.spec.command(named: name)?.spec)
+        let spec = try #require(BGTaskTool.spec.command(named: name))
         #expect(!spec.abstract.hasSuffix("."))
         #expect(!spec.abstract.isEmpty && !spec.discussion.isEmpty)
         let longNames =
@@ -82,7 +83,7 @@ let commandNames = BGTaskTool.spec.commands.map { $0.spec.name }
     }
 
     /// Every example of every page is a command line the parser accepts.
-    @Test(arguments: BGTaskTool.spec.commands.flatMap { $0.spec.examples }.map(\.commandLine))
+    @Test(arguments: BGTaskTool.spec.commands.flatMap { $0.examples }.map(\.commandLine))
     func exampleParses(_ commandLine: String) throws {
         // A shell variable in an example stands for a value a script got earlier: a task id from `bgtask begin`.
         let words = try #require(shellWords(ofBGTaskIn: commandLine)).map { $0.hasPrefix("$") ? "7" : $0 }

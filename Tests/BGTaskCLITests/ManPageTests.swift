@@ -1,4 +1,5 @@
 // Tests of docs/man/bgtask.1: generated from the specs, committed in sync, and rendered by groff without warnings.
+import BGTaskArguments
 import BGTaskCLI
 import Foundation
 import Testing
@@ -18,7 +19,7 @@ import Testing
             #expect(page.contains("\n\(section)\n"), "\(section)")
         }
         for command in BGTaskTool.spec.commands {
-            #expect(page.contains(".SS \"bgtask \(command.spec.name)\"\n"), "\(command.spec.name)")
+            #expect(page.contains(".SS \"bgtask \(command.name)\"\n"), "\(command.name)")
         }
         for status in BGTaskTool.spec.exitStatuses {
             #expect(page.contains(".TP\n\\fB\(status.status)\\fR\n"), "\(status.status)")

@@ -1,5 +1,6 @@
 // Tests of what the subcommands print: `--json` lines checked against the protocol's own encoding and the IDL,
 // and the human formatting of durations, sizes, times, tables and hostile names.
+import BGTaskArguments
 import BGTaskCLI
 import BGTaskProtocol
 import Foundation

@@ -1,5 +1,6 @@
 // Table-driven tests of the command-line parser: accepted lines with their typed values, help and version
 // requests, and every kind of usage error with its exact message, the usage that follows, and exit status 64.
+import BGTaskArguments
 import BGTaskCLI
 import BGTaskProtocol
 import BGTaskSystem
@@ -313,7 +314,7 @@ let usageErrorRows: [UsageErrorRow] = [
 let deeplyNested = "{\"a\":" + String(repeating: "[", count: 100) + String(repeating: "]", count: 100) + "}"
 
 @Suite struct ParserTests {
-    let parser = CommandLineParser(tool: BGTaskTool.spec)
+    let parser = BGTaskParser()
 
     @Test(arguments: acceptedRows) func acceptsCommandLine(_ row: AcceptedRow) throws {
         guard case .command(let command, let globals) = try parser.parse(row.words) else {
@@ -333,7 +334,7 @@ let deeplyNested = "{\"a\":" + String(repeating: "[", count: 100) + String(repea
         case "--version":
             #expect(run.standardOutput == "bgtask \(BGTaskTool.version)\n")
         case let name?:
-            let spec = try #require(BGTaskTool.spec.command(named: name)?.spec)
+            let spec = try #require(BGTaskTool.spec.command(named: name))
             #expect(run.standardOutput == HelpFormatter.help(of: spec, tool: BGTaskTool.spec))
         }
     }
@@ -368,5 +369,12 @@ let deeplyNested = "{\"a\":" + String(repeating: "[", count: 100) + String(repea
                     reason: "expected a signal name or number, such as TERM, SIGINT or 15"),
                 command: "run")
         ) { try parser.parse(["run", "-s", "x", "ls"]) }
+    }
+}
+
+/// `BGTaskTool.parse`, in the shape the tables call: parse, then build the subcommand.
+struct BGTaskParser {
+    func parse(_ words: [String]) throws(UsageError) -> BGTaskTool.Request {
+        try BGTaskTool.parse(words)
     }
 }

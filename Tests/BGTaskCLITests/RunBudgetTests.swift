@@ -1,6 +1,7 @@
 // `bgtask run --budget` against the real daemon: the warning before the budget ends, task-expired when CMD
 // ignores it, and the lease ended at once when CMD finishes early.
 
+import BGTaskArguments
 import BGTaskCLI
 import BGTaskProtocol
 import BGTaskSystem

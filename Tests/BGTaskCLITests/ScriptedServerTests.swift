@@ -1,5 +1,6 @@
 // The real bgtask executable against a scripted io.bgtask.Lifecycle server: each subcommand's calls, output,
 // `--json` and errors, and `bgtask run`'s lease, warning forwarding, budget, joining and exit statuses.
+import BGTaskArguments
 import BGTaskCLI
 import BGTaskProtocol
 import BGTaskSystem

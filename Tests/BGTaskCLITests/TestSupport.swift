@@ -1,4 +1,5 @@
 // Shared helpers of the CLI tests: running the tool in-process, snapshots, temporary directories.
+import BGTaskArguments
 import BGTaskCLI
 import BGTaskTestSupport
 import Foundation

@@ -66,7 +66,7 @@ struct CommandLineTests {
         #expect(result.status == .exited(64))
         let lines = result.errors.split(separator: "\n")
         #expect(lines.first?.hasPrefix("bgtaskd: ") == true, "\(result.errors)")
-        #expect(result.errors.contains("usage: bgtaskd"))
+        #expect(result.errors.contains("USAGE: bgtaskd"))
     }
 
     @Test("--help and --version")

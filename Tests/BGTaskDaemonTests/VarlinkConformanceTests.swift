@@ -68,7 +68,7 @@ struct VarlinkConformanceTests {
         #expect(
             try user.resolvedSocketPath(environment: ["XDG_RUNTIME_DIR": "/run/user/1000"])
                 == "/run/user/1000/bgtaskd/\(file)")
-        #expect(throws: DaemonOptions.UsageError.self) { try user.resolvedSocketPath(environment: [:]) }
+        #expect(throws: DaemonOptions.ResolutionError.self) { try user.resolvedSocketPath(environment: [:]) }
         #expect(
             user.resolvedConfigurationPath(environment: ["HOME": "/home/a"]) == "/home/a/.config/bgtaskd/bgtaskd.conf")
         #expect(system.resolvedConfigurationPath(environment: [:]) == "/etc/bgtaskd/bgtaskd.conf")

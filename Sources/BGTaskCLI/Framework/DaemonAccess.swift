@@ -1,4 +1,5 @@
 // Reaching the daemon from a subcommand: the socket the global options name, and client errors as one-line failures.
+import BGTaskArguments
 import BGTaskClient
 
 extension CommandContext {

@@ -1,4 +1,5 @@
 // The options every subcommand accepts: which daemon to talk to (`--socket`, `--user`).
+import BGTaskArguments
 import BGTaskClient
 
 /// The global options of a command line; `CommandContext.socketPath()` turns them into the daemon's socket.
@@ -18,6 +19,8 @@ public struct GlobalOptions: Hashable, Sendable {
     public static let options = [socket]
     /// The global flags.
     public static let flags = [user]
+    /// `--socket` and `--user` each name the daemon: only one may be given.
+    public static let exclusiveGroups = [[socket.name, user.name]]
 
     /// `--socket`, if given.
     public var socketPath: String?
@@ -34,4 +37,10 @@ public struct GlobalOptions: Hashable, Sendable {
     init(_ parsed: ParsedArguments) {
         self.init(socketPath: parsed.text(GlobalOptions.socket), isUser: parsed.isSet(GlobalOptions.user))
     }
+}
+
+extension FlagSpec {
+    /// `--json`, on every command that prints state: the reply's fields as the interface names them.
+    public static let json = FlagSpec(
+        "json", help: "Print the daemon's reply as one line of JSON, with the field names of the interface.")
 }

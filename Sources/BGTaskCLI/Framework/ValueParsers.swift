@@ -1,73 +1,54 @@
-// Parsers for the values options and arguments take: durations, signals, JSON payloads, behaviours, states.
+// bgtask's own kinds of value for options and arguments: durations, signals, JSON payloads, behaviours, states.
+import BGTaskArguments
 import BGTaskConfig
 import BGTaskProtocol
 import BGTaskSystem
 import Foundation
 
-/// A value parsed according to its `ValueType`.
-public enum ParsedValue: Hashable, Sendable {
-    /// `.text`.
-    case text(String)
-    /// `.integer`.
-    case integer(Int)
-    /// `.duration`.
-    case duration(Duration)
-    /// `.signal`.
-    case signal(Signal)
-    /// `.jsonObject`.
-    case jsonObject([String: JSONValue])
-    /// `.behavior`.
-    case behavior(DeliveryBehavior)
-    /// `.state`.
-    case state(AppState)
-    /// A command line: the words of an argument with `isCommand`.
-    case words([String])
-}
-
-/// Why a value's text was refused: the second half of a "bad value" usage error.
-public struct ValueError: Error, Hashable, Sendable {
-    /// What was wrong and what was expected, without the value itself (`unknown unit "x" (expected ...)`).
-    public var reason: String
-
-    /// A refusal for `reason`.
-    public init(_ reason: String) {
-        self.reason = reason
-    }
-}
-
 extension ValueType {
-    /// Parses `text` as a value of this type.
-    public func parse(_ text: String) throws(ValueError) -> ParsedValue {
-        switch self {
-        case .text:
-            guard !text.isEmpty else { throw ValueError("must not be empty") }
-            return .text(text)
-        case .integer(let range): return .integer(try ValueParsers.integer(text, in: range))
-        case .duration: return .duration(try ValueParsers.duration(text))
-        case .signal: return .signal(try ValueParsers.signal(text))
-        case .jsonObject: return .jsonObject(try ValueParsers.jsonObject(text))
-        case .behavior: return .behavior(try ValueParsers.behavior(text))
-        case .state: return .state(try ValueParsers.state(text))
-        }
+    /// A time span in systemd syntax (`90s`, `5min`, `1h 30min`).
+    public static let duration = ValueType(name: "duration") { text throws(ValueError) in
+        ParsedValue(try ValueParsers.duration(text))
     }
+    /// A signal by name or number (`TERM`, `SIGTERM`, `15`).
+    public static let signal = ValueType(name: "signal") { text throws(ValueError) in
+        ParsedValue(try ValueParsers.signal(text))
+    }
+    /// A JSON object (`{"folder": "inbox"}`).
+    public static let jsonObject = ValueType(name: "jsonObject") { text throws(ValueError) in
+        ParsedValue(try ValueParsers.jsonObject(text))
+    }
+    /// A `Post` behaviour: `drop`, `coalesce`, `hold` or `wake`.
+    public static let behavior = ValueType(name: "behavior") { text throws(ValueError) in
+        ParsedValue(try ValueParsers.behavior(text))
+    }
+    /// An app lifecycle state (`active`, `background`, ...).
+    public static let state = ValueType(name: "state") { text throws(ValueError) in
+        ParsedValue(try ValueParsers.state(text))
+    }
+}
+
+extension ParsedArguments {
+    /// The time span of an option; nil when absent.
+    public func duration(_ option: OptionSpec) -> Duration? { value(option, as: Duration.self) }
+
+    /// The signal of an option; nil when absent.
+    public func signal(_ option: OptionSpec) -> Signal? { value(option, as: Signal.self) }
+
+    /// The JSON object of an option; nil when absent.
+    public func jsonObject(_ option: OptionSpec) -> [String: JSONValue]? {
+        value(option, as: [String: JSONValue].self)
+    }
+
+    /// The behaviour of an option; nil when absent.
+    public func behavior(_ option: OptionSpec) -> DeliveryBehavior? { value(option, as: DeliveryBehavior.self) }
+
+    /// The state of an option; nil when absent.
+    public func state(_ option: OptionSpec) -> AppState? { value(option, as: AppState.self) }
 }
 
 /// The parsers behind `ValueType.parse(_:)`, each usable alone.
 public enum ValueParsers {
-    /// A whole decimal number in `range`: digits only, no sign, no spaces.
-    public static func integer(_ text: String, in range: ClosedRange<Int>) throws(ValueError) -> Int {
-        let expectation =
-            range.upperBound == Int.max
-            ? "expected a whole number of at least \(range.lowerBound)"
-            : "expected a whole number from \(range.lowerBound) to \(range.upperBound)"
-        // Int("+5") and Int("٣") would accept more than a script author means; only ASCII digits count.
-        guard !text.isEmpty, text.utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }) else {
-            throw ValueError(expectation)
-        }
-        guard let number = Int(text), range.contains(number) else { throw ValueError(expectation) }
-        return number
-    }
-
     /// A time span in systemd syntax (`500ms`, `90s`, `5min`, `1h 30min`, a bare number of seconds); zero is
     /// refused, since no option of bgtask means anything with it.
     public static func duration(_ text: String) throws(ValueError) -> Duration {

@@ -1,4 +1,5 @@
 // Human-friendly renderings of durations, byte counts, wall-clock times and tables.
+import BGTaskArguments
 import Foundation
 
 /// Formatters for the human output of bgtask; `--json` output never goes through these.

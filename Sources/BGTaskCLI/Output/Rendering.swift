@@ -1,4 +1,5 @@
 // The human and the JSON renderings of the daemon's replies, as pure functions of the protocol's types.
+import BGTaskArguments
 import BGTaskProtocol
 import Foundation
 

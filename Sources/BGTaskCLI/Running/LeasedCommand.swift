@@ -1,4 +1,5 @@
 // The waiting half of `bgtask run`: a lease held while CMD runs, the warning forwarded to CMD, CMD's exit status.
+import BGTaskArguments
 import BGTaskClient
 import BGTaskSystem
 import Dispatch

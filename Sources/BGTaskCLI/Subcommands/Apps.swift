@@ -1,4 +1,5 @@
 // `bgtask apps`: a table of the apps the daemon tracks.
+import BGTaskArguments
 import BGTaskClient
 import BGTaskProtocol
 

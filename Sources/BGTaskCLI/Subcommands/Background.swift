@@ -1,4 +1,5 @@
 // `bgtask background APP`: sends an app to the background (`SetState` background).
+import BGTaskArguments
 import BGTaskClient
 import BGTaskProtocol
 

@@ -1,4 +1,5 @@
 // `bgtask begin APP NAME`: begins a background task for an app and prints its id, for scripts.
+import BGTaskArguments
 import BGTaskClient
 
 /// Begins a background-task lease for an app (`BeginBackgroundTask`).

@@ -1,4 +1,5 @@
 // `bgtask deactivate APP`: makes an app inactive, in the foreground but not receiving input (`SetState` inactive).
+import BGTaskArguments
 import BGTaskClient
 import BGTaskProtocol
 

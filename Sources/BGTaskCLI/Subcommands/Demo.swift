@@ -1,5 +1,7 @@
 // `bgtask demo`: a self-contained demonstration with a private daemon; the demo itself is provided by a hook.
 
+import BGTaskArguments
+
 /// What `bgtask demo` asks of the demo's implementation.
 public struct DemoRequest: Hashable, Sendable {
     /// `BackgroundTimeSec` for the private daemon: how long the demo's apps may run in background.

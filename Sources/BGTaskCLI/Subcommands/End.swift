@@ -1,4 +1,5 @@
 // `bgtask end APP TASK`: ends a background task begun with `bgtask begin`.
+import BGTaskArguments
 import BGTaskClient
 
 /// Ends a background-task lease (`EndBackgroundTask`).

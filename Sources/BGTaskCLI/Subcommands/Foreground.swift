@@ -1,4 +1,5 @@
 // `bgtask foreground APP`: brings an app to the foreground (`SetState` active).
+import BGTaskArguments
 import BGTaskClient
 import BGTaskProtocol
 

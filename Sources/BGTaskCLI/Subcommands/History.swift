@@ -1,4 +1,5 @@
 // `bgtask history`: past terminations, expiries and reclaims with their reasons.
+import BGTaskArguments
 import BGTaskClient
 
 /// Shows the daemon's history (`History`).

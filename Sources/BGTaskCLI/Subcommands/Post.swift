@@ -1,4 +1,5 @@
 // `bgtask post NAME`: posts a notification event to one app or to all.
+import BGTaskArguments
 import BGTaskClient
 import BGTaskProtocol
 

@@ -1,4 +1,5 @@
 // `bgtask remaining APP`: prints an app's remaining background time, for scripts.
+import BGTaskArguments
 import BGTaskClient
 
 /// Prints an app's remaining background time (`BackgroundTimeRemaining`).

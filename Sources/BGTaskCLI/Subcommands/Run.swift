@@ -1,4 +1,5 @@
 // `bgtask run -- CMD...`: runs a command as a background task held for exactly as long as the command runs.
+import BGTaskArguments
 import BGTaskClient
 import BGTaskSystem
 import Glibc

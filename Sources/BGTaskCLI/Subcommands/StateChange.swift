@@ -1,4 +1,5 @@
 // The shared run method of `foreground`, `background` and `deactivate`: one `SetState` call and its output.
+import BGTaskArguments
 import BGTaskClient
 
 /// Moves `app` to `state` and prints the app's new state (or the `SetState` reply with `json`).

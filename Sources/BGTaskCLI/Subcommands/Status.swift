@@ -1,4 +1,5 @@
 // `bgtask status [APP]`: the daemon's status, or one app's state, remaining time, tasks and memory.
+import BGTaskArguments
 import BGTaskClient
 
 /// Shows the daemon's status (`GetStatus`), or one app's (`GetApp`).

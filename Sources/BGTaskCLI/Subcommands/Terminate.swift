@@ -1,4 +1,5 @@
 // `bgtask terminate APP`: asks the daemon to terminate an app.
+import BGTaskArguments
 import BGTaskClient
 
 /// Terminates an app (`Terminate`), with `willTerminate` and a grace period before SIGKILL.

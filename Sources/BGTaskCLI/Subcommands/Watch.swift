@@ -1,4 +1,5 @@
 // `bgtask watch`: follows the daemon's audit events live, one line each.
+import BGTaskArguments
 import BGTaskClient
 
 /// Streams the daemon's audit events (`Watch`).

@@ -28,12 +28,14 @@ public enum HelpFormatter {
         wrapSynopsis(lead: "\(tool.name) \(spec.name)", items: synopsisItems(of: spec), indent: "USAGE: ")
     }
 
-    /// The tool's own usage: `bgtask [--socket PATH] [--user] SUBCOMMAND [ARGUMENTS...]`.
+    /// The tool's own usage: `bgtask [--socket PATH] [--user] SUBCOMMAND [ARGUMENTS...]`, or for a tool without
+    /// subcommands its options alone.
     public static func toolUsage(_ tool: ToolSpec) -> String {
         let globals =
             tool.globalOptions.map { "[\($0.longForm) \($0.valueName)]" }
             + tool.globalFlags.map { "[\($0.longForm)]" }
-        return wrapSynopsis(lead: tool.name, items: globals + ["SUBCOMMAND", "[ARGUMENTS...]"], indent: "USAGE: ")
+        let rest = tool.commands.isEmpty ? ["[--version]", "[--help]"] : ["SUBCOMMAND", "[ARGUMENTS...]"]
+        return wrapSynopsis(lead: tool.name, items: globals + rest, indent: "USAGE: ")
     }
 
     /// `indent` + `lead` + items separated by spaces, continuation lines aligned after the lead.
@@ -60,7 +62,7 @@ public enum HelpFormatter {
         let optionRows =
             tool.globalOptions.map(row) + tool.globalFlags.map(row)
             + [row(BuiltinFlags.version), row(BuiltinFlags.help)]
-        let commandRows = tool.commands.map { ($0.spec.name, $0.spec.abstract + ".") }
+        let commandRows = tool.commands.map { ($0.name, $0.abstract + ".") }
         let environmentRows = tool.environment.map { ($0.name, $0.help) }
         let column = descriptionColumn(for: optionRows + commandRows + environmentRows)
         let sections = [
@@ -68,8 +70,10 @@ public enum HelpFormatter {
             toolUsage(tool),
             wrapParagraphs(tool.discussion),
             section("OPTIONS", rows: optionRows, descriptionColumn: column),
-            section("SUBCOMMANDS", rows: commandRows, descriptionColumn: column)
-                + "\n\n  See '\(tool.name) help SUBCOMMAND' for the arguments, options and examples of each.",
+            commandRows.isEmpty
+                ? ""
+                : section("SUBCOMMANDS", rows: commandRows, descriptionColumn: column)
+                    + "\n\n  See '\(tool.name) help SUBCOMMAND' for the arguments, options and examples of each.",
             section("ENVIRONMENT", rows: environmentRows, descriptionColumn: column),
         ]
         return sections.filter { !$0.isEmpty }.joined(separator: "\n\n") + "\n"
@@ -103,7 +107,7 @@ public enum HelpFormatter {
 
     /// The text printed to standard error for a usage error: one line, then the usage and where to read more.
     public static func usageErrorText(_ error: UsageError, tool: ToolSpec) -> String {
-        if let name = error.command, let spec = tool.command(named: name)?.spec {
+        if let name = error.command, let spec = tool.command(named: name) {
             return "\(tool.name) \(name): error: \(error.message)\n\(usage(of: spec, tool: tool))\n"
                 + "See '\(tool.name) help \(name)'.\n"
         }
@@ -208,7 +212,7 @@ public enum HelpFormatter {
 
 extension String {
     /// The string padded with spaces to `length` characters (unchanged when already as long).
-    func padding(toLength length: Int) -> String {
+    public func padding(toLength length: Int) -> String {
         count >= length ? self : self + String(repeating: " ", count: length - count)
     }
 }

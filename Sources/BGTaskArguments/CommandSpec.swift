@@ -1,22 +1,4 @@
-// The data a subcommand declares about itself; the parser, the help, the usage lines and the man page read it.
-
-/// The kind of value an option or a positional argument takes, which decides how its text is parsed.
-public enum ValueType: Hashable, Sendable {
-    /// Any non-empty text (an app name, a task name, a path).
-    case text
-    /// A whole number in the range (`--limit 20`, a task id).
-    case integer(ClosedRange<Int>)
-    /// A time span in systemd syntax (`90s`, `5min`, `1h 30min`).
-    case duration
-    /// A signal by name or number (`TERM`, `SIGTERM`, `15`).
-    case signal
-    /// A JSON object (`{"folder": "inbox"}`).
-    case jsonObject
-    /// A `Post` behaviour: `drop`, `coalesce`, `hold` or `wake`.
-    case behavior
-    /// An app lifecycle state (`active`, `background`, ...).
-    case state
-}
+// The data a tool and its subcommands declare about themselves; the parser, the help and the man page read it.
 
 /// A positional argument, such as `APP` or the `CMD...` of `bgtask run`.
 public struct ArgumentSpec: Hashable, Sendable {
@@ -95,15 +77,11 @@ public struct FlagSpec: Hashable, Sendable {
 
     /// The spelling on the command line, `--all`.
     public var longForm: String { "--" + name }
-
-    /// `--json`, on every command that prints state: the reply's fields as the interface names them.
-    public static let json = FlagSpec(
-        "json", help: "Print the daemon's reply as one line of JSON, with the field names of the interface.")
 }
 
 /// An example invocation with what it does, for the help and the man page.
 public struct ExampleSpec: Hashable, Sendable {
-    /// The command line as typed, starting with `bgtask`.
+    /// The command line as typed, starting with the tool's name.
     public var commandLine: String
     /// What it does, one sentence.
     public var explanation: String
@@ -179,11 +157,15 @@ public struct ExitStatusSpec: Hashable, Sendable {
 }
 
 /// The whole tool as data: its own words, its global options and its subcommands, in the order help lists them.
+///
+/// A tool without subcommands (a daemon) takes its global options only, and no positional argument.
 public struct ToolSpec: Sendable {
     /// The program name, `bgtask`.
     public var name: String
     /// The version `--version` prints.
     public var version: String
+    /// The package the tool belongs to, for the man page's header (`bgtaskd 0.1.0`).
+    public var package: String
     /// One line saying what the tool is.
     public var abstract: String
     /// Paragraphs for the help and the man page's DESCRIPTION.
@@ -192,17 +174,40 @@ public struct ToolSpec: Sendable {
     public var globalOptions: [OptionSpec]
     /// Flags accepted before or after any subcommand.
     public var globalFlags: [FlagSpec]
+    /// Options and flags that cannot be given together, by long name, two or more to a group.
+    public var exclusiveGroups: [[String]]
     /// Environment variables the tool reads.
     public var environment: [EnvironmentSpec]
     /// Exit statuses the tool can end with.
     public var exitStatuses: [ExitStatusSpec]
     /// Related manual pages, as `name(section)`.
     public var seeAlso: [String]
-    /// The subcommands, in the order the help lists them.
-    public var commands: [any Subcommand.Type]
+    /// The subcommands, in the order the help lists them; empty for a tool without subcommands.
+    public var commands: [CommandSpec]
 
-    /// The subcommand's type named `name`, if there is one.
-    public func command(named name: String) -> (any Subcommand.Type)? {
-        commands.first { $0.spec.name == name }
+    /// A tool's declaration.
+    public init(
+        name: String, version: String, package: String? = nil, abstract: String, discussion: String = "",
+        globalOptions: [OptionSpec] = [], globalFlags: [FlagSpec] = [], exclusiveGroups: [[String]] = [],
+        environment: [EnvironmentSpec] = [], exitStatuses: [ExitStatusSpec] = [], seeAlso: [String] = [],
+        commands: [CommandSpec] = []
+    ) {
+        self.name = name
+        self.version = version
+        self.package = package ?? name
+        self.abstract = abstract
+        self.discussion = discussion
+        self.globalOptions = globalOptions
+        self.globalFlags = globalFlags
+        self.exclusiveGroups = exclusiveGroups
+        self.environment = environment
+        self.exitStatuses = exitStatuses
+        self.seeAlso = seeAlso
+        self.commands = commands
+    }
+
+    /// The subcommand named `name`, if there is one.
+    public func command(named name: String) -> CommandSpec? {
+        commands.first { $0.name == name }
     }
 }

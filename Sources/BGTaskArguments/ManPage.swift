@@ -12,9 +12,9 @@ public enum ManPage {
     /// SEE ALSO.
     public static func generate(_ tool: ToolSpec) -> String {
         var page: [String] = [
-            #".\" Generated from the command specs of BGTaskCLI by ManPage.generate(_:); do not edit."#,
+            #".\" Generated from the command specs of \(tool.name) by ManPage.generate(_:); do not edit."#,
             #".\" Regenerate with: BGTASK_REGENERATE_DOCS=1 swift test --filter manPageIsInSync"#,
-            ".TH \(tool.name.uppercased()) \(section) \"\" \"bgtaskd \(tool.version)\" \"User Commands\"",
+            ".TH \(tool.name.uppercased()) \(section) \"\" \"\(tool.package) \(tool.version)\" \"User Commands\"",
             // No hyphenation and a ragged right margin: option names and placeholders must not be split.
             ".nh",
             ".ad l",
@@ -23,14 +23,15 @@ public enum ManPage {
             ".SH SYNOPSIS",
         ]
         let globals = tool.globalOptions.map(synopsis) + tool.globalFlags.map(synopsis)
-        page += synopsisLines(command: tool.name, items: globals + ["\\fISUBCOMMAND\\fR", "[\\fIARGUMENTS\\fR...]"])
+        let rest = tool.commands.isEmpty ? [] : ["\\fISUBCOMMAND\\fR", "[\\fIARGUMENTS\\fR...]"]
+        page += synopsisLines(command: tool.name, items: globals + rest)
         for command in tool.commands {
-            page += synopsisLines(command: "\(tool.name) \(command.spec.name)", items: synopsis(command.spec))
+            page += synopsisLines(command: "\(tool.name) \(command.name)", items: synopsis(command))
         }
         page.append(".SH DESCRIPTION")
         page += paragraphs(tool.discussion)
         page.append(".SH COMMANDS")
-        for command in tool.commands { page += commandSection(command.spec, tool: tool) }
+        for command in tool.commands { page += commandSection(command, tool: tool) }
         page.append(".SH OPTIONS")
         page.append("These options are accepted before or after any subcommand.")
         for option in tool.globalOptions { page += item(label(option), HelpFormatter.description(option)) }
@@ -42,7 +43,7 @@ public enum ManPage {
         page.append(".SH \"EXIT STATUS\"")
         for status in tool.exitStatuses { page += item("\\fB\(escape(status.status))\\fR", status.meaning) }
         page.append(".SH EXAMPLES")
-        for example in tool.commands.flatMap({ $0.spec.examples }) {
+        for example in tool.commands.flatMap(\.examples) {
             page += [".PP", ".nf", ".RS 4", "\\fB\(escape(example.commandLine))\\fR", ".RE", ".fi"]
             page += [".RS 8", escape(example.explanation), ".RE"]
         }

@@ -1,6 +1,4 @@
 // The values a command line gave, read back by the same spec constants that declared them.
-import BGTaskProtocol
-import BGTaskSystem
 
 /// The parsed values of one command line: options, flags and positional arguments, already typed.
 ///
@@ -27,19 +25,27 @@ public struct ParsedArguments: Hashable, Sendable {
     /// The parsed value of an option, nil when it was not given.
     public func value(_ option: OptionSpec) -> ParsedValue? { values[Self.key(option)] }
 
+    /// The value of an argument as `type`; nil when absent (or of another type).
+    public func value<Value>(_ argument: ArgumentSpec, as type: Value.Type) -> Value? {
+        value(argument)?.get(type)
+    }
+
+    /// The value of an option as `type`; nil when absent (or of another type).
+    public func value<Value>(_ option: OptionSpec, as type: Value.Type) -> Value? {
+        value(option)?.get(type)
+    }
+
     /// Whether a flag was given.
     public func isSet(_ flag: FlagSpec) -> Bool { setFlags.contains(Self.key(flag)) }
 
     /// The text of an argument; nil when absent.
     public func text(_ argument: ArgumentSpec) -> String? {
-        if case .text(let text)? = value(argument) { return text }
-        return nil
+        value(argument, as: String.self)
     }
 
     /// The text of an option; nil when absent.
     public func text(_ option: OptionSpec) -> String? {
-        if case .text(let text)? = value(option) { return text }
-        return nil
+        value(option, as: String.self)
     }
 
     /// The text of a required argument. The parser has already refused a command line without it, so the throw
@@ -53,49 +59,16 @@ public struct ParsedArguments: Hashable, Sendable {
 
     /// The number of an argument; nil when absent.
     public func integer(_ argument: ArgumentSpec) -> Int? {
-        if case .integer(let number)? = value(argument) { return number }
-        return nil
+        value(argument, as: Int.self)
     }
 
     /// The number of an option; nil when absent.
     public func integer(_ option: OptionSpec) -> Int? {
-        if case .integer(let number)? = value(option) { return number }
-        return nil
-    }
-
-    /// The time span of an option; nil when absent.
-    public func duration(_ option: OptionSpec) -> Duration? {
-        if case .duration(let duration)? = value(option) { return duration }
-        return nil
-    }
-
-    /// The signal of an option; nil when absent.
-    public func signal(_ option: OptionSpec) -> Signal? {
-        if case .signal(let signal)? = value(option) { return signal }
-        return nil
-    }
-
-    /// The JSON object of an option; nil when absent.
-    public func jsonObject(_ option: OptionSpec) -> [String: JSONValue]? {
-        if case .jsonObject(let object)? = value(option) { return object }
-        return nil
-    }
-
-    /// The behaviour of an option; nil when absent.
-    public func behavior(_ option: OptionSpec) -> DeliveryBehavior? {
-        if case .behavior(let behavior)? = value(option) { return behavior }
-        return nil
-    }
-
-    /// The state of an option; nil when absent.
-    public func state(_ option: OptionSpec) -> AppState? {
-        if case .state(let state)? = value(option) { return state }
-        return nil
+        value(option, as: Int.self)
     }
 
     /// The words of a command-line argument; empty when absent.
     public func words(_ argument: ArgumentSpec) -> [String] {
-        if case .words(let words)? = value(argument) { return words }
-        return []
+        value(argument, as: [String].self) ?? []
     }
 }

@@ -6,8 +6,10 @@ public enum Invocation: Sendable {
     case help(CommandSpec?)
     /// Print the version and exit 0.
     case version
-    /// Run a subcommand with the global options given.
-    case command(any Subcommand, GlobalOptions)
+    /// Run a subcommand with the arguments given (its own and the global options).
+    case command(CommandSpec, ParsedArguments)
+    /// Run a tool without subcommands with the options given.
+    case tool(ParsedArguments)
 }
 
 /// The options and flags accepted at one point of the command line, with lookups by each spelling.
@@ -72,7 +74,7 @@ public struct CommandLineParser: Sendable {
             // A line with an error but also a request for help gets the help: the user is asking how to fix it.
             let beforeSeparator = words.prefix { $0 != "--" }
             if beforeSeparator.contains("--help") || beforeSeparator.contains("-h") {
-                return .help(error.command.flatMap { tool.command(named: $0)?.spec })
+                return .help(error.command.flatMap { tool.command(named: $0) })
             }
             throw error
         }
@@ -80,7 +82,7 @@ public struct CommandLineParser: Sendable {
 
     private func parseStrictly(_ words: [String]) throws(UsageError) -> Invocation {
         let topScope = OptionScope(
-            options: GlobalOptions.options, flags: GlobalOptions.flags + [BuiltinFlags.help, BuiltinFlags.version])
+            options: tool.globalOptions, flags: tool.globalFlags + [BuiltinFlags.help, BuiltinFlags.version])
         var parsed = ParsedArguments()
         var index = 0
         while index < words.count, isOptionLike(words[index]) || words[index] == "--" {
@@ -93,20 +95,22 @@ public struct CommandLineParser: Sendable {
             if parsed.isSet(BuiltinFlags.help) { return .help(nil) }
             if parsed.isSet(BuiltinFlags.version) { return .version }
         }
+        guard !tool.commands.isEmpty else {
+            // A tool without subcommands takes no positional word.
+            if index < words.count { throw UsageError(.extraArgument(words[index]), command: nil) }
+            try checkExclusiveGroups(parsed, command: nil)
+            return .tool(parsed)
+        }
         guard index < words.count else { throw UsageError(.missingSubcommand, command: nil) }
         let word = words[index]
         index += 1
         if word == "help" { return try helpInvocation(Array(words[index...])) }
-        guard let type = tool.command(named: word) else {
-            // A closure, not the key path `\.spec.name`: a key path to a static member through an existential
-            // metatype crashes swiftc 6.3.1 (signal 11 in SIL generation).
-            let suggestion = closestMatch(to: word, among: tool.commands.map { $0.spec.name } + ["help"])
+        guard let spec = tool.command(named: word) else {
+            let suggestion = closestMatch(to: word, among: tool.commands.map(\.name) + ["help"])
             throw UsageError(.unknownSubcommand(word, suggestion: suggestion), command: nil)
         }
-        let spec = type.spec
         let scope = OptionScope(
-            options: spec.options + GlobalOptions.options,
-            flags: spec.flags + GlobalOptions.flags + [BuiltinFlags.help])
+            options: spec.options + tool.globalOptions, flags: spec.flags + tool.globalFlags + [BuiltinFlags.help])
         let commandIndex = spec.arguments.firstIndex(where: \.isCommand)
         var positionals: [String] = []
         var optionsEnded = false
@@ -126,11 +130,25 @@ public struct CommandLineParser: Sendable {
             }
         }
         try assign(positionals, of: spec, into: &parsed)
-        if parsed.text(GlobalOptions.socket) != nil, parsed.isSet(GlobalOptions.user) {
-            throw UsageError(
-                .conflictingOptions(GlobalOptions.socket.longForm, GlobalOptions.user.longForm), command: spec.name)
+        try checkExclusiveGroups(parsed, command: spec.name)
+        return .command(spec, parsed)
+    }
+
+    /// Refuses two options of one of the tool's exclusive groups given together.
+    private func checkExclusiveGroups(_ parsed: ParsedArguments, command: String?) throws(UsageError) {
+        let options = tool.globalOptions + (command.flatMap { tool.command(named: $0)?.options } ?? [])
+        let flags = tool.globalFlags + (command.flatMap { tool.command(named: $0)?.flags } ?? [])
+        func isGiven(_ name: String) -> Bool {
+            if let option = options.first(where: { $0.name == name }) { return parsed.value(option) != nil }
+            if let flag = flags.first(where: { $0.name == name }) { return parsed.isSet(flag) }
+            return false
         }
-        return .command(try type.init(parsing: parsed), GlobalOptions(parsed))
+        for group in tool.exclusiveGroups {
+            let given = group.filter(isGiven)
+            if given.count >= 2 {
+                throw UsageError(.conflictingOptions("--" + given[0], "--" + given[1]), command: command)
+            }
+        }
     }
 
     /// `bgtask help [SUBCOMMAND]`.
@@ -138,11 +156,11 @@ public struct CommandLineParser: Sendable {
         guard let word = rest.first else { return .help(nil) }
         if rest.count > 1 { throw UsageError(.extraArgument(rest[1]), command: nil) }
         if word == "help" { return .help(nil) }
-        guard let type = tool.command(named: word) else {
-            let suggestion = closestMatch(to: word, among: tool.commands.map { $0.spec.name })
+        guard let spec = tool.command(named: word) else {
+            let suggestion = closestMatch(to: word, among: tool.commands.map(\.name))
             throw UsageError(.unknownSubcommand(word, suggestion: suggestion), command: nil)
         }
-        return .help(type.spec)
+        return .help(spec)
     }
 
     /// Reads the option at `words[index]` (and its value, if it takes one), advancing `index` past them.
@@ -204,7 +222,7 @@ public struct CommandLineParser: Sendable {
                     if argument.isOptional { continue }
                     throw UsageError(.missingCommand(name: argument.name), command: spec.name)
                 }
-                parsed.set(.words(Array(remaining)), for: argument)
+                parsed.set(ParsedValue(Array(remaining)), for: argument)
                 remaining = []
             } else if let word = remaining.popFirst() {
                 do {

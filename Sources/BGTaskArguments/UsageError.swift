@@ -76,12 +76,12 @@ public struct UsageError: Error, Hashable, Sendable {
 
 /// The longest part of a user's word echoed in a message; longer words are cut with an ellipsis, so a pasted
 /// file does not flood the terminal.
-let quotedLengthMaximum = 64
+public let quotedLengthMaximum = 64
 
 /// `text` in single quotes for a one-line message: control characters, backslashes and quotes are escaped
 /// (a newline in an argument must not break the message in two) and text longer than `limit` is cut (nil: never,
 /// for a path the user needs whole).
-func quoted(_ text: String, limit: Int? = quotedLengthMaximum) -> String {
+public func quoted(_ text: String, limit: Int? = quotedLengthMaximum) -> String {
     var result = "'"
     var count = 0
     for scalar in text.unicodeScalars {
