@@ -55,11 +55,16 @@ let package = Package(
         // A small argument-parsing framework in the shape of swift-argument-parser: specs as data, a parser, help,
         // usage errors and man pages generated from the specs.
         .target(name: "BGTaskArguments"),
+        // Runs a command the way timeout(1) does: in the caller's process group, signals forwarded, its exit status
+        // reported (the supervision behind bgtask run).
+        .target(name: "BGTaskSupervision", dependencies: ["BGTaskSystem"]),
         // The bgtask command line: its subcommands (one file each), which talk to the daemon through the client
         // library, and the rendering of the daemon's replies.
         .target(
             name: "BGTaskCLI",
-            dependencies: ["BGTaskArguments", "BGTaskClient", "BGTaskConfig", "BGTaskProtocol", "BGTaskSystem"]
+            dependencies: [
+                "BGTaskArguments", "BGTaskClient", "BGTaskConfig", "BGTaskProtocol", "BGTaskSupervision", "BGTaskSystem",
+            ]
         ),
         // The sample app of `bgtask demo`: a BackgroundApplication configured by its arguments, printing one line
         // per thing it experiences.

@@ -1,6 +1,7 @@
 // The waiting half of `bgtask run`: a lease held while CMD runs, the warning forwarded to CMD, CMD's exit status.
 import BGTaskArguments
 import BGTaskClient
+import BGTaskSupervision
 import BGTaskSystem
 import Dispatch
 import Foundation
@@ -84,51 +85,39 @@ final class LeasedCommand: Sendable {
     /// runs out: the daemon enforces it for a registration of bgtask's own), then ends the lease. Returns the
     /// command's status, or 128+N when a signal N killed it.
     func run(_ command: [String], signal: Signal, budget: Duration?) throws(CommandFailure) -> ExitCode {
-        // Installed before the spawn, so a signal sent as soon as CMD starts is not the death of bgtask.
-        SignalForwarding.install()
-        let process: SpawnedProcess
+        let supervised: SupervisedCommand
         do {
-            process = try ProcessSpawner.spawn(command, options: SpawnOptions(standardInput: .inherit))
+            supervised = try SupervisedCommand(spawning: command)
         } catch {
-            SignalForwarding.uninstall()
             end()
-            // 127 and 126, as shells and env(1) report a command not found and one that cannot be executed.
-            let status: ExitCode = error == .noSuchFileOrDirectory ? ExitCode(rawValue: 127) : ExitCode(rawValue: 126)
             throw CommandFailure(
-                "cannot run \(quoted(command.first ?? "", limit: nil)): \(error.message)", exitCode: status)
+                "cannot run \(quoted(command.first ?? "", limit: nil)): \(error)",
+                exitCode: ExitCode(rawValue: error.exitStatus))
         }
-        let target = "\(quoted(command[0], limit: nil)) (pid \(process.pid))"
-        SignalForwarding.forward(to: process.pid)
+        let target = "\(quoted(command[0], limit: nil)) (pid \(supervised.pid))"
         let watcherDone = DispatchSemaphore(value: 0)
         Thread.detachNewThread { [self] in
             if let registration {
-                forwardEvents(of: registration, to: process, target: target, signal: signal)
+                forwardEvents(of: registration, to: supervised, target: target, signal: signal)
             } else {
-                watchRemainingTime(of: process, target: target, signal: signal)
+                watchRemainingTime(of: supervised, target: target, signal: signal)
             }
             watcherDone.signal()
         }
-        let status: ExitStatus
+        let status: Int32
         do {
-            if registration == nil, let budget, try !process.pidFD.waitForExit(timeout: budget) {
+            if registration == nil, let budget, try !supervised.waitForExit(timeout: budget) {
                 let limit = Formatting.duration(seconds: budget.seconds)
-                warn(process, target: target, signal: signal, because: "the budget of \(limit) is used up")
+                warn(supervised, target: target, signal: signal, because: "the budget of \(limit) is used up")
             }
-            _ = try process.pidFD.waitForExit(timeout: nil)
-            // The command is a zombie now: stop forwarding before reaping frees its pid for reuse.
-            SignalForwarding.uninstall()
-            status = try process.waitForExit()
+            status = try supervised.finish()
         } catch {
-            SignalForwarding.uninstall()
             end()
             throw CommandFailure("lost track of \(target): \(error)")
         }
         end()
         watcherDone.wait()
-        switch status {
-        case .exited(let code): return ExitCode(rawValue: code)
-        case .signaled(let killer): return ExitCode(rawValue: 128 + killer.rawValue)
-        }
+        return ExitCode(rawValue: status)
     }
 
     /// Ends the lease: closing a registration ends it with every lease of the app (an explicit end would let the
@@ -151,12 +140,12 @@ final class LeasedCommand: Sendable {
     /// Sends `signal` to the command, once per notice, saying why; `target` names the command in the progress
     /// line.
     private func warn(
-        _ process: SpawnedProcess, target: String, signal: Signal, notice: Notice = .expiration,
+        _ command: SupervisedCommand, target: String, signal: Signal, notice: Notice = .expiration,
         because reason: String
     ) {
         guard sent.withLock({ $0.insert(notice).inserted }) else { return }
         // To the command's whole group: a shell defers its traps while its foreground child runs.
-        if CommandGroup.send(signal.rawValue) {
+        if command.send(signal) {
             context.progress("\(reason): sent \(signal.name) to \(target)")
         } else {
             context.progress("\(reason), but sending \(signal.name) failed: errno \(errno)")
@@ -165,7 +154,7 @@ final class LeasedCommand: Sendable {
 
     /// Reads the registration's events until it ends: acknowledges what needs it, forwards the warning.
     private func forwardEvents(
-        of registration: Registration, to process: SpawnedProcess, target: String, signal: Signal
+        of registration: Registration, to command: SupervisedCommand, target: String, signal: Signal
     ) {
         while true {
             let event: EventInfo?
@@ -187,10 +176,10 @@ final class LeasedCommand: Sendable {
             }
             switch event.kind {
             case .backgroundTaskExpiring:
-                warn(process, target: target, signal: signal, because: "background time is running out")
+                warn(command, target: target, signal: signal, because: "background time is running out")
             case .willTerminate:
                 warn(
-                    process, target: target, signal: signal, notice: .termination,
+                    command, target: target, signal: signal, notice: .termination,
                     because: "bgtaskd is terminating app \(Formatting.printable(app))")
             case .didEnterBackground, .notification:
                 do {
@@ -206,7 +195,7 @@ final class LeasedCommand: Sendable {
 
     /// For a joined app: reads its remaining time, again once a second while it is in the foreground or just
     /// before the warning is due, and sends the warning `warningLeadSeconds` before the time runs out.
-    private func watchRemainingTime(of process: SpawnedProcess, target: String, signal: Signal) {
+    private func watchRemainingTime(of command: SupervisedCommand, target: String, signal: Signal) {
         while !isStopping.load(ordering: .sequentiallyConsistent) {
             let remaining: Double?
             do {
@@ -218,7 +207,7 @@ final class LeasedCommand: Sendable {
                 return
             }
             if let remaining, remaining <= LeasedCommand.warningLeadSeconds {
-                warn(process, target: target, signal: signal, because: "background time is running out")
+                warn(command, target: target, signal: signal, because: "background time is running out")
                 return
             }
             let pause = remaining.map { min($0 - LeasedCommand.warningLeadSeconds, 60) } ?? 1

@@ -1,6 +1,7 @@
 // `bgtask run -- CMD...`: runs a command as a background task held for exactly as long as the command runs.
 import BGTaskArguments
 import BGTaskClient
+import BGTaskSupervision
 import BGTaskSystem
 import Glibc
 
@@ -88,8 +89,8 @@ public struct Run: Subcommand {
         defer { client.close() }
         // Lead a group before registering: the daemon decides from the group it finds whether its kill takes the
         // whole group, and CMD must go with bgtask even when bgtask was started by a script without job control.
-        let terminalOwner = CommandGroup.lead()
-        defer { CommandGroup.restoreTerminal(to: terminalOwner) }
+        let terminalOwner = SupervisedCommand.leadProcessGroup()
+        defer { SupervisedCommand.restoreTerminal(terminalOwner) }
         let lease = try LeasedCommand.begin(
             app: app ?? Run.defaultAppName(program: program, pid: getpid()), joining: app != nil,
             taskName: taskName ?? program, budget: budget, client: client, context: context)

@@ -1,5 +1,4 @@
 // bgtask run and its command as one process group: signals reach the command's whole tree, and so does a kill.
-import BGTaskArguments
 import Glibc
 
 /// `bgtask run` leads a process group and runs the command in it.

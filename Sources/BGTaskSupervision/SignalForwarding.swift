@@ -1,5 +1,4 @@
 // Passes termination signals sent to `bgtask run` on to its command, so bgtask outlives CMD and reports its status.
-import BGTaskArguments
 import BGTaskSystem
 import Glibc
 import Synchronization
