@@ -95,7 +95,7 @@ let package = Package(
         .testTarget(name: "BGTaskArgumentsTests", dependencies: ["BGTaskArguments"]),
         .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskConfigTests", dependencies: ["BGTaskConfig", "BGTaskCore", "BGTaskTestSupport"]),
-        .testTarget(name: "BGTaskProtocolTests", dependencies: ["BGTaskProtocol"]),
+        .testTarget(name: "BGTaskProtocolTests", dependencies: ["BGTaskProtocol", "BGTaskTestSupport"]),
         // Runs the deadline benchmark at a small size against the real daemon, so it depends on both executables
         // (bgtask-bench re-runs itself as the apps' stand-in processes and as the status flooder).
         .testTarget(

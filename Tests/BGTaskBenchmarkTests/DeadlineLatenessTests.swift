@@ -2,7 +2,6 @@
 
 import BGTaskBenchmarks
 import BGTaskTestSupport
-import Foundation
 import Testing
 
 @Suite("Deadlines under load")
@@ -16,27 +15,18 @@ struct DeadlineLatenessTests {
 
     @Test(
         "100 churning apps get their expiration warnings within 100 ms at the 99th percentile",
-        .timeLimit(.minutes(1)))
+        .timeLimit(.minutes(3)))
     func warningsOnTimeUnderLoad() async throws {
         var configuration = DeadlineBenchmark.Configuration(executablesDirectory: Products.directory)
         configuration.apps = 100
         configuration.duration = .seconds(10)
         let benchmark = DeadlineBenchmark(configuration: configuration)
-        let report = try await onThreadOfItsOwn { try benchmark.run() }
+        // Alone: lateness is measured against the machine as the daemon gets it, not against other tests' daemons.
+        let report = try await offThePool(alone: true) { try benchmark.run() }
         for line in report.lines { print(line) }
         #expect(report.warningCount >= Self.minimumWarnings, "too few warnings to judge")
         #expect(
             report.latenessMilliseconds(atPercentile: 0.99) < Self.boundMilliseconds,
             "expiration warnings late at the 99th percentile: \(report.lines.joined(separator: "\n"))")
-    }
-
-    /// Runs `body`, which blocks for the whole run, on a thread of its own, so that it does not hold one of the
-    /// test runner's few threads (one per core) away from the other tests meanwhile.
-    private func onThreadOfItsOwn<Value: Sendable>(_ body: @escaping @Sendable () throws -> Value) async throws
-        -> Value
-    {
-        try await withCheckedThrowingContinuation { continuation in
-            Thread { continuation.resume(with: Result { try body() }) }.start()
-        }
     }
 }

@@ -3,6 +3,7 @@
 import BGTaskArguments
 import BGTaskCLI
 import BGTaskSystem
+import BGTaskTestSupport
 import Foundation
 import Synchronization
 import Testing
@@ -118,10 +119,12 @@ final class RecordingDemoRunner: DemoRunner {
         (String(repeating: "\u{E9}", count: 150), 7, "bgtask-run.\(String(repeating: "\u{E9}", count: 100)).7"),
     ]
 
-    @Test(arguments: rows) func defaultAppName(_ program: String, _ pid: Int32, _ expected: String) {
-        let name = Run.defaultAppName(program: program, pid: pid)
-        #expect(name == expected)
-        #expect(name.utf8.count <= 255)
-        #expect(!name.unicodeScalars.contains { $0.properties.generalCategory == .control })
+    @Test(arguments: rows) func defaultAppName(_ program: String, _ pid: Int32, _ expected: String) async {
+        await offThePool {
+            let name = Run.defaultAppName(program: program, pid: pid)
+            #expect(name == expected)
+            #expect(name.utf8.count <= 255)
+            #expect(!name.unicodeScalars.contains { $0.properties.generalCategory == .control })
+        }
     }
 }

@@ -18,92 +18,100 @@ private let budgetPolicy = """
 @Suite("bgtask run --budget with the real daemon")
 struct RunBudgetTests {
     @Test("CMD trapping the signal exits 7 shortly before a 2 s budget ends")
-    func trappingCommandExitsBeforeTheBudgetEnds() throws {
-        let daemon = try DaemonHarness(configuration: budgetPolicy)
-        let start = MonotonicClock.now()
-        let run = try BGTaskProcess(
-            [
-                "run", "--app", "trapper", "--budget", "2s", "--on-expire", "TERM", "--", "sh", "-c",
-                "trap 'exit 7' TERM; sleep 60 & wait",
-            ],
-            environment: ["BGTASK_SOCKET": daemon.socketPath])
-        let result = try run.finish()
-        let elapsed = Double(MonotonicClock.now() - start) / 1e9
-        #expect(result.status == .exited(7), "\(result.errors)")
-        // The warning comes a quarter of the budget before its end: at 1.5 s.
-        #expect(elapsed >= 1.4 && elapsed < 2.0, "exited after \(elapsed) s")
-        #expect(result.errors.contains("background time is running out: sent SIGTERM"))
-        let entries = try historyEntries(of: "trapper", daemon: daemon)
-        #expect(entries.contains { $0.kind == .expirationWarning })
-        #expect(!entries.contains { $0.reason == .taskExpired }, "\(entries)")
+    func trappingCommandExitsBeforeTheBudgetEnds() async throws {
+        try await offThePool {
+            let daemon = try DaemonHarness(configuration: budgetPolicy)
+            let start = MonotonicClock.now()
+            let run = try BGTaskProcess(
+                [
+                    "run", "--app", "trapper", "--budget", "2s", "--on-expire", "TERM", "--", "sh", "-c",
+                    "trap 'exit 7' TERM; sleep 60 & wait",
+                ],
+                environment: ["BGTASK_SOCKET": daemon.socketPath])
+            let result = try run.finish()
+            let elapsed = Double(MonotonicClock.now() - start) / 1e9
+            #expect(result.status == .exited(7), "\(result.errors)")
+            // The warning comes a quarter of the budget before its end: at 1.5 s.
+            #expect(elapsed >= 1.4 && elapsed < 2.0, "exited after \(elapsed) s")
+            #expect(result.errors.contains("background time is running out: sent SIGTERM"))
+            let entries = try historyEntries(of: "trapper", daemon: daemon)
+            #expect(entries.contains { $0.kind == .expirationWarning })
+            #expect(!entries.contains { $0.reason == .taskExpired }, "\(entries)")
+        }
     }
 
     @Test("CMD ignoring the signal gets the app terminated task-expired")
-    func ignoringCommandIsTerminatedTaskExpired() throws {
-        let daemon = try DaemonHarness(configuration: budgetPolicy)
-        let watch = try daemon.connect()
-        try watch.send("io.bgtask.Lifecycle.Watch", more: true)
-        let run = try BGTaskProcess(
-            ["run", "--app", "ignorer", "--budget", "2s", "--", "sh", "-c", "trap '' TERM; echo ready; sleep 60"],
-            environment: ["BGTASK_SOCKET": daemon.socketPath], flags: .newProcessGroup)
-        let result = try run.finish()
-        // The daemon kills bgtask's process group (it leads one) after its willTerminate grace.
-        #expect(result.status == .signaled(.kill), "\(result.errors)")
-        let control = try daemon.connect()
-        let app = try control.call("io.bgtask.Lifecycle.GetApp", ["app": "ignorer"]).parameters["app"]
-        #expect(app?["exitReason"] == "task-expired")
-        #expect(app?["state"] == "terminated")
-        #expect(daemon.log.contains("the task expired (policy violation)"))
-        // CMD went with the group: nothing of the run is left.
-        #expect(throws: Errno.noSuchProcess) { try ProcessGroup.of(run.process.pid) }
+    func ignoringCommandIsTerminatedTaskExpired() async throws {
+        try await offThePool {
+            let daemon = try DaemonHarness(configuration: budgetPolicy)
+            let watch = try daemon.connect()
+            try watch.send("io.bgtask.Lifecycle.Watch", more: true)
+            let run = try BGTaskProcess(
+                ["run", "--app", "ignorer", "--budget", "2s", "--", "sh", "-c", "trap '' TERM; echo ready; sleep 60"],
+                environment: ["BGTASK_SOCKET": daemon.socketPath], flags: .newProcessGroup)
+            let result = try run.finish()
+            // The daemon kills bgtask's process group (it leads one) after its willTerminate grace.
+            #expect(result.status == .signaled(.kill), "\(result.errors)")
+            let control = try daemon.connect()
+            let app = try control.call("io.bgtask.Lifecycle.GetApp", ["app": "ignorer"]).parameters["app"]
+            #expect(app?["exitReason"] == "task-expired")
+            #expect(app?["state"] == "terminated")
+            #expect(daemon.log.contains("the task expired (policy violation)"))
+            // CMD went with the group: nothing of the run is left.
+            #expect(throws: Errno.noSuchProcess) { try ProcessGroup.of(run.process.pid) }
+        }
     }
 
     @Test("started by a script without job control, CMD ignoring the signal is killed with bgtask, the script is not")
-    func scriptWithoutJobControlLeavesNothingRunning() throws {
-        let daemon = try DaemonHarness(configuration: budgetPolicy)
-        let pidFile = daemon.directory.path + "/cmd.pid"
-        // The script leads its own group (so the test runner's is safe); bgtask shares it, as in any script run
-        // without job control, and must make a group of its own before registering for the kill to take CMD.
-        let script = try ChildProcess(
-            [
-                "sh", "-c",
-                #""$0" run --app scripted --budget 2s -- sh -c 'echo $$ > "$1"; trap "" TERM; exec sleep 37' sh "$1"; "#
-                    + #"echo "bgtask exited $?""#,
-                try Products.path("bgtask"), pidFile,
-            ],
-            environment: [
-                "BGTASK_SOCKET": daemon.socketPath,
-                "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin",
-            ], flags: .newProcessGroup)
-        defer { script.terminate() }
-        let line = try script.waitForLine(startingWith: "bgtask exited", timeout: .seconds(30))
-        // 128 + SIGKILL: the daemon killed bgtask's group; the script itself lives on to say so.
-        #expect(line == "bgtask exited 137", "\(script.transcript)")
-        let pidText = try String(contentsOfFile: pidFile, encoding: .utf8)
-        let pid = try #require(pid_t(pidText.trimmingCharacters(in: .whitespacesAndNewlines)))
-        // Gone, or exiting: a pidfd (if the process is still there to open) turns readable once it has exited.
-        if let command = try? PidFD.open(pid: pid) {
-            defer { try? command.close() }
-            #expect(try command.waitForExit(timeout: .seconds(10)), "CMD (pid \(pid)) is still running")
+    func scriptWithoutJobControlLeavesNothingRunning() async throws {
+        try await offThePool {
+            let daemon = try DaemonHarness(configuration: budgetPolicy)
+            let pidFile = daemon.directory.path + "/cmd.pid"
+            // The script leads its own group (so the test runner's is safe); bgtask shares it, as in any script run
+            // without job control, and must make a group of its own before registering for the kill to take CMD.
+            let script = try ChildProcess(
+                [
+                    "sh", "-c",
+                    #""$0" run --app scripted --budget 2s -- sh -c 'echo $$ > "$1"; trap "" TERM; exec sleep 37' sh "$1"; "#
+                        + #"echo "bgtask exited $?""#,
+                    try Products.path("bgtask"), pidFile,
+                ],
+                environment: [
+                    "BGTASK_SOCKET": daemon.socketPath,
+                    "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin",
+                ], flags: .newProcessGroup)
+            defer { script.terminate() }
+            let line = try script.waitForLine(startingWith: "bgtask exited", timeout: .seconds(30))
+            // 128 + SIGKILL: the daemon killed bgtask's group; the script itself lives on to say so.
+            #expect(line == "bgtask exited 137", "\(script.transcript)")
+            let pidText = try String(contentsOfFile: pidFile, encoding: .utf8)
+            let pid = try #require(pid_t(pidText.trimmingCharacters(in: .whitespacesAndNewlines)))
+            // Gone, or exiting: a pidfd (if the process is still there to open) turns readable once it has exited.
+            if let command = try? PidFD.open(pid: pid) {
+                defer { try? command.close() }
+                #expect(try command.waitForExit(timeout: .seconds(10)), "CMD (pid \(pid)) is still running")
+            }
+            let app = try daemon.connect().call("io.bgtask.Lifecycle.GetApp", ["app": "scripted"]).parameters["app"]
+            #expect(app?["exitReason"] == "task-expired")
         }
-        let app = try daemon.connect().call("io.bgtask.Lifecycle.GetApp", ["app": "scripted"]).parameters["app"]
-        #expect(app?["exitReason"] == "task-expired")
     }
 
     @Test("CMD finishing early ends the lease at once")
-    func earlyFinishEndsTheLease() throws {
-        let daemon = try DaemonHarness(configuration: budgetPolicy)
-        let run = try BGTaskProcess(
-            ["run", "--app", "quick", "--budget", "2s", "--", "sh", "-c", "exit 0"],
-            environment: ["BGTASK_SOCKET": daemon.socketPath])
-        let start = MonotonicClock.now()
-        let result = try run.finish()
-        #expect(result.status == .exited(0))
-        #expect(Double(MonotonicClock.now() - start) / 1e9 < 1.5)
-        let entries = try historyEntries(of: "quick", daemon: daemon)
-        #expect(!entries.contains { $0.kind == .expirationWarning }, "\(entries)")
-        let control = try daemon.connect()
-        let status = try control.call("io.bgtask.Lifecycle.GetStatus").parameters
-        #expect(status["tasks"] == .number(0))
+    func earlyFinishEndsTheLease() async throws {
+        try await offThePool {
+            let daemon = try DaemonHarness(configuration: budgetPolicy)
+            let run = try BGTaskProcess(
+                ["run", "--app", "quick", "--budget", "2s", "--", "sh", "-c", "exit 0"],
+                environment: ["BGTASK_SOCKET": daemon.socketPath])
+            let start = MonotonicClock.now()
+            let result = try run.finish()
+            #expect(result.status == .exited(0))
+            #expect(Double(MonotonicClock.now() - start) / 1e9 < 1.5)
+            let entries = try historyEntries(of: "quick", daemon: daemon)
+            #expect(!entries.contains { $0.kind == .expirationWarning }, "\(entries)")
+            let control = try daemon.connect()
+            let status = try control.call("io.bgtask.Lifecycle.GetStatus").parameters
+            #expect(status["tasks"] == .number(0))
+        }
     }
 }

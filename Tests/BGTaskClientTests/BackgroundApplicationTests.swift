@@ -74,162 +74,175 @@ let testOptions = BackgroundApplication.Options(
     reconnect: ReconnectPolicy(initialDelay: .milliseconds(10), maximumDelay: .milliseconds(200)))
 
 @Suite struct BackgroundApplicationTests {
-    @Test func eventsRunInOrderOnTheCallbackQueueAndAreAcknowledgedInOrder() throws {
-        try withScriptedDaemon { daemon in
-            let queue = CallbackQueue()
-            let delegate = RecordingDelegate(queue: queue, daemon: daemon)
-            let app = try BackgroundApplication(
-                name: "mail", socketPath: daemon.socketPath, delegate: delegate, callbackQueue: queue.queue,
-                options: testOptions)
-            defer { app.close() }
-            #expect(app.applicationState == .active)
-            let events = [
-                EventInfo(id: daemon.nextEventId(), kind: .willResignActive),
-                EventInfo(id: daemon.nextEventId(), kind: .didEnterBackground),
-                EventInfo(id: daemon.nextEventId(), kind: .memoryWarning, likelyVictim: true, rank: 2),
-                EventInfo(id: daemon.nextEventId(), kind: .notification, name: "sync", payload: ["n": 1], count: 3),
-                EventInfo(id: daemon.nextEventId(), kind: .memoryWarning, likelyVictim: false),
-                EventInfo(id: daemon.nextEventId(), kind: .willEnterForeground),
-                EventInfo(id: daemon.nextEventId(), kind: .didBecomeActive),
-                EventInfo(id: daemon.nextEventId(), kind: .willTerminate),
-            ]
-            for event in events { #expect(daemon.push(event)) }
-            let seen = delegate.callbacks.wait(forCount: events.count)
-            // UIKit's timing: will* callbacks see the state being left, did* callbacks the state entered.
-            #expect(
-                seen == [
-                    Callback(name: "willResignActive", state: .active, onCallbackQueue: true),
-                    Callback(name: "didEnterBackground", state: .background, onCallbackQueue: true),
-                    Callback(name: "memoryWarning(true,2)", state: .background, onCallbackQueue: true),
-                    Callback(name: "notification(sync,3)", state: .background, onCallbackQueue: true),
-                    Callback(name: "memoryWarning(false,-)", state: .background, onCallbackQueue: true),
-                    Callback(name: "willEnterForeground", state: .background, onCallbackQueue: true),
-                    Callback(name: "didBecomeActive", state: .active, onCallbackQueue: true),
-                    Callback(name: "willTerminate", state: .active, onCallbackQueue: true),
-                ])
-            #expect(delegate.payloads.all == [.object(["n": 1])])
-            daemon.waitForCall(AcknowledgeParameters.methodName, count: events.count)
-            let acknowledged = daemon.calls(AcknowledgeParameters.methodName).compactMap {
-                $0.parameters["eventId"]?.intValue
-            }
-            #expect(acknowledged == events.map(\.id))
-        }
-    }
-
-    @Test func acknowledgementIsSentOnlyAfterTheHandlerReturned() throws {
-        try withScriptedDaemon { daemon in
-            let queue = CallbackQueue()
-            let delegate = RecordingDelegate(queue: queue, daemon: daemon, callsDaemonInHandler: true)
-            let app = try BackgroundApplication(
-                name: "mail", socketPath: daemon.socketPath, delegate: delegate, callbackQueue: queue.queue,
-                options: testOptions)
-            defer { app.close() }
-            let kinds: [EventKind] = [.willResignActive, .didEnterBackground, .willEnterForeground, .didBecomeActive]
-            let events = kinds.map { EventInfo(id: daemon.nextEventId(), kind: $0) }
-            for event in events { daemon.push(event) }
-            daemon.waitForCall(AcknowledgeParameters.methodName, count: events.count)
-            let log = daemon.log
-            for event in events {
-                let returned = log.first { $0.isNote && $0.method == "returned \(event.kind.rawValue)" }
-                let acknowledged = log.first {
-                    $0.isCall(AcknowledgeParameters.methodName, "eventId", .number(Double(event.id)))
-                }
-                guard let returned, let acknowledged else {
-                    Issue.record("missing handler end or acknowledgement of \(event.kind): \(log)")
-                    continue
-                }
+    @Test func eventsRunInOrderOnTheCallbackQueueAndAreAcknowledgedInOrder() async throws {
+        try await offThePool {
+            try withScriptedDaemon { daemon in
+                let queue = CallbackQueue()
+                let delegate = RecordingDelegate(queue: queue, daemon: daemon)
+                let app = try BackgroundApplication(
+                    name: "mail", socketPath: daemon.socketPath, delegate: delegate, callbackQueue: queue.queue,
+                    options: testOptions)
+                defer { app.close() }
+                #expect(app.applicationState == .active)
+                let events = [
+                    EventInfo(id: daemon.nextEventId(), kind: .willResignActive),
+                    EventInfo(id: daemon.nextEventId(), kind: .didEnterBackground),
+                    EventInfo(id: daemon.nextEventId(), kind: .memoryWarning, likelyVictim: true, rank: 2),
+                    EventInfo(id: daemon.nextEventId(), kind: .notification, name: "sync", payload: ["n": 1], count: 3),
+                    EventInfo(id: daemon.nextEventId(), kind: .memoryWarning, likelyVictim: false),
+                    EventInfo(id: daemon.nextEventId(), kind: .willEnterForeground),
+                    EventInfo(id: daemon.nextEventId(), kind: .didBecomeActive),
+                    EventInfo(id: daemon.nextEventId(), kind: .willTerminate),
+                ]
+                for event in events { #expect(daemon.push(event)) }
+                let seen = delegate.callbacks.wait(forCount: events.count)
+                // UIKit's timing: will* callbacks see the state being left, did* callbacks the state entered.
                 #expect(
-                    returned.sequence < acknowledged.sequence, "\(event.kind) acknowledged before its handler returned")
-            }
-            // The handler's own call to the daemon comes before the acknowledgement on the same connection.
-            let remainingCalls = log.filter { $0.method == BackgroundTimeRemainingParameters.methodName }
-            let acknowledgements = log.filter { $0.method == AcknowledgeParameters.methodName }
-            #expect(zip(remainingCalls, acknowledgements).allSatisfy { $0.sequence < $1.sequence })
-        }
-    }
-
-    @Test func manualAcknowledgementWithholdsUntilAsked() throws {
-        try withScriptedDaemon { daemon in
-            let queue = CallbackQueue()
-            let seen = Recorder<EventInfo>()
-            var options = testOptions
-            options.acknowledgesEventsAutomatically = false
-            options.eventObserver = { seen.append($0) }
-            let app = try BackgroundApplication(
-                name: "mail", socketPath: daemon.socketPath, callbackQueue: queue.queue, options: options)
-            defer { app.close() }
-            let first = EventInfo(id: daemon.nextEventId(), kind: .didEnterBackground)
-            let second = EventInfo(id: daemon.nextEventId(), kind: .memoryWarning, likelyVictim: false)
-            daemon.push(first)
-            daemon.push(second)
-            seen.wait(forCount: 2)
-            // Both events are handled once a block queued after them on the callback queue has run.
-            queue.queue.sync {}
-            let acknowledged = {
-                daemon.calls(AcknowledgeParameters.methodName).compactMap { $0.parameters["eventId"]?.intValue }
-            }
-            #expect(acknowledged().isEmpty)
-            try app.acknowledge(eventId: first.id)
-            #expect(acknowledged() == [first.id])
-            app.acknowledgesEventsAutomatically = true
-            let third = EventInfo(id: daemon.nextEventId(), kind: .willEnterForeground)
-            daemon.push(third)
-            daemon.waitForAcknowledgement(of: third.id)
-            #expect(acknowledged() == [first.id, third.id])
-        }
-    }
-
-    @Test func expirationHandlersRunOncePerListedTask() throws {
-        try withScriptedDaemon { daemon in
-            let queue = CallbackQueue()
-            let app = try BackgroundApplication(
-                name: "mail", socketPath: daemon.socketPath, callbackQueue: queue.queue, options: testOptions)
-            defer { app.close() }
-            let expirations = Recorder<String>()
-            var identifiers: [BackgroundTaskIdentifier] = []
-            for name in ["a", "b", "c", "d"] {
-                let identifier = app.beginBackgroundTask(withName: name) {
-                    expirations.append(queue.isCurrent ? name : "\(name) off-queue")
+                    seen == [
+                        Callback(name: "willResignActive", state: .active, onCallbackQueue: true),
+                        Callback(name: "didEnterBackground", state: .background, onCallbackQueue: true),
+                        Callback(name: "memoryWarning(true,2)", state: .background, onCallbackQueue: true),
+                        Callback(name: "notification(sync,3)", state: .background, onCallbackQueue: true),
+                        Callback(name: "memoryWarning(false,-)", state: .background, onCallbackQueue: true),
+                        Callback(name: "willEnterForeground", state: .background, onCallbackQueue: true),
+                        Callback(name: "didBecomeActive", state: .active, onCallbackQueue: true),
+                        Callback(name: "willTerminate", state: .active, onCallbackQueue: true),
+                    ])
+                #expect(delegate.payloads.all == [.object(["n": 1])])
+                daemon.waitForCall(AcknowledgeParameters.methodName, count: events.count)
+                let acknowledged = daemon.calls(AcknowledgeParameters.methodName).compactMap {
+                    $0.parameters["eventId"]?.intValue
                 }
-                #expect(identifier != .invalid)
-                identifiers.append(identifier)
+                #expect(acknowledged == events.map(\.id))
             }
-            #expect(Set(identifiers).count == 4)
-            let names = daemon.calls(BeginBackgroundTaskParameters.methodName).compactMap {
-                $0.parameters["name"]?.stringValue
-            }
-            #expect(names == ["a", "b", "c", "d"])
-            // The scripted daemon numbers tasks 1, 2, 3, 4 in order; "d" (4) is never listed.
-            let warnings = [
-                EventInfo(id: daemon.nextEventId(), kind: .backgroundTaskExpiring, taskIds: [1, 2, 3]),
-                EventInfo(id: daemon.nextEventId(), kind: .backgroundTaskExpiring, taskIds: [3, 2, 1, 99]),
-            ]
-            for warning in warnings { daemon.push(warning) }
-            for warning in warnings { daemon.waitForAcknowledgement(of: warning.id) }
-            #expect(expirations.all.sorted() == ["a", "b", "c"])
-            #expect(app.openBackgroundTasks == Set(identifiers), "expiry alone does not end a task")
         }
     }
 
-    @Test func expirationHandlerRunsOnceWhenTheWarningOvertakesTheBeginReply() throws {
-        try withScriptedDaemon(respond: { call, daemon in
-            guard call.method == BeginBackgroundTaskParameters.methodName else { return nil }
-            // The expiring event goes out on the event stream before the reply that names the task.
-            daemon.push(EventInfo(id: daemon.nextEventId(), kind: .backgroundTaskExpiring, taskIds: [77]))
-            return .reply(BeginBackgroundTaskReply(taskId: 77))
-        }) { daemon in
-            let app = try BackgroundApplication(name: "mail", socketPath: daemon.socketPath, options: testOptions)
-            defer { app.close() }
-            let expirations = Recorder<Int>()
-            let identifier = app.beginBackgroundTask(withName: "late") { expirations.append(1) }
-            #expect(identifier != .invalid)
-            expirations.wait(forCount: 1)
-            daemon.waitForCall(AcknowledgeParameters.methodName)
-            // A second warning for the same task finds its handler spent.
-            let again = EventInfo(id: daemon.nextEventId(), kind: .backgroundTaskExpiring, taskIds: [77])
-            daemon.push(again)
-            daemon.waitForAcknowledgement(of: again.id)
-            #expect(expirations.all == [1])
+    @Test func acknowledgementIsSentOnlyAfterTheHandlerReturned() async throws {
+        try await offThePool {
+            try withScriptedDaemon { daemon in
+                let queue = CallbackQueue()
+                let delegate = RecordingDelegate(queue: queue, daemon: daemon, callsDaemonInHandler: true)
+                let app = try BackgroundApplication(
+                    name: "mail", socketPath: daemon.socketPath, delegate: delegate, callbackQueue: queue.queue,
+                    options: testOptions)
+                defer { app.close() }
+                let kinds: [EventKind] = [
+                    .willResignActive, .didEnterBackground, .willEnterForeground, .didBecomeActive,
+                ]
+                let events = kinds.map { EventInfo(id: daemon.nextEventId(), kind: $0) }
+                for event in events { daemon.push(event) }
+                daemon.waitForCall(AcknowledgeParameters.methodName, count: events.count)
+                let log = daemon.log
+                for event in events {
+                    let returned = log.first { $0.isNote && $0.method == "returned \(event.kind.rawValue)" }
+                    let acknowledged = log.first {
+                        $0.isCall(AcknowledgeParameters.methodName, "eventId", .number(Double(event.id)))
+                    }
+                    guard let returned, let acknowledged else {
+                        Issue.record("missing handler end or acknowledgement of \(event.kind): \(log)")
+                        continue
+                    }
+                    #expect(
+                        returned.sequence < acknowledged.sequence,
+                        "\(event.kind) acknowledged before its handler returned")
+                }
+                // The handler's own call to the daemon comes before the acknowledgement on the same connection.
+                let remainingCalls = log.filter { $0.method == BackgroundTimeRemainingParameters.methodName }
+                let acknowledgements = log.filter { $0.method == AcknowledgeParameters.methodName }
+                #expect(zip(remainingCalls, acknowledgements).allSatisfy { $0.sequence < $1.sequence })
+            }
+        }
+    }
+
+    @Test func manualAcknowledgementWithholdsUntilAsked() async throws {
+        try await offThePool {
+            try withScriptedDaemon { daemon in
+                let queue = CallbackQueue()
+                let seen = Recorder<EventInfo>()
+                var options = testOptions
+                options.acknowledgesEventsAutomatically = false
+                options.eventObserver = { seen.append($0) }
+                let app = try BackgroundApplication(
+                    name: "mail", socketPath: daemon.socketPath, callbackQueue: queue.queue, options: options)
+                defer { app.close() }
+                let first = EventInfo(id: daemon.nextEventId(), kind: .didEnterBackground)
+                let second = EventInfo(id: daemon.nextEventId(), kind: .memoryWarning, likelyVictim: false)
+                daemon.push(first)
+                daemon.push(second)
+                seen.wait(forCount: 2)
+                // Both events are handled once a block queued after them on the callback queue has run.
+                queue.queue.sync {}
+                let acknowledged = {
+                    daemon.calls(AcknowledgeParameters.methodName).compactMap { $0.parameters["eventId"]?.intValue }
+                }
+                #expect(acknowledged().isEmpty)
+                try app.acknowledge(eventId: first.id)
+                #expect(acknowledged() == [first.id])
+                app.acknowledgesEventsAutomatically = true
+                let third = EventInfo(id: daemon.nextEventId(), kind: .willEnterForeground)
+                daemon.push(third)
+                daemon.waitForAcknowledgement(of: third.id)
+                #expect(acknowledged() == [first.id, third.id])
+            }
+        }
+    }
+
+    @Test func expirationHandlersRunOncePerListedTask() async throws {
+        try await offThePool {
+            try withScriptedDaemon { daemon in
+                let queue = CallbackQueue()
+                let app = try BackgroundApplication(
+                    name: "mail", socketPath: daemon.socketPath, callbackQueue: queue.queue, options: testOptions)
+                defer { app.close() }
+                let expirations = Recorder<String>()
+                var identifiers: [BackgroundTaskIdentifier] = []
+                for name in ["a", "b", "c", "d"] {
+                    let identifier = app.beginBackgroundTask(withName: name) {
+                        expirations.append(queue.isCurrent ? name : "\(name) off-queue")
+                    }
+                    #expect(identifier != .invalid)
+                    identifiers.append(identifier)
+                }
+                #expect(Set(identifiers).count == 4)
+                let names = daemon.calls(BeginBackgroundTaskParameters.methodName).compactMap {
+                    $0.parameters["name"]?.stringValue
+                }
+                #expect(names == ["a", "b", "c", "d"])
+                // The scripted daemon numbers tasks 1, 2, 3, 4 in order; "d" (4) is never listed.
+                let warnings = [
+                    EventInfo(id: daemon.nextEventId(), kind: .backgroundTaskExpiring, taskIds: [1, 2, 3]),
+                    EventInfo(id: daemon.nextEventId(), kind: .backgroundTaskExpiring, taskIds: [3, 2, 1, 99]),
+                ]
+                for warning in warnings { daemon.push(warning) }
+                for warning in warnings { daemon.waitForAcknowledgement(of: warning.id) }
+                #expect(expirations.all.sorted() == ["a", "b", "c"])
+                #expect(app.openBackgroundTasks == Set(identifiers), "expiry alone does not end a task")
+            }
+        }
+    }
+
+    @Test func expirationHandlerRunsOnceWhenTheWarningOvertakesTheBeginReply() async throws {
+        try await offThePool {
+            try withScriptedDaemon(respond: { call, daemon in
+                guard call.method == BeginBackgroundTaskParameters.methodName else { return nil }
+                // The expiring event goes out on the event stream before the reply that names the task.
+                daemon.push(EventInfo(id: daemon.nextEventId(), kind: .backgroundTaskExpiring, taskIds: [77]))
+                return .reply(BeginBackgroundTaskReply(taskId: 77))
+            }) { daemon in
+                let app = try BackgroundApplication(name: "mail", socketPath: daemon.socketPath, options: testOptions)
+                defer { app.close() }
+                let expirations = Recorder<Int>()
+                let identifier = app.beginBackgroundTask(withName: "late") { expirations.append(1) }
+                #expect(identifier != .invalid)
+                expirations.wait(forCount: 1)
+                daemon.waitForCall(AcknowledgeParameters.methodName)
+                // A second warning for the same task finds its handler spent.
+                let again = EventInfo(id: daemon.nextEventId(), kind: .backgroundTaskExpiring, taskIds: [77])
+                daemon.push(again)
+                daemon.waitForAcknowledgement(of: again.id)
+                #expect(expirations.all == [1])
+            }
         }
     }
 
@@ -238,213 +251,236 @@ let testOptions = BackgroundApplication.Options(
         .limitExceeded(limit: "TasksPerAppMax", max: 64),
         .invalidState(app: "mail", state: .terminated),
     ])
-    func beginReturnsInvalidWhenTheDaemonRefuses(_ refusal: VarlinkError) throws {
-        try withScriptedDaemon(respond: { call, _ in
-            call.method == BeginBackgroundTaskParameters.methodName ? .error(refusal) : nil
-        }) { daemon in
-            let app = try BackgroundApplication(name: "mail", socketPath: daemon.socketPath, options: testOptions)
-            defer { app.close() }
-            let identifier = app.beginBackgroundTask(withName: "upload") {}
-            #expect(identifier == .invalid)
-            #expect(app.openBackgroundTasks.isEmpty)
-            app.endBackgroundTask(identifier)
-            #expect(daemon.calls(BeginBackgroundTaskParameters.methodName).count == 1)
-            #expect(daemon.calls(EndBackgroundTaskParameters.methodName).isEmpty)
-        }
-    }
-
-    @Test func endBackgroundTaskEndsTheDaemonLeaseOnce() throws {
-        try withScriptedDaemon { daemon in
-            let app = try BackgroundApplication(name: "mail", socketPath: daemon.socketPath, options: testOptions)
-            defer { app.close() }
-            let identifier = app.beginBackgroundTask(expirationHandler: nil)
-            #expect(identifier != .invalid)
-            #expect(daemon.calls(BeginBackgroundTaskParameters.methodName).first?.parameters == ["app": "mail"])
-            app.endBackgroundTask(identifier)
-            app.endBackgroundTask(identifier)
-            let ends = daemon.calls(EndBackgroundTaskParameters.methodName)
-            #expect(ends.count == 1)
-            #expect(ends.first?.parameters == ["app": "mail", "taskId": 1])
-            #expect(app.openBackgroundTasks.isEmpty)
-        }
-    }
-
-    @Test func backgroundTimeRemainingIsUnlimitedInTheForeground() throws {
-        try withScriptedDaemon { daemon in
-            let app = try BackgroundApplication(name: "mail", socketPath: daemon.socketPath, options: testOptions)
-            defer { app.close() }
-            daemon.setRemainingSeconds(nil)
-            #expect(app.backgroundTimeRemaining == .greatestFiniteMagnitude)
-            daemon.setRemainingSeconds(42.5)
-            #expect(app.backgroundTimeRemaining == 42.5)
-        }
-    }
-
-    @Test func launchedInBackgroundRegistersInBackground() throws {
-        try withScriptedDaemon { daemon in
-            let app = try BackgroundApplication(
-                name: "mail", socketPath: daemon.socketPath, exitsOnSuspend: true, launchedInBackground: true,
-                options: testOptions)
-            defer { app.close() }
-            #expect(app.applicationState == .background)
-            let register = daemon.calls(RegisterParameters.methodName).first
-            #expect(register?.parameters == ["name": "mail", "exitsOnSuspend": true, "state": "background"])
-        }
-    }
-
-    @Test func reconnectsRegistersAgainAndBeginsOpenLeasesAgain() throws {
-        let refuseRegister = Mutex(false)
-        try withScriptedDaemon(respond: { call, _ in
-            call.method == RegisterParameters.methodName && refuseRegister.withLock({ $0 }) ? .close : nil
-        }) { daemon in
-            let changes = Recorder<String>()
-            let events = Recorder<EventInfo>()
-            var options = testOptions
-            options.connectionObserver = { change in
-                switch change {
-                case .lost: changes.append("lost")
-                case .reconnectFailed: changes.append("failed")
-                case .reconnected(_, let attempt): changes.append("reconnected \(attempt)")
-                case .gaveUp: changes.append("gave up")
-                case .requestFailed(let method, _): changes.append("request failed \(method)")
-                }
-            }
-            options.eventObserver = { events.append($0) }
-            let app = try BackgroundApplication(name: "mail", socketPath: daemon.socketPath, options: options)
-            defer { app.close() }
-            let upload = app.beginBackgroundTask(withName: "upload") {}
-            let save = app.beginBackgroundTask(withName: "save") {}
-            let entered = EventInfo(id: daemon.nextEventId(), kind: .didEnterBackground)
-            daemon.push(entered)
-            daemon.waitForAcknowledgement(of: entered.id)
-            #expect(app.applicationState == .background)
-
-            // The daemon restarts without its state, and is not accepting registrations at first.
-            refuseRegister.withLock { $0 = true }
-            daemon.dropConnections()
-            changes.wait { $0.contains("failed") }
-            // Begun while the link is down: recorded, begun once registered again.
-            let report = app.beginBackgroundTask(withName: "report") {}
-            #expect(report != .invalid)
-            #expect(daemon.calls(BeginBackgroundTaskParameters.methodName).count == 2)
-            refuseRegister.withLock { $0 = false }
-            changes.wait { $0.contains { $0.hasPrefix("reconnected") } }
-            #expect(app.reconnectCount == 1)
-
-            let registers = daemon.calls(RegisterParameters.methodName)
-            #expect(registers.last?.parameters["state"] == "background", "re-registers where it was")
-            let begins = daemon.calls(BeginBackgroundTaskParameters.methodName)
-            #expect(begins.count == 5)
-            #expect(
-                Set(begins.dropFirst(2).compactMap { $0.parameters["name"]?.stringValue }) == [
-                    "upload", "save", "report",
-                ])
-            #expect(app.openBackgroundTasks == [upload, save, report], "identifiers survive the reconnect")
-
-            // The old identifiers now end the new leases (the scripted daemon numbered them 3, 4, 5).
-            let newIds = Dictionary(
-                uniqueKeysWithValues: begins.dropFirst(2).enumerated().compactMap { index, call in
-                    call.parameters["name"]?.stringValue.map { ($0, 3 + index) }
-                })
-            app.endBackgroundTask(upload)
-            #expect(
-                daemon.calls(EndBackgroundTaskParameters.methodName).last?.parameters["taskId"]
-                    == newIds["upload"].map { .number(Double($0)) })
-
-            // Events flow on the new stream.
-            let event = EventInfo(id: daemon.nextEventId(), kind: .memoryWarning, likelyVictim: false)
-            #expect(daemon.push(event))
-            events.wait { $0.contains(event) }
-        }
-    }
-
-    @Test func reattachedRegistrationKeepsItsLeasesAndEndsUnclaimedOnes() throws {
-        try withScriptedDaemon { daemon in
-            let reconnected = Recorder<AppInfo>()
-            var options = testOptions
-            options.connectionObserver = { change in
-                if case .reconnected(let app, _) = change { reconnected.append(app) }
-            }
-            let app = try BackgroundApplication(name: "mail", socketPath: daemon.socketPath, options: options)
-            defer { app.close() }
-            let first = app.beginBackgroundTask(withName: "first") {}
-            let second = app.beginBackgroundTask(withName: "second") {}
-            let third = app.beginBackgroundTask(withName: "third") {}
-            app.endBackgroundTask(third)
-            #expect(daemon.calls(EndBackgroundTaskParameters.methodName).count == 1)
-            // The daemon kept its state: it re-attaches with leases 1 and 2, and also 3, as if the end of "third"
-            // had not reached it.
-            daemon.keepTasks([1, 2, 3].map { TaskInfo(id: $0, name: "", ageSec: 1) })
-            daemon.dropConnections()
-            reconnected.wait(forCount: 1)
-            #expect(daemon.calls(BeginBackgroundTaskParameters.methodName).count == 3, "no lease begun again")
-            let ends = daemon.calls(EndBackgroundTaskParameters.methodName)
-            #expect(ends.count == 2)
-            #expect(ends.last?.parameters["taskId"] == 3)
-            #expect(app.openBackgroundTasks == [first, second])
-            app.endBackgroundTask(second)
-            #expect(daemon.calls(EndBackgroundTaskParameters.methodName).last?.parameters["taskId"] == 2)
-        }
-    }
-
-    @Test func givesUpAfterTheConfiguredAttempts() throws {
-        try withScriptedDaemon(respond: { call, daemon in
-            call.method == RegisterParameters.methodName && daemon.calls(RegisterParameters.methodName).count > 1
-                ? .close : nil
-        }) { daemon in
-            let changes = Recorder<String>()
-            var options = testOptions
-            options.reconnect.maximumAttempts = 3
-            options.connectionObserver = { changes.append("\($0)".components(separatedBy: ":")[0]) }
-            let app = try BackgroundApplication(name: "mail", socketPath: daemon.socketPath, options: options)
-            defer { app.close() }
-            daemon.dropConnections()
-            let seen = changes.wait { $0.contains { $0.hasPrefix("gave up") } }
-            #expect(seen.filter { $0.hasPrefix("reconnect attempt") }.count == 3)
-            #expect(daemon.calls(RegisterParameters.methodName).count == 4)
-            #expect(app.beginBackgroundTask(withName: "late") {} == .invalid)
-        }
-    }
-
-    @Test func closeEndsTheRegistrationWithoutReconnecting() throws {
-        try withScriptedDaemon { daemon in
-            let app = try BackgroundApplication(name: "mail", socketPath: daemon.socketPath, options: testOptions)
-            let register = daemon.calls(RegisterParameters.methodName).first
-            _ = app.beginBackgroundTask(withName: "t") {}
-            app.close()
-            daemon.waitUntil { log in
-                log.contains { $0.method == ScriptedDaemon.connectionClosed && $0.connection == register?.connection }
-            }
-            #expect(app.beginBackgroundTask(withName: "after") {} == .invalid)
-            #expect(app.openBackgroundTasks.isEmpty)
-            #expect(throws: ClientError.disconnected) { try app.acknowledge(eventId: 1) }
-            app.close()
-            #expect(daemon.calls(RegisterParameters.methodName).count == 1)
-        }
-    }
-
-    @Test func droppingTheLastReferenceEndsTheRegistration() throws {
-        try withScriptedDaemon { daemon in
-            do {
+    func beginReturnsInvalidWhenTheDaemonRefuses(_ refusal: VarlinkError) async throws {
+        try await offThePool {
+            try withScriptedDaemon(respond: { call, _ in
+                call.method == BeginBackgroundTaskParameters.methodName ? .error(refusal) : nil
+            }) { daemon in
                 let app = try BackgroundApplication(name: "mail", socketPath: daemon.socketPath, options: testOptions)
-                #expect(app.registeredApp.name == "mail")
+                defer { app.close() }
+                let identifier = app.beginBackgroundTask(withName: "upload") {}
+                #expect(identifier == .invalid)
+                #expect(app.openBackgroundTasks.isEmpty)
+                app.endBackgroundTask(identifier)
+                #expect(daemon.calls(BeginBackgroundTaskParameters.methodName).count == 1)
+                #expect(daemon.calls(EndBackgroundTaskParameters.methodName).isEmpty)
             }
-            let register = daemon.calls(RegisterParameters.methodName).first
-            #expect(
+        }
+    }
+
+    @Test func endBackgroundTaskEndsTheDaemonLeaseOnce() async throws {
+        try await offThePool {
+            try withScriptedDaemon { daemon in
+                let app = try BackgroundApplication(name: "mail", socketPath: daemon.socketPath, options: testOptions)
+                defer { app.close() }
+                let identifier = app.beginBackgroundTask(expirationHandler: nil)
+                #expect(identifier != .invalid)
+                #expect(daemon.calls(BeginBackgroundTaskParameters.methodName).first?.parameters == ["app": "mail"])
+                app.endBackgroundTask(identifier)
+                app.endBackgroundTask(identifier)
+                let ends = daemon.calls(EndBackgroundTaskParameters.methodName)
+                #expect(ends.count == 1)
+                #expect(ends.first?.parameters == ["app": "mail", "taskId": 1])
+                #expect(app.openBackgroundTasks.isEmpty)
+            }
+        }
+    }
+
+    @Test func backgroundTimeRemainingIsUnlimitedInTheForeground() async throws {
+        try await offThePool {
+            try withScriptedDaemon { daemon in
+                let app = try BackgroundApplication(name: "mail", socketPath: daemon.socketPath, options: testOptions)
+                defer { app.close() }
+                daemon.setRemainingSeconds(nil)
+                #expect(app.backgroundTimeRemaining == .greatestFiniteMagnitude)
+                daemon.setRemainingSeconds(42.5)
+                #expect(app.backgroundTimeRemaining == 42.5)
+            }
+        }
+    }
+
+    @Test func launchedInBackgroundRegistersInBackground() async throws {
+        try await offThePool {
+            try withScriptedDaemon { daemon in
+                let app = try BackgroundApplication(
+                    name: "mail", socketPath: daemon.socketPath, exitsOnSuspend: true, launchedInBackground: true,
+                    options: testOptions)
+                defer { app.close() }
+                #expect(app.applicationState == .background)
+                let register = daemon.calls(RegisterParameters.methodName).first
+                #expect(register?.parameters == ["name": "mail", "exitsOnSuspend": true, "state": "background"])
+            }
+        }
+    }
+
+    @Test func reconnectsRegistersAgainAndBeginsOpenLeasesAgain() async throws {
+        try await offThePool {
+            let refuseRegister = Mutex(false)
+            try withScriptedDaemon(respond: { call, _ in
+                call.method == RegisterParameters.methodName && refuseRegister.withLock({ $0 }) ? .close : nil
+            }) { daemon in
+                let changes = Recorder<String>()
+                let events = Recorder<EventInfo>()
+                var options = testOptions
+                options.connectionObserver = { change in
+                    switch change {
+                    case .lost: changes.append("lost")
+                    case .reconnectFailed: changes.append("failed")
+                    case .reconnected(_, let attempt): changes.append("reconnected \(attempt)")
+                    case .gaveUp: changes.append("gave up")
+                    case .requestFailed(let method, _): changes.append("request failed \(method)")
+                    }
+                }
+                options.eventObserver = { events.append($0) }
+                let app = try BackgroundApplication(name: "mail", socketPath: daemon.socketPath, options: options)
+                defer { app.close() }
+                let upload = app.beginBackgroundTask(withName: "upload") {}
+                let save = app.beginBackgroundTask(withName: "save") {}
+                let entered = EventInfo(id: daemon.nextEventId(), kind: .didEnterBackground)
+                daemon.push(entered)
+                daemon.waitForAcknowledgement(of: entered.id)
+                #expect(app.applicationState == .background)
+
+                // The daemon restarts without its state, and is not accepting registrations at first.
+                refuseRegister.withLock { $0 = true }
+                daemon.dropConnections()
+                changes.wait { $0.contains("failed") }
+                // Begun while the link is down: recorded, begun once registered again.
+                let report = app.beginBackgroundTask(withName: "report") {}
+                #expect(report != .invalid)
+                #expect(daemon.calls(BeginBackgroundTaskParameters.methodName).count == 2)
+                refuseRegister.withLock { $0 = false }
+                changes.wait { $0.contains { $0.hasPrefix("reconnected") } }
+                #expect(app.reconnectCount == 1)
+
+                let registers = daemon.calls(RegisterParameters.methodName)
+                #expect(registers.last?.parameters["state"] == "background", "re-registers where it was")
+                let begins = daemon.calls(BeginBackgroundTaskParameters.methodName)
+                #expect(begins.count == 5)
+                #expect(
+                    Set(begins.dropFirst(2).compactMap { $0.parameters["name"]?.stringValue }) == [
+                        "upload", "save", "report",
+                    ])
+                #expect(app.openBackgroundTasks == [upload, save, report], "identifiers survive the reconnect")
+
+                // The old identifiers now end the new leases (the scripted daemon numbered them 3, 4, 5).
+                let newIds = Dictionary(
+                    uniqueKeysWithValues: begins.dropFirst(2).enumerated().compactMap { index, call in
+                        call.parameters["name"]?.stringValue.map { ($0, 3 + index) }
+                    })
+                app.endBackgroundTask(upload)
+                #expect(
+                    daemon.calls(EndBackgroundTaskParameters.methodName).last?.parameters["taskId"]
+                        == newIds["upload"].map { .number(Double($0)) })
+
+                // Events flow on the new stream.
+                let event = EventInfo(id: daemon.nextEventId(), kind: .memoryWarning, likelyVictim: false)
+                #expect(daemon.push(event))
+                events.wait { $0.contains(event) }
+            }
+        }
+    }
+
+    @Test func reattachedRegistrationKeepsItsLeasesAndEndsUnclaimedOnes() async throws {
+        try await offThePool {
+            try withScriptedDaemon { daemon in
+                let reconnected = Recorder<AppInfo>()
+                var options = testOptions
+                options.connectionObserver = { change in
+                    if case .reconnected(let app, _) = change { reconnected.append(app) }
+                }
+                let app = try BackgroundApplication(name: "mail", socketPath: daemon.socketPath, options: options)
+                defer { app.close() }
+                let first = app.beginBackgroundTask(withName: "first") {}
+                let second = app.beginBackgroundTask(withName: "second") {}
+                let third = app.beginBackgroundTask(withName: "third") {}
+                app.endBackgroundTask(third)
+                #expect(daemon.calls(EndBackgroundTaskParameters.methodName).count == 1)
+                // The daemon kept its state: it re-attaches with leases 1 and 2, and also 3, as if the end of "third"
+                // had not reached it.
+                daemon.keepTasks([1, 2, 3].map { TaskInfo(id: $0, name: "", ageSec: 1) })
+                daemon.dropConnections()
+                reconnected.wait(forCount: 1)
+                #expect(daemon.calls(BeginBackgroundTaskParameters.methodName).count == 3, "no lease begun again")
+                let ends = daemon.calls(EndBackgroundTaskParameters.methodName)
+                #expect(ends.count == 2)
+                #expect(ends.last?.parameters["taskId"] == 3)
+                #expect(app.openBackgroundTasks == [first, second])
+                app.endBackgroundTask(second)
+                #expect(daemon.calls(EndBackgroundTaskParameters.methodName).last?.parameters["taskId"] == 2)
+            }
+        }
+    }
+
+    @Test func givesUpAfterTheConfiguredAttempts() async throws {
+        try await offThePool {
+            try withScriptedDaemon(respond: { call, daemon in
+                call.method == RegisterParameters.methodName && daemon.calls(RegisterParameters.methodName).count > 1
+                    ? .close : nil
+            }) { daemon in
+                let changes = Recorder<String>()
+                var options = testOptions
+                options.reconnect.maximumAttempts = 3
+                options.connectionObserver = { changes.append("\($0)".components(separatedBy: ":")[0]) }
+                let app = try BackgroundApplication(name: "mail", socketPath: daemon.socketPath, options: options)
+                defer { app.close() }
+                daemon.dropConnections()
+                let seen = changes.wait { $0.contains { $0.hasPrefix("gave up") } }
+                #expect(seen.filter { $0.hasPrefix("reconnect attempt") }.count == 3)
+                #expect(daemon.calls(RegisterParameters.methodName).count == 4)
+                #expect(app.beginBackgroundTask(withName: "late") {} == .invalid)
+            }
+        }
+    }
+
+    @Test func closeEndsTheRegistrationWithoutReconnecting() async throws {
+        try await offThePool {
+            try withScriptedDaemon { daemon in
+                let app = try BackgroundApplication(name: "mail", socketPath: daemon.socketPath, options: testOptions)
+                let register = daemon.calls(RegisterParameters.methodName).first
+                _ = app.beginBackgroundTask(withName: "t") {}
+                app.close()
                 daemon.waitUntil { log in
                     log.contains {
                         $0.method == ScriptedDaemon.connectionClosed && $0.connection == register?.connection
                     }
-                })
+                }
+                #expect(app.beginBackgroundTask(withName: "after") {} == .invalid)
+                #expect(app.openBackgroundTasks.isEmpty)
+                #expect(throws: ClientError.disconnected) { try app.acknowledge(eventId: 1) }
+                app.close()
+                #expect(daemon.calls(RegisterParameters.methodName).count == 1)
+            }
         }
     }
 
-    @Test func initReportsDaemonNotRunning() throws {
-        let directory = try ScratchDirectory(prefix: "bgtask-client-noapp")
-        defer { directory.remove() }
-        let path = directory.path + "/" + LifecycleInterface.name
-        #expect(throws: ClientError.daemonNotRunning(socketPath: path, .noSuchFileOrDirectory)) {
-            _ = try BackgroundApplication(name: "mail", socketPath: path)
+    @Test func droppingTheLastReferenceEndsTheRegistration() async throws {
+        try await offThePool {
+            try withScriptedDaemon { daemon in
+                do {
+                    let app = try BackgroundApplication(
+                        name: "mail", socketPath: daemon.socketPath, options: testOptions)
+                    #expect(app.registeredApp.name == "mail")
+                }
+                let register = daemon.calls(RegisterParameters.methodName).first
+                #expect(
+                    daemon.waitUntil { log in
+                        log.contains {
+                            $0.method == ScriptedDaemon.connectionClosed && $0.connection == register?.connection
+                        }
+                    })
+            }
+        }
+    }
+
+    @Test func initReportsDaemonNotRunning() async throws {
+        try await offThePool {
+            let directory = try ScratchDirectory(prefix: "bgtask-client-noapp")
+            defer { directory.remove() }
+            let path = directory.path + "/" + LifecycleInterface.name
+            #expect(throws: ClientError.daemonNotRunning(socketPath: path, .noSuchFileOrDirectory)) {
+                _ = try BackgroundApplication(name: "mail", socketPath: path)
+            }
         }
     }
 }

@@ -112,122 +112,140 @@ private let sampleStatus = GetStatusReply(
     ]
 
     @Test(arguments: typedCalls)
-    func typedCall(_ row: TypedCallCase) throws {
-        try withScriptedDaemon(respond: { call, _ in call.method == row.method ? .reply(row.reply) : nil }) { daemon in
-            let client = try LifecycleClient(socketPath: daemon.socketPath, timeout: .seconds(10))
-            defer { client.close() }
-            #expect(try row.call(client), "\(row.method) did not return the scripted reply")
-            let sent = daemon.calls(row.method)
-            #expect(sent.count == 1)
-            #expect(sent.first.map { row.sentExpectedParameters($0.parameters) } == true, "\(sent)")
-        }
-    }
-
-    @Test func everyMethodOfTheInterfaceHasATypedCall() {
-        let covered = Set(Self.typedCalls.map(\.method))
-        let streaming: Set = [RegisterParameters.methodName, WatchParameters.methodName]
-        for method in LifecycleMethod.allCases where !streaming.contains(method.qualifiedName) {
-            #expect(covered.contains(method.qualifiedName), "no typed call for \(method.qualifiedName)")
-        }
-        for method in VarlinkServiceMethod.allCases {
-            #expect(covered.contains(method.qualifiedName), "no typed call for \(method.qualifiedName)")
-        }
-    }
-
-    @Test func reconnectsWhenTheDaemonDroppedAnIdleConnection() throws {
-        try withScriptedDaemon(respond: { call, _ in
-            call.method == GetStatusParameters.methodName ? .reply(sampleStatus) : nil
-        }) { daemon in
-            let client = try LifecycleClient(socketPath: daemon.socketPath, timeout: .seconds(10))
-            defer { client.close() }
-            #expect(try client.getStatus() == sampleStatus)
-            daemon.dropConnections()
-            #expect(try client.getStatus() == sampleStatus)
-            let connections = daemon.calls(GetStatusParameters.methodName).map(\.connection)
-            #expect(connections.count == 2)
-            #expect(Set(connections).count == 2, "the second call must use a new connection")
-        }
-    }
-
-    @Test func callBrokenInFlightIsNotRepeated() throws {
-        try withScriptedDaemon(respond: { call, daemon in
-            guard call.method == TerminateParameters.methodName else { return nil }
-            return daemon.calls(TerminateParameters.methodName).count == 1 ? .close : .reply(EmptyReply())
-        }) { daemon in
-            let client = try LifecycleClient(socketPath: daemon.socketPath, timeout: .seconds(10))
-            defer { client.close() }
-            #expect(throws: ClientError.disconnected) { try client.terminate("mail") }
-            #expect(daemon.calls(TerminateParameters.methodName).count == 1)
-            try client.terminate("mail")
-            #expect(daemon.calls(TerminateParameters.methodName).count == 2)
-        }
-    }
-
-    @Test func daemonNotRunningIsReportedAtInit() throws {
-        let directory = try ScratchDirectory(prefix: "bgtask-client-absent")
-        defer { directory.remove() }
-        let path = directory.path + "/" + LifecycleInterface.name
-        #expect(throws: ClientError.daemonNotRunning(socketPath: path, .noSuchFileOrDirectory)) {
-            _ = try LifecycleClient(socketPath: path)
-        }
-    }
-
-    @Test func registerReadsTheAppThenStreamsEvents() throws {
-        try withScriptedDaemon { daemon in
-            let client = try LifecycleClient(socketPath: daemon.socketPath, timeout: .seconds(10))
-            defer { client.close() }
-            let registration = try client.register(name: "mail", exitsOnSuspend: true, state: .background)
-            #expect(registration.app.name == "mail")
-            #expect(registration.app.state == .background)
-            let register = daemon.calls(RegisterParameters.methodName).first
-            #expect(register?.more == true)
-            #expect(
-                register.map {
-                    parameters(
-                        $0.parameters, are: RegisterParameters(name: "mail", exitsOnSuspend: true, state: .background))
-                } == true)
-            let events = [
-                EventInfo(id: daemon.nextEventId(), kind: .didEnterBackground),
-                EventInfo(id: daemon.nextEventId(), kind: .notification, name: "n", payload: ["k": "v"], count: 3),
-            ]
-            for event in events { #expect(daemon.push(event)) }
-            #expect(try registration.nextEvent(timeout: .seconds(10)) == events[0])
-            #expect(try registration.nextEvent(timeout: .seconds(10)) == events[1])
-            // The registration is on its own connection: plain calls go on while it streams.
-            try client.acknowledge(app: "mail", eventId: events[0].id)
-            #expect(daemon.calls(AcknowledgeParameters.methodName).first?.connection != register?.connection)
-            registration.close()
-            #expect(throws: ClientError.disconnected) { try registration.nextEvent(timeout: .seconds(1)) }
-        }
-    }
-
-    @Test func registerRefusedIsTyped() throws {
-        try withScriptedDaemon(respond: { call, _ in
-            call.method == RegisterParameters.methodName ? .error(.appExists(app: "mail")) : nil
-        }) { daemon in
-            let client = try LifecycleClient(socketPath: daemon.socketPath, timeout: .seconds(10))
-            defer { client.close() }
-            #expect(throws: ClientError.lifecycle(.appExists(app: "mail"))) {
-                _ = try client.register(name: "mail")
+    func typedCall(_ row: TypedCallCase) async throws {
+        try await offThePool {
+            try withScriptedDaemon(respond: { call, _ in call.method == row.method ? .reply(row.reply) : nil }) {
+                daemon in
+                let client = try LifecycleClient(socketPath: daemon.socketPath, timeout: .seconds(10))
+                defer { client.close() }
+                #expect(try row.call(client), "\(row.method) did not return the scripted reply")
+                let sent = daemon.calls(row.method)
+                #expect(sent.count == 1)
+                #expect(sent.first.map { row.sentExpectedParameters($0.parameters) } == true, "\(sent)")
             }
         }
     }
 
-    @Test func watchStreamsHistoryEntries() throws {
-        let entries = (1...3).map {
-            HistoryEntry(time: Double($0), app: "app\($0)", kind: .stateChanged, state: .suspended)
+    @Test func everyMethodOfTheInterfaceHasATypedCall() async {
+        await offThePool {
+            let covered = Set(Self.typedCalls.map(\.method))
+            let streaming: Set = [RegisterParameters.methodName, WatchParameters.methodName]
+            for method in LifecycleMethod.allCases where !streaming.contains(method.qualifiedName) {
+                #expect(covered.contains(method.qualifiedName), "no typed call for \(method.qualifiedName)")
+            }
+            for method in VarlinkServiceMethod.allCases {
+                #expect(covered.contains(method.qualifiedName), "no typed call for \(method.qualifiedName)")
+            }
         }
-        try withScriptedDaemon(respond: { call, _ in
-            call.method == WatchParameters.methodName
-                ? .replies(entries.map { WatchReply(entry: $0) } as [any Encodable & Sendable]) : nil
-        }) { daemon in
-            let client = try LifecycleClient(socketPath: daemon.socketPath, timeout: .seconds(10))
-            defer { client.close() }
-            let watch = try client.watch()
-            defer { watch.close() }
-            var received: [HistoryEntry] = []
-            while let entry = try watch.next(timeout: .seconds(10)) { received.append(entry) }
-            #expect(received == entries)
+    }
+
+    @Test func reconnectsWhenTheDaemonDroppedAnIdleConnection() async throws {
+        try await offThePool {
+            try withScriptedDaemon(respond: { call, _ in
+                call.method == GetStatusParameters.methodName ? .reply(sampleStatus) : nil
+            }) { daemon in
+                let client = try LifecycleClient(socketPath: daemon.socketPath, timeout: .seconds(10))
+                defer { client.close() }
+                #expect(try client.getStatus() == sampleStatus)
+                daemon.dropConnections()
+                #expect(try client.getStatus() == sampleStatus)
+                let connections = daemon.calls(GetStatusParameters.methodName).map(\.connection)
+                #expect(connections.count == 2)
+                #expect(Set(connections).count == 2, "the second call must use a new connection")
+            }
+        }
+    }
+
+    @Test func callBrokenInFlightIsNotRepeated() async throws {
+        try await offThePool {
+            try withScriptedDaemon(respond: { call, daemon in
+                guard call.method == TerminateParameters.methodName else { return nil }
+                return daemon.calls(TerminateParameters.methodName).count == 1 ? .close : .reply(EmptyReply())
+            }) { daemon in
+                let client = try LifecycleClient(socketPath: daemon.socketPath, timeout: .seconds(10))
+                defer { client.close() }
+                #expect(throws: ClientError.disconnected) { try client.terminate("mail") }
+                #expect(daemon.calls(TerminateParameters.methodName).count == 1)
+                try client.terminate("mail")
+                #expect(daemon.calls(TerminateParameters.methodName).count == 2)
+            }
+        }
+    }
+
+    @Test func daemonNotRunningIsReportedAtInit() async throws {
+        try await offThePool {
+            let directory = try ScratchDirectory(prefix: "bgtask-client-absent")
+            defer { directory.remove() }
+            let path = directory.path + "/" + LifecycleInterface.name
+            #expect(throws: ClientError.daemonNotRunning(socketPath: path, .noSuchFileOrDirectory)) {
+                _ = try LifecycleClient(socketPath: path)
+            }
+        }
+    }
+
+    @Test func registerReadsTheAppThenStreamsEvents() async throws {
+        try await offThePool {
+            try withScriptedDaemon { daemon in
+                let client = try LifecycleClient(socketPath: daemon.socketPath, timeout: .seconds(10))
+                defer { client.close() }
+                let registration = try client.register(name: "mail", exitsOnSuspend: true, state: .background)
+                #expect(registration.app.name == "mail")
+                #expect(registration.app.state == .background)
+                let register = daemon.calls(RegisterParameters.methodName).first
+                #expect(register?.more == true)
+                #expect(
+                    register.map {
+                        parameters(
+                            $0.parameters,
+                            are: RegisterParameters(name: "mail", exitsOnSuspend: true, state: .background))
+                    } == true)
+                let events = [
+                    EventInfo(id: daemon.nextEventId(), kind: .didEnterBackground),
+                    EventInfo(id: daemon.nextEventId(), kind: .notification, name: "n", payload: ["k": "v"], count: 3),
+                ]
+                for event in events { #expect(daemon.push(event)) }
+                #expect(try registration.nextEvent(timeout: .seconds(10)) == events[0])
+                #expect(try registration.nextEvent(timeout: .seconds(10)) == events[1])
+                // The registration is on its own connection: plain calls go on while it streams.
+                try client.acknowledge(app: "mail", eventId: events[0].id)
+                #expect(daemon.calls(AcknowledgeParameters.methodName).first?.connection != register?.connection)
+                registration.close()
+                #expect(throws: ClientError.disconnected) { try registration.nextEvent(timeout: .seconds(1)) }
+            }
+        }
+    }
+
+    @Test func registerRefusedIsTyped() async throws {
+        try await offThePool {
+            try withScriptedDaemon(respond: { call, _ in
+                call.method == RegisterParameters.methodName ? .error(.appExists(app: "mail")) : nil
+            }) { daemon in
+                let client = try LifecycleClient(socketPath: daemon.socketPath, timeout: .seconds(10))
+                defer { client.close() }
+                #expect(throws: ClientError.lifecycle(.appExists(app: "mail"))) {
+                    _ = try client.register(name: "mail")
+                }
+            }
+        }
+    }
+
+    @Test func watchStreamsHistoryEntries() async throws {
+        try await offThePool {
+            let entries = (1...3).map {
+                HistoryEntry(time: Double($0), app: "app\($0)", kind: .stateChanged, state: .suspended)
+            }
+            try withScriptedDaemon(respond: { call, _ in
+                call.method == WatchParameters.methodName
+                    ? .replies(entries.map { WatchReply(entry: $0) } as [any Encodable & Sendable]) : nil
+            }) { daemon in
+                let client = try LifecycleClient(socketPath: daemon.socketPath, timeout: .seconds(10))
+                defer { client.close() }
+                let watch = try client.watch()
+                defer { watch.close() }
+                var received: [HistoryEntry] = []
+                while let entry = try watch.next(timeout: .seconds(10)) { received.append(entry) }
+                #expect(received == entries)
+            }
         }
     }
 }

@@ -119,90 +119,97 @@ struct BadInputTests {
     }
 
     @Test("hostile message", arguments: hostileRows)
-    func hostileMessage(row: HostileRow) throws {
-        let daemon = try requireDaemon()
-        let baseline = try daemon.waitForDescriptorCount(atMost: .max)
-        do {
-            let client = try daemon.connect()
-            var sendFailure: Errno?
+    func hostileMessage(row: HostileRow) async throws {
+        try await offThePool {
+            let daemon = try requireDaemon()
+            let baseline = try daemon.waitForDescriptorCount(atMost: .max)
             do {
-                try client.sendRaw(row.bytes)
-            } catch let error as Errno where error == Errno(rawValue: EPIPE) || error == .connectionReset {
-                // The daemon closed the connection before taking the whole message: what `.closed` asks for.
-                sendFailure = error
+                let client = try daemon.connect()
+                var sendFailure: Errno?
+                do {
+                    try client.sendRaw(row.bytes)
+                } catch let error as Errno where error == Errno(rawValue: EPIPE) || error == .connectionReset {
+                    // The daemon closed the connection before taking the whole message: what `.closed` asks for.
+                    sendFailure = error
+                }
+                if let sendFailure { #expect(row.outcome == .closed, "send failed: \(sendFailure)") }
+                switch row.outcome {
+                case .closed:
+                    #expect(try client.isClosedByServer(), "the daemon kept the connection open")
+                case .error(let name):
+                    let reply = try #require(try client.receive(), "the daemon closed the connection")
+                    #expect(reply.errorName == name)
+                    // The connection still serves calls after a typed error.
+                    let again = try client.call("org.varlink.service.GetInfo")
+                    #expect(again.errorName == nil)
+                }
             }
-            if let sendFailure { #expect(row.outcome == .closed, "send failed: \(sendFailure)") }
-            switch row.outcome {
-            case .closed:
-                #expect(try client.isClosedByServer(), "the daemon kept the connection open")
-            case .error(let name):
-                let reply = try #require(try client.receive(), "the daemon closed the connection")
-                #expect(reply.errorName == name)
-                // The connection still serves calls after a typed error.
-                let again = try client.call("org.varlink.service.GetInfo")
-                #expect(again.errorName == nil)
-            }
+            try expectHealthy(daemon)
+            #expect(try daemon.waitForDescriptorCount(atMost: baseline) <= baseline)
         }
-        try expectHealthy(daemon)
-        #expect(try daemon.waitForDescriptorCount(atMost: baseline) <= baseline)
     }
 
     @Test("500 connections opened and dropped")
-    func connectionFlood() throws {
-        let daemon = try requireDaemon()
-        let baseline = try daemon.waitForDescriptorCount(atMost: .max)
-        var clients: [RawVarlinkClient] = []
-        for _ in 0..<500 { clients.append(try daemon.connect()) }
-        // Beyond ConnectionsPerUserMax (256) the daemon closes at once; the ones it kept still answer.
-        let answered = try clients.prefix(5).map { try $0.call("org.varlink.service.GetInfo").errorName == nil }
-        #expect(answered == [true, true, true, true, true])
-        #expect(try clients.last?.isClosedByServer() == true)
-        clients.removeAll()
-        try expectHealthy(daemon)
-        #expect(try daemon.waitForDescriptorCount(atMost: baseline) <= baseline)
-        #expect(daemon.log.contains("ConnectionsPerUserMax=256 reached"))
+    func connectionFlood() async throws {
+        try await offThePool {
+            let daemon = try requireDaemon()
+            let baseline = try daemon.waitForDescriptorCount(atMost: .max)
+            var clients: [RawVarlinkClient] = []
+            for _ in 0..<500 { clients.append(try daemon.connect()) }
+            // Beyond ConnectionsPerUserMax (256) the daemon closes at once; the ones it kept still answer.
+            let answered = try clients.prefix(5).map { try $0.call("org.varlink.service.GetInfo").errorName == nil }
+            #expect(answered == [true, true, true, true, true])
+            #expect(try clients.last?.isClosedByServer() == true)
+            clients.removeAll()
+            try expectHealthy(daemon)
+            #expect(try daemon.waitForDescriptorCount(atMost: baseline) <= baseline)
+            #expect(daemon.log.contains("ConnectionsPerUserMax=256 reached"))
+        }
     }
 
     @Test("a client that never reads its event stream is disconnected; the daemon never blocks")
-    func clientThatNeverReads() throws {
-        let daemon = try requireDaemon()
-        let baseline = try daemon.waitForDescriptorCount(atMost: .max)
-        // A separate process, so that once it is gone the daemon has nothing of it left to track: it registers,
-        // reads the first reply, and then never reads again.
-        let stalled = try ChildProcess([
-            "python3", "-c",
-            """
-            import socket, sys, time
-            s = socket.socket(socket.AF_UNIX)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            s.connect(sys.argv[1])
-            s.sendall(b'{"method":"io.bgtask.Lifecycle.Register","parameters":{"name":"stalled"},"more":true}\\0')
-            first = b""
-            while not first.endswith(b"\\0"):
-                first += s.recv(1)
-            print("registered", flush=True)
-            time.sleep(60)
-            """,
-            daemon.socketPath,
-        ])
-        try stalled.waitForLine(startingWith: "registered")
-        let control = try daemon.connect()
-        // Just under PostPayloadSizeMax (4 KiB).
-        let payload: [String: JSONValue] = ["blob": .string(String(repeating: "x", count: 4_000))]
-        var posts = 0
-        // Each post answers promptly however full the stalled client's buffers are.
-        while try control.app("stalled")["state"] != "notRunning" && posts < 2_000 {
-            let reply = try control.lifecycle("Post", ["name": "flood", "payload": .object(payload), "app": "stalled"])
-            #expect(reply.errorName == nil, "\(reply)")
-            if reply.errorName != nil { break }
-            posts += 1
+    func clientThatNeverReads() async throws {
+        try await offThePool {
+            let daemon = try requireDaemon()
+            let baseline = try daemon.waitForDescriptorCount(atMost: .max)
+            // A separate process, so that once it is gone the daemon has nothing of it left to track: it registers,
+            // reads the first reply, and then never reads again.
+            let stalled = try ChildProcess([
+                "python3", "-c",
+                """
+                import socket, sys, time
+                s = socket.socket(socket.AF_UNIX)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                s.connect(sys.argv[1])
+                s.sendall(b'{"method":"io.bgtask.Lifecycle.Register","parameters":{"name":"stalled"},"more":true}\\0')
+                first = b""
+                while not first.endswith(b"\\0"):
+                    first += s.recv(1)
+                print("registered", flush=True)
+                time.sleep(60)
+                """,
+                daemon.socketPath,
+            ])
+            try stalled.waitForLine(startingWith: "registered")
+            let control = try daemon.connect()
+            // Just under PostPayloadSizeMax (4 KiB).
+            let payload: [String: JSONValue] = ["blob": .string(String(repeating: "x", count: 4_000))]
+            var posts = 0
+            // Each post answers promptly however full the stalled client's buffers are.
+            while try control.app("stalled")["state"] != "notRunning" && posts < 2_000 {
+                let reply = try control.lifecycle(
+                    "Post", ["name": "flood", "payload": .object(payload), "app": "stalled"])
+                #expect(reply.errorName == nil, "\(reply)")
+                if reply.errorName != nil { break }
+                posts += 1
+            }
+            #expect(posts < 2_000, "the stalled client was never disconnected")
+            #expect(try control.app("stalled")["state"] == "notRunning")
+            #expect(daemon.log.contains("is not reading"))
+            stalled.terminate()
+            control.close()
+            try expectHealthy(daemon)
+            #expect(try daemon.waitForDescriptorCount(atMost: baseline) <= baseline)
         }
-        #expect(posts < 2_000, "the stalled client was never disconnected")
-        #expect(try control.app("stalled")["state"] == "notRunning")
-        #expect(daemon.log.contains("is not reading"))
-        stalled.terminate()
-        control.close()
-        try expectHealthy(daemon)
-        #expect(try daemon.waitForDescriptorCount(atMost: baseline) <= baseline)
     }
 }

@@ -23,45 +23,51 @@ struct FileLockTests {
     }
 
     @Test("an open file description lock (pid -1 in /proc/locks) is traced to the app through fdinfo")
-    func openFileDescriptionLock() throws {
-        let daemon = try DaemonHarness()
-        let watch = try WatchStream(daemon)
-        let lockFile = try daemon.directory.write("ofd.lock", "")
-        let app = try pythonApp(daemon, name: "ofd")
-        try app.send("lock ofd \(lockFile)")
-        _ = try app.waitForLine(startingWith: "locked")
-        #expect(try ProcFS().locks().contains { $0.kind == .openFileDescription && $0.pid == -1 })
-        try expectHeldLockTerminates(daemon, watch: watch, app: app, name: "ofd")
+    func openFileDescriptionLock() async throws {
+        try await offThePool {
+            let daemon = try DaemonHarness()
+            let watch = try WatchStream(daemon)
+            let lockFile = try daemon.directory.write("ofd.lock", "")
+            let app = try pythonApp(daemon, name: "ofd")
+            try app.send("lock ofd \(lockFile)")
+            _ = try app.waitForLine(startingWith: "locked")
+            #expect(try ProcFS().locks().contains { $0.kind == .openFileDescription && $0.pid == -1 })
+            try expectHeldLockTerminates(daemon, watch: watch, app: app, name: "ofd")
+        }
     }
 
     @Test("a POSIX lock held by another process of the group the app leads")
-    func lockHeldByGroupMember() throws {
-        let daemon = try DaemonHarness()
-        let watch = try WatchStream(daemon)
-        let lockFile = try daemon.directory.write("posix.lock", "")
-        let app = try pythonApp(daemon, name: "family", newGroup: true)
-        try app.send("child-lock posix \(lockFile)")
-        let child = pid_t(try number(after: "child", in: try app.waitForLine(startingWith: "child")))
-        defer {
-            if let pidFD = try? PidFD.open(pid: child) {
-                try? pidFD.sendSignal(.kill)
-                try? pidFD.close()
+    func lockHeldByGroupMember() async throws {
+        try await offThePool {
+            let daemon = try DaemonHarness()
+            let watch = try WatchStream(daemon)
+            let lockFile = try daemon.directory.write("posix.lock", "")
+            let app = try pythonApp(daemon, name: "family", newGroup: true)
+            try app.send("child-lock posix \(lockFile)")
+            let child = pid_t(try number(after: "child", in: try app.waitForLine(startingWith: "child")))
+            defer {
+                if let pidFD = try? PidFD.open(pid: child) {
+                    try? pidFD.sendSignal(.kill)
+                    try? pidFD.close()
+                }
             }
+            try expectHeldLockTerminates(daemon, watch: watch, app: app, name: "family")
         }
-        try expectHeldLockTerminates(daemon, watch: watch, app: app, name: "family")
     }
 
     @Test("an app without locks whose group member holds none is suspended at once")
-    func noLockNoDelay() throws {
-        let daemon = try DaemonHarness()
-        let watch = try WatchStream(daemon)
-        let app = try pythonApp(daemon, name: "free", newGroup: true)
-        try app.send("child")
-        _ = try app.waitForLine(startingWith: "child")
-        try daemon.connect().lifecycle("SetState", ["app": "free", "state": "background"])
-        try watch.waitFor("stateChanged", app: "free", ["state": "suspended"])
-        #expect(try waitForProcessState(app.pid) { $0 == .stopped } == .stopped)
-        #expect(!watch.entries.contains { $0["kind"] == "suspensionDeferred" })
-        try daemon.stop()
+    func noLockNoDelay() async throws {
+        try await offThePool {
+            let daemon = try DaemonHarness()
+            let watch = try WatchStream(daemon)
+            let app = try pythonApp(daemon, name: "free", newGroup: true)
+            try app.send("child")
+            _ = try app.waitForLine(startingWith: "child")
+            try daemon.connect().lifecycle("SetState", ["app": "free", "state": "background"])
+            try watch.waitFor("stateChanged", app: "free", ["state": "suspended"])
+            #expect(try waitForProcessState(app.pid) { $0 == .stopped } == .stopped)
+            #expect(!watch.entries.contains { $0["kind"] == "suspensionDeferred" })
+            try daemon.stop()
+        }
     }
 }

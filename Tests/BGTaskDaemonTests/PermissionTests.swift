@@ -62,75 +62,83 @@ struct PermissionTests {
     static let nobody: UInt32 = 65534
 
     @Test("another uid cannot end, begin, move, terminate or read a root app's leases and state")
-    func otherUserIsDenied() throws {
-        let daemon = try DaemonHarness()
-        let app = try pythonApp(daemon, name: "rootapp")
-        try app.send("begin secret")
-        let task = try number(after: "began", in: try app.waitForLine(startingWith: "began"))
-        let nobody = try OtherUser(uid: Self.nobody, gid: Self.nobody)
-        let denied = "io.bgtask.Lifecycle.PermissionDenied"
-        #expect(
-            try nobody.call(daemon, "EndBackgroundTask", ["app": "rootapp", "taskId": .number(Double(task))])
-                .errorName == denied)
-        #expect(try nobody.call(daemon, "BeginBackgroundTask", ["app": "rootapp"]).errorName == denied)
-        #expect(try nobody.call(daemon, "SetState", ["app": "rootapp", "state": "background"]).errorName == denied)
-        #expect(try nobody.call(daemon, "Terminate", ["app": "rootapp"]).errorName == denied)
-        #expect(try nobody.call(daemon, "GetApp", ["app": "rootapp"]).errorName == denied)
-        #expect(try nobody.call(daemon, "Acknowledge", ["app": "rootapp", "eventId": 1]).errorName == denied)
-        #expect(try nobody.call(daemon, "ListApps").parameters["apps"] == .array([]))
-        #expect(try nobody.call(daemon, "History").parameters["entries"] == .array([]))
-        // Broadcasting reaches only the caller's own apps: none.
-        let post = try nobody.call(daemon, "Post", ["name": "spam"])
-        #expect(post.parameters["delivered"] == .number(0))
+    func otherUserIsDenied() async throws {
+        try await offThePool {
+            let daemon = try DaemonHarness()
+            let app = try pythonApp(daemon, name: "rootapp")
+            try app.send("begin secret")
+            let task = try number(after: "began", in: try app.waitForLine(startingWith: "began"))
+            let nobody = try OtherUser(uid: Self.nobody, gid: Self.nobody)
+            let denied = "io.bgtask.Lifecycle.PermissionDenied"
+            #expect(
+                try nobody.call(daemon, "EndBackgroundTask", ["app": "rootapp", "taskId": .number(Double(task))])
+                    .errorName == denied)
+            #expect(try nobody.call(daemon, "BeginBackgroundTask", ["app": "rootapp"]).errorName == denied)
+            #expect(try nobody.call(daemon, "SetState", ["app": "rootapp", "state": "background"]).errorName == denied)
+            #expect(try nobody.call(daemon, "Terminate", ["app": "rootapp"]).errorName == denied)
+            #expect(try nobody.call(daemon, "GetApp", ["app": "rootapp"]).errorName == denied)
+            #expect(try nobody.call(daemon, "Acknowledge", ["app": "rootapp", "eventId": 1]).errorName == denied)
+            #expect(try nobody.call(daemon, "ListApps").parameters["apps"] == .array([]))
+            #expect(try nobody.call(daemon, "History").parameters["entries"] == .array([]))
+            // Broadcasting reaches only the caller's own apps: none.
+            let post = try nobody.call(daemon, "Post", ["name": "spam"])
+            #expect(post.parameters["delivered"] == .number(0))
 
-        // Nothing changed.
-        let control = try daemon.connect()
-        let state = try control.app("rootapp")
-        #expect(state["state"] == "active")
-        #expect(state["tasks"]?.arrayValue?.count == 1)
-        #expect(daemon.log.contains("denied EndBackgroundTask on rootapp to uid 65534"))
+            // Nothing changed.
+            let control = try daemon.connect()
+            let state = try control.app("rootapp")
+            #expect(state["state"] == "active")
+            #expect(state["tasks"]?.arrayValue?.count == 1)
+            #expect(daemon.log.contains("denied EndBackgroundTask on rootapp to uid 65534"))
+        }
     }
 
     @Test("an app's own uid controls its own apps; root controls every app")
-    func ownerAndRoot() throws {
-        let daemon = try DaemonHarness()
-        let nobody = try OtherUser(uid: Self.nobody, gid: Self.nobody)
-        let app = try nobody.app(daemon)
-        try app.send("register nobodyapp")
-        try app.waitForLine(startingWith: "registered nobodyapp")
-        try app.send("begin chore")
-        let task = try number(after: "began", in: try app.waitForLine(startingWith: "began"))
-        let control = try daemon.connect()
-        #expect(try control.app("nobodyapp")["uid"] == .number(Double(Self.nobody)))
+    func ownerAndRoot() async throws {
+        try await offThePool {
+            let daemon = try DaemonHarness()
+            let nobody = try OtherUser(uid: Self.nobody, gid: Self.nobody)
+            let app = try nobody.app(daemon)
+            try app.send("register nobodyapp")
+            try app.waitForLine(startingWith: "registered nobodyapp")
+            try app.send("begin chore")
+            let task = try number(after: "began", in: try app.waitForLine(startingWith: "began"))
+            let control = try daemon.connect()
+            #expect(try control.app("nobodyapp")["uid"] == .number(Double(Self.nobody)))
 
-        #expect(try nobody.call(daemon, "GetApp", ["app": "nobodyapp"]).errorName == nil)
-        let listed = try nobody.call(daemon, "ListApps").parameters["apps"]?.arrayValue ?? []
-        #expect(listed.map { $0["name"] } == ["nobodyapp"])
-        let moved = try nobody.call(daemon, "SetState", ["app": "nobodyapp", "state": "inactive"])
-        #expect(moved.parameters["app"]?["state"] == "inactive")
-        try app.waitForLine(startingWith: "event willResignActive")
-        // Root may end another uid's lease.
-        let ended = try control.lifecycle("EndBackgroundTask", ["app": "nobodyapp", "taskId": .number(Double(task))])
-        #expect(ended.errorName == nil)
-        #expect(try control.app("nobodyapp")["tasks"] == .array([]))
+            #expect(try nobody.call(daemon, "GetApp", ["app": "nobodyapp"]).errorName == nil)
+            let listed = try nobody.call(daemon, "ListApps").parameters["apps"]?.arrayValue ?? []
+            #expect(listed.map { $0["name"] } == ["nobodyapp"])
+            let moved = try nobody.call(daemon, "SetState", ["app": "nobodyapp", "state": "inactive"])
+            #expect(moved.parameters["app"]?["state"] == "inactive")
+            try app.waitForLine(startingWith: "event willResignActive")
+            // Root may end another uid's lease.
+            let ended = try control.lifecycle(
+                "EndBackgroundTask", ["app": "nobodyapp", "taskId": .number(Double(task))])
+            #expect(ended.errorName == nil)
+            #expect(try control.app("nobodyapp")["tasks"] == .array([]))
+        }
     }
 
     @Test("members of ControllerGroup control other users' apps; non-members do not")
-    func controllerGroup() throws {
-        let daemon = try DaemonHarness(configuration: DaemonHarness.fastPolicy + "\n[Access]\nControllerGroup=4242\n")
-        let app = try pythonApp(daemon, name: "rootapp")
-        defer { app.terminate() }
-        let member = try OtherUser(uid: 4243, gid: 4243, groups: [4242])
-        let outsider = try OtherUser(uid: 4244, gid: 4244, groups: [4343])
-        #expect(
-            try outsider.call(daemon, "SetState", ["app": "rootapp", "state": "inactive"]).errorName
-                == "io.bgtask.Lifecycle.PermissionDenied")
-        let moved = try member.call(daemon, "SetState", ["app": "rootapp", "state": "inactive"])
-        #expect(moved.parameters["app"]?["state"] == "inactive", "\(moved)")
-        #expect(try member.call(daemon, "ListApps").parameters["apps"]?.arrayValue?.count == 1)
-        // App calls stay with the app's own uid and root, even for controllers.
-        #expect(
-            try member.call(daemon, "BeginBackgroundTask", ["app": "rootapp"]).errorName
-                == "io.bgtask.Lifecycle.PermissionDenied")
+    func controllerGroup() async throws {
+        try await offThePool {
+            let daemon = try DaemonHarness(
+                configuration: DaemonHarness.fastPolicy + "\n[Access]\nControllerGroup=4242\n")
+            let app = try pythonApp(daemon, name: "rootapp")
+            defer { app.terminate() }
+            let member = try OtherUser(uid: 4243, gid: 4243, groups: [4242])
+            let outsider = try OtherUser(uid: 4244, gid: 4244, groups: [4343])
+            #expect(
+                try outsider.call(daemon, "SetState", ["app": "rootapp", "state": "inactive"]).errorName
+                    == "io.bgtask.Lifecycle.PermissionDenied")
+            let moved = try member.call(daemon, "SetState", ["app": "rootapp", "state": "inactive"])
+            #expect(moved.parameters["app"]?["state"] == "inactive", "\(moved)")
+            #expect(try member.call(daemon, "ListApps").parameters["apps"]?.arrayValue?.count == 1)
+            // App calls stay with the app's own uid and root, even for controllers.
+            #expect(
+                try member.call(daemon, "BeginBackgroundTask", ["app": "rootapp"]).errorName
+                    == "io.bgtask.Lifecycle.PermissionDenied")
+        }
     }
 }

@@ -46,72 +46,81 @@ private func wakeUps(of daemon: DaemonHarness, over window: Duration) throws -> 
 @Suite("A quiet, quick loop")
 struct QuietLoopTests {
     @Test("with no apps, the daemon does not wake up at all over 10 s")
-    func noAppsNoWakeUps() throws {
-        // Measured from READY=1 on, with no client: a call would change the STATUS= text, which is sent at most
-        // once a second, so its last change may come a second later.
-        let daemon = try DaemonHarness()
-        let woken = try wakeUps(of: daemon, over: .seconds(10))
-        #expect(woken == 0, "bgtaskd woke up \(woken) times in 10 s with nothing to do")
+    func noAppsNoWakeUps() async throws {
+        try await offThePool {
+            // Measured from READY=1 on, with no client: a call would change the STATUS= text, which is sent at most
+            // once a second, so its last change may come a second later.
+            let daemon = try DaemonHarness()
+            let woken = try wakeUps(of: daemon, over: .seconds(10))
+            #expect(woken == 0, "bgtaskd woke up \(woken) times in 10 s with nothing to do")
+        }
     }
 
     @Test("with ten idle apps in the foreground and no AppsMemoryMax, at most two wake-ups over 10 s")
-    func idleAppsFewWakeUps() throws {
-        let daemon = try DaemonHarness()
-        let apps = try manyApps(daemon, count: 10, prefix: "idle")
-        defer { apps.terminate() }
-        // The first sample is taken as the apps arrive; from then on MemAvailable is read every 5 s while it is far
-        // above MemoryWarnPercent (as on these machines).
-        let info = try ProcFS().memoryInfo()
-        let availablePercent = Double(info.availableBytes) / Double(info.totalBytes) * 100
-        #expect(availablePercent > 50, "MemAvailable is only \(availablePercent)%: not far from the threshold")
-        let woken = try wakeUps(of: daemon, over: .seconds(10))
-        #expect(woken <= 2, "bgtaskd woke up \(woken) times in 10 s with ten idle apps")
+    func idleAppsFewWakeUps() async throws {
+        try await offThePool {
+            let daemon = try DaemonHarness()
+            let apps = try manyApps(daemon, count: 10, prefix: "idle")
+            defer { apps.terminate() }
+            // The first sample is taken as the apps arrive; from then on MemAvailable is read every 5 s while it is far
+            // above MemoryWarnPercent (as on these machines).
+            let info = try ProcFS().memoryInfo()
+            let availablePercent = Double(info.availableBytes) / Double(info.totalBytes) * 100
+            #expect(availablePercent > 50, "MemAvailable is only \(availablePercent)%: not far from the threshold")
+            let woken = try wakeUps(of: daemon, over: .seconds(10))
+            #expect(woken <= 2, "bgtaskd woke up \(woken) times in 10 s with ten idle apps")
+        }
     }
 
     @Test("200 apps churning with their memory sampled: the loop's longest dispatch stays short")
-    func longestDispatchWithManyApps() throws {
-        let daemon = try DaemonHarness(
-            configuration: DaemonHarness.fastPolicy + "\n[Memory]\nAppsMemoryMax=64G\n[Limits]\nAppsPerUserMax=256\n")
-        let apps = try manyApps(daemon, count: 200, prefix: "busy")
-        defer { apps.terminate() }
-        let control = try daemon.connect()
-        let observer = try daemon.connect()
-        // Start-up (200 processes forking and registering on two CPUs) preempts the daemon for its own reasons:
-        // only the dispatches made during the churn are judged, from the difference of two histograms.
-        let before = try loopStatistics(observer)
-        // Five seconds of churn: every app in and out of the foreground, lists and status between, while the
-        // apps' memory is sampled every second.
-        let end = MonotonicClock.now() + Duration.seconds(5).nanosecondCount
-        var rounds = 0
-        while MonotonicClock.now() < end {
-            let state: JSONValue = rounds % 2 == 0 ? "inactive" : "active"
-            for index in 0..<200 {
-                let reply = try control.lifecycle("SetState", ["app": .string("busy-\(index)"), "state": state])
-                #expect(reply.errorName == nil)
+    func longestDispatchWithManyApps() async throws {
+        // Alone: the dispatch durations are what the machine gives the daemon, not what other tests leave it.
+        try await offThePool(alone: true) {
+            let daemon = try DaemonHarness(
+                configuration: DaemonHarness.fastPolicy
+                    + "\n[Memory]\nAppsMemoryMax=64G\n[Limits]\nAppsPerUserMax=256\n")
+            let apps = try manyApps(daemon, count: 200, prefix: "busy")
+            defer { apps.terminate() }
+            let control = try daemon.connect()
+            let observer = try daemon.connect()
+            // Start-up (200 processes forking and registering on two CPUs) preempts the daemon for its own reasons:
+            // only the dispatches made during the churn are judged, from the difference of two histograms.
+            let before = try loopStatistics(observer)
+            // Five seconds of churn: every app in and out of the foreground, lists and status between, while the
+            // apps' memory is sampled every second.
+            let end = MonotonicClock.now() + Duration.seconds(5).nanosecondCount
+            var rounds = 0
+            while MonotonicClock.now() < end {
+                let state: JSONValue = rounds % 2 == 0 ? "inactive" : "active"
+                for index in 0..<200 {
+                    let reply = try control.lifecycle("SetState", ["app": .string("busy-\(index)"), "state": state])
+                    #expect(reply.errorName == nil)
+                }
+                #expect(try observer.lifecycle("ListApps").errorName == nil)
+                #expect(try observer.lifecycle("GetStatus").errorName == nil)
+                rounds += 1
             }
-            #expect(try observer.lifecycle("ListApps").errorName == nil)
-            #expect(try observer.lifecycle("GetStatus").errorName == nil)
-            rounds += 1
+            let after = try loopStatistics(observer)
+            let status = try observer.lifecycle("GetStatus").parameters
+            let memory = try #require(status["memory"]?.objectValue)
+            #expect(memory["appsBytes"]?.doubleValue.map { $0 > 0 } == true, "the apps were never measured: \(memory)")
+            let counts = zip(after.counts, before.counts).map { $0 - $1 }
+            let total = counts.reduce(0, +)
+            // The bound of the bucket holding the 99th percentile dispatch, and of the last non-empty one.
+            var cumulative = 0
+            let percentile99 = counts.indices.first { index in
+                cumulative += counts[index]
+                return cumulative * 100 >= total * 99
+            }.map { after.boundMilliseconds($0) }
+            let longestBucket = counts.lastIndex { $0 > 0 }.map { after.boundMilliseconds($0) }
+            print(
+                "200 apps, \(rounds) churn rounds, \(total) dispatches: 99% within \(percentile99 ?? .nan) ms, all within "
+                    + "\(longestBucket ?? .nan) ms; longest since start \(after.longestMilliseconds) ms "
+                    + "(\(after.longestSource))")
+            #expect(total > 1_000)
+            #expect(
+                (percentile99 ?? .infinity) <= 5, "99% of dispatches took up to \(percentile99 ?? .nan) ms: \(counts)")
         }
-        let after = try loopStatistics(observer)
-        let status = try observer.lifecycle("GetStatus").parameters
-        let memory = try #require(status["memory"]?.objectValue)
-        #expect(memory["appsBytes"]?.doubleValue.map { $0 > 0 } == true, "the apps were never measured: \(memory)")
-        let counts = zip(after.counts, before.counts).map { $0 - $1 }
-        let total = counts.reduce(0, +)
-        // The bound of the bucket holding the 99th percentile dispatch, and of the last non-empty one.
-        var cumulative = 0
-        let percentile99 = counts.indices.first { index in
-            cumulative += counts[index]
-            return cumulative * 100 >= total * 99
-        }.map { after.boundMilliseconds($0) }
-        let longestBucket = counts.lastIndex { $0 > 0 }.map { after.boundMilliseconds($0) }
-        print(
-            "200 apps, \(rounds) churn rounds, \(total) dispatches: 99% within \(percentile99 ?? .nan) ms, all within "
-                + "\(longestBucket ?? .nan) ms; longest since start \(after.longestMilliseconds) ms "
-                + "(\(after.longestSource))")
-        #expect(total > 1_000)
-        #expect((percentile99 ?? .infinity) <= 5, "99% of dispatches took up to \(percentile99 ?? .nan) ms: \(counts)")
     }
 
     /// The loop statistics of `GetStatus`.

@@ -45,33 +45,36 @@ private let malformedMessageCases: [MalformedMessage] = [
 @Suite("Malformed and oversized messages")
 struct MalformedMessageTests {
     @Test("a message that is not a well-formed call is answered InvalidMessage; the connection stays usable")
-    func malformedMessages() throws {
-        let daemon = try DaemonHarness(configuration: configuration())
-        let vitals = try DaemonVitals(daemon)
-        // One connection per kind of message, all kept open until the vitals are taken.
-        var clients: [RawVarlinkClient] = []
-        defer { clients.forEach { $0.close() } }
-        for malformed in malformedMessageCases {
-            let client = try daemon.connect()
-            clients.append(client)
-            try client.sendRaw(malformed.bytes)
-            guard let reply = try client.receive() else {
-                Issue.record("\(malformed.label): the daemon closed the connection instead of answering")
-                continue
+    func malformedMessages() async throws {
+        try await offThePool {
+            let daemon = try DaemonHarness(configuration: configuration())
+            let vitals = try DaemonVitals(daemon)
+            // One connection per kind of message, all kept open until the vitals are taken.
+            var clients: [RawVarlinkClient] = []
+            defer { clients.forEach { $0.close() } }
+            for malformed in malformedMessageCases {
+                let client = try daemon.connect()
+                clients.append(client)
+                try client.sendRaw(malformed.bytes)
+                guard let reply = try client.receive() else {
+                    Issue.record("\(malformed.label): the daemon closed the connection instead of answering")
+                    continue
+                }
+                #expect(reply.errorName == "io.bgtask.Lifecycle.InvalidMessage", "\(malformed.label): \(reply)")
+                #expect(
+                    reply.parameters["reason"]?.stringValue?.isEmpty == false, "\(malformed.label): no reason: \(reply)"
+                )
+                // The same connection still serves calls.
+                let info = try client.call("org.varlink.service.GetInfo")
+                #expect(info.parameters["product"] == "bgtaskd", "\(malformed.label), then GetInfo: \(info)")
             }
-            #expect(reply.errorName == "io.bgtask.Lifecycle.InvalidMessage", "\(malformed.label): \(reply)")
-            #expect(
-                reply.parameters["reason"]?.stringValue?.isEmpty == false, "\(malformed.label): no reason: \(reply)")
-            // The same connection still serves calls.
-            let info = try client.call("org.varlink.service.GetInfo")
-            #expect(info.parameters["product"] == "bgtaskd", "\(malformed.label), then GetInfo: \(info)")
+            try vitals.expectWithstood(
+                rssGrowthBelow: 8 << 20, while: "\(clients.count) clients that sent malformed messages idle",
+                release: {
+                    clients.forEach { $0.close() }
+                    clients.removeAll()
+                })
         }
-        try vitals.expectWithstood(
-            rssGrowthBelow: 8 << 20, while: "\(clients.count) clients that sent malformed messages idle",
-            release: {
-                clients.forEach { $0.close() }
-                clients.removeAll()
-            })
     }
 
     /// Sends `bytes` and returns whether the daemon closed the connection (the send failing because it already
@@ -86,30 +89,33 @@ struct MalformedMessageTests {
     }
 
     @Test("a message past MessageSizeMax, or 1 MiB with no NUL, closes the connection; one just under is answered")
-    func framingLimits() throws {
-        let daemon = try DaemonHarness(configuration: configuration(limits: ["MessageSizeMax=64K"]))
-        let vitals = try DaemonVitals(daemon)
-        let oversized = try daemon.connect()
-        defer { oversized.close() }
-        let pastLimit = String(repeating: "x", count: (64 << 10) + 1024)
-        let tooLong = message(#"{"method":"org.varlink.service.GetInfo","parameters":{"pad":"\#(pastLimit)"}}"#)
-        #expect(try isClosedAfterSending(tooLong, on: oversized), "a \(tooLong.count)-byte message was not refused")
-        let unterminated = try daemon.connect()
-        defer { unterminated.close() }
-        let noNUL = [UInt8](repeating: UInt8(ascii: "{"), count: 1 << 20)
-        #expect(try isClosedAfterSending(noNUL, on: unterminated), "1 MiB with no NUL was not refused")
-        let largest = try daemon.connect()
-        defer { largest.close() }
-        let underLimit = String(repeating: "x", count: 60 << 10)
-        try largest.sendRaw(message(#"{"method":"org.varlink.service.GetInfo","parameters":{"pad":"\#(underLimit)"}}"#))
-        // Whether an unknown parameter is ignored or refused as InvalidParameter, the call gets a reply.
-        let reply = try #require(try largest.receive(), "the daemon closed the connection on a 60 KiB message")
-        #expect(reply.errorName == nil || reply.errorName == "org.varlink.service.InvalidParameter", "\(reply)")
-        #expect(try largest.call("org.varlink.service.GetInfo").errorName == nil)
-        try vitals.expectWithstood(
-            rssGrowthBelow: 8 << 20, while: "the refused clients and the largest message's client idle",
-            release: {
-                for client in [oversized, unterminated, largest] { client.close() }
-            })
+    func framingLimits() async throws {
+        try await offThePool {
+            let daemon = try DaemonHarness(configuration: configuration(limits: ["MessageSizeMax=64K"]))
+            let vitals = try DaemonVitals(daemon)
+            let oversized = try daemon.connect()
+            defer { oversized.close() }
+            let pastLimit = String(repeating: "x", count: (64 << 10) + 1024)
+            let tooLong = message(#"{"method":"org.varlink.service.GetInfo","parameters":{"pad":"\#(pastLimit)"}}"#)
+            #expect(try isClosedAfterSending(tooLong, on: oversized), "a \(tooLong.count)-byte message was not refused")
+            let unterminated = try daemon.connect()
+            defer { unterminated.close() }
+            let noNUL = [UInt8](repeating: UInt8(ascii: "{"), count: 1 << 20)
+            #expect(try isClosedAfterSending(noNUL, on: unterminated), "1 MiB with no NUL was not refused")
+            let largest = try daemon.connect()
+            defer { largest.close() }
+            let underLimit = String(repeating: "x", count: 60 << 10)
+            try largest.sendRaw(
+                message(#"{"method":"org.varlink.service.GetInfo","parameters":{"pad":"\#(underLimit)"}}"#))
+            // Whether an unknown parameter is ignored or refused as InvalidParameter, the call gets a reply.
+            let reply = try #require(try largest.receive(), "the daemon closed the connection on a 60 KiB message")
+            #expect(reply.errorName == nil || reply.errorName == "org.varlink.service.InvalidParameter", "\(reply)")
+            #expect(try largest.call("org.varlink.service.GetInfo").errorName == nil)
+            try vitals.expectWithstood(
+                rssGrowthBelow: 8 << 20, while: "the refused clients and the largest message's client idle",
+                release: {
+                    for client in [oversized, unterminated, largest] { client.close() }
+                })
+        }
     }
 }

@@ -91,68 +91,77 @@ extension HeavyHostileClientTests {
         @Test(
             "10,500 posts with distinct names: the newest 64 kept and delivered in order, the rest counted, cost flat",
             arguments: ["coalesce", "hold"])
-        func distinctNameFlood(behavior: String) throws {
-            let daemon = try DaemonHarness(configuration: configuration())
-            let control = try daemon.connect()
-            let app = try startSuspendedApp(daemon, name: "sleeper", control: control)
-            defer { app.terminate() }
-            let vitals = try DaemonVitals(daemon)
-            let calls = try (0..<Self.posts).map { try postCall("n\($0)", to: "sleeper", behavior: behavior) }
-            let first = try medianRoundTrip(Array(calls.prefix(Self.timedPosts)), on: control)
-            let middle = try pipelined(Array(calls.dropFirst(Self.timedPosts).dropLast(Self.timedPosts)), on: control)
-            #expect(firstFailedPost(middle) == nil, "a post failed: \(String(describing: firstFailedPost(middle)))")
-            let last = try medianRoundTrip(Array(calls.suffix(Self.timedPosts)), on: control)
-            #expect(
-                last < first * 4,
-                Comment(
-                    rawValue: "a post costs more as the queue grows: median \(first) for the first \(Self.timedPosts), "
-                        + "\(last) for the last"))
-            let state = try control.app("sleeper")
-            #expect(state["state"] == "suspended")
-            #expect(state["queuedEvents"] == .number(Double(queuedEventsMax)), "queuedEvents: \(state)")
-            #expect(
-                state["droppedEvents"] == .number(Double(Self.posts - queuedEventsMax)),
-                "droppedEvents \(String(describing: state["droppedEvents"])), expected \(Self.posts - queuedEventsMax)")
-            try vitals.expectResidentGrowth(below: 16 << 20)
-            try vitals.expectNoSpin(while: "\(Self.posts) posts wait for a suspended app")
-            let delivered = try resumeAndCollectNotifications(
-                "sleeper", expected: queuedEventsMax, app: app, control: control)
-            let newest = (Self.posts - queuedEventsMax..<Self.posts).map { "n\($0)" }
-            #expect(
-                delivered == newest,
-                Comment(
-                    rawValue: "delivered \(delivered.count): \(delivered.prefix(3))…\(delivered.suffix(3)); expected "
-                        + "\(newest.prefix(3))…\(newest.suffix(3))"))
-            try vitals.expectWithstood(
-                rssGrowthBelow: 16 << 20, while: nil,
-                release: {
-                    control.close()
-                    app.terminate()
-                })
+        func distinctNameFlood(behavior: String) async throws {
+            try await offThePool {
+                let daemon = try DaemonHarness(configuration: configuration())
+                let control = try daemon.connect()
+                let app = try startSuspendedApp(daemon, name: "sleeper", control: control)
+                defer { app.terminate() }
+                let vitals = try DaemonVitals(daemon)
+                let calls = try (0..<Self.posts).map { try postCall("n\($0)", to: "sleeper", behavior: behavior) }
+                let first = try medianRoundTrip(Array(calls.prefix(Self.timedPosts)), on: control)
+                let middle = try pipelined(
+                    Array(calls.dropFirst(Self.timedPosts).dropLast(Self.timedPosts)), on: control)
+                #expect(firstFailedPost(middle) == nil, "a post failed: \(String(describing: firstFailedPost(middle)))")
+                let last = try medianRoundTrip(Array(calls.suffix(Self.timedPosts)), on: control)
+                #expect(
+                    last < first * 4,
+                    Comment(
+                        rawValue:
+                            "a post costs more as the queue grows: median \(first) for the first \(Self.timedPosts), "
+                            + "\(last) for the last"))
+                let state = try control.app("sleeper")
+                #expect(state["state"] == "suspended")
+                #expect(state["queuedEvents"] == .number(Double(queuedEventsMax)), "queuedEvents: \(state)")
+                #expect(
+                    state["droppedEvents"] == .number(Double(Self.posts - queuedEventsMax)),
+                    "droppedEvents \(String(describing: state["droppedEvents"])), expected \(Self.posts - queuedEventsMax)"
+                )
+                try vitals.expectResidentGrowth(below: 16 << 20)
+                try vitals.expectNoSpin(while: "\(Self.posts) posts wait for a suspended app")
+                let delivered = try resumeAndCollectNotifications(
+                    "sleeper", expected: queuedEventsMax, app: app, control: control)
+                let newest = (Self.posts - queuedEventsMax..<Self.posts).map { "n\($0)" }
+                #expect(
+                    delivered == newest,
+                    Comment(
+                        rawValue:
+                            "delivered \(delivered.count): \(delivered.prefix(3))…\(delivered.suffix(3)); expected "
+                            + "\(newest.prefix(3))…\(newest.suffix(3))"))
+                try vitals.expectWithstood(
+                    rssGrowthBelow: 16 << 20, while: nil,
+                    release: {
+                        control.close()
+                        app.terminate()
+                    })
+            }
         }
 
         @Test("6,000 held posts of the largest payload: all accepted, 64 kept, memory bounded")
-        func largestPayloadFlood() throws {
-            let daemon = try DaemonHarness(configuration: configuration())
-            let control = try daemon.connect()
-            let app = try startSuspendedApp(daemon, name: "hoarder", control: control)
-            defer { app.terminate() }
-            let vitals = try DaemonVitals(daemon)
-            let posts = 6_000
-            let largest = payload(encodedSize: payloadSizeMax)
-            let calls = try (0..<posts).map {
-                try postCall("h\($0)", to: "hoarder", behavior: "hold", payload: largest)
+        func largestPayloadFlood() async throws {
+            try await offThePool {
+                let daemon = try DaemonHarness(configuration: configuration())
+                let control = try daemon.connect()
+                let app = try startSuspendedApp(daemon, name: "hoarder", control: control)
+                defer { app.terminate() }
+                let vitals = try DaemonVitals(daemon)
+                let posts = 6_000
+                let largest = payload(encodedSize: payloadSizeMax)
+                let calls = try (0..<posts).map {
+                    try postCall("h\($0)", to: "hoarder", behavior: "hold", payload: largest)
+                }
+                let replies = try pipelined(calls, on: control, batch: 100)
+                #expect(
+                    firstFailedPost(replies) == nil, "a post failed: \(String(describing: firstFailedPost(replies)))")
+                let state = try control.app("hoarder")
+                #expect(state["queuedEvents"] == .number(Double(queuedEventsMax)), "queuedEvents: \(state)")
+                try vitals.expectWithstood(
+                    rssGrowthBelow: 12 << 20, while: "\(posts) held posts of \(payloadSizeMax) bytes wait",
+                    release: {
+                        control.close()
+                        app.terminate()
+                    })
             }
-            let replies = try pipelined(calls, on: control, batch: 100)
-            #expect(firstFailedPost(replies) == nil, "a post failed: \(String(describing: firstFailedPost(replies)))")
-            let state = try control.app("hoarder")
-            #expect(state["queuedEvents"] == .number(Double(queuedEventsMax)), "queuedEvents: \(state)")
-            try vitals.expectWithstood(
-                rssGrowthBelow: 12 << 20, while: "\(posts) held posts of \(payloadSizeMax) bytes wait",
-                release: {
-                    control.close()
-                    app.terminate()
-                })
         }
     }
 }
@@ -160,71 +169,79 @@ extension HeavyHostileClientTests {
 @Suite("Sizes and shared queue bounds")
 struct BoundedSizeTests {
     @Test("coalesce and hold entries share one bound of 64: the oldest go first, whatever their behaviour")
-    func behavioursShareTheBound() throws {
-        let daemon = try DaemonHarness(configuration: configuration())
-        let control = try daemon.connect()
-        let app = try startSuspendedApp(daemon, name: "mixed", control: control)
-        defer { app.terminate() }
-        let vitals = try DaemonVitals(daemon)
-        let coalesced = try (0..<40).map { try postCall("c\($0)", to: "mixed", behavior: "coalesce") }
-        let held = try (0..<40).map { try postCall("h\($0)", to: "mixed", behavior: "hold") }
-        let replies = try pipelined(coalesced + held, on: control)
-        #expect(firstFailedPost(replies) == nil, "a post failed: \(String(describing: firstFailedPost(replies)))")
-        let state = try control.app("mixed")
-        #expect(state["queuedEvents"] == .number(Double(queuedEventsMax)), "queuedEvents: \(state)")
-        #expect(state["droppedEvents"] == .number(Double(80 - queuedEventsMax)), "droppedEvents: \(state)")
-        let delivered = try resumeAndCollectNotifications(
-            "mixed", expected: queuedEventsMax, app: app, control: control)
-        #expect(delivered == (16..<40).map { "c\($0)" } + (0..<40).map { "h\($0)" }, "delivered: \(delivered)")
-        try vitals.expectWithstood(
-            rssGrowthBelow: 8 << 20, while: "the resumed app idles",
-            release: {
-                control.close()
-                app.terminate()
-            })
+    func behavioursShareTheBound() async throws {
+        try await offThePool {
+            let daemon = try DaemonHarness(configuration: configuration())
+            let control = try daemon.connect()
+            let app = try startSuspendedApp(daemon, name: "mixed", control: control)
+            defer { app.terminate() }
+            let vitals = try DaemonVitals(daemon)
+            let coalesced = try (0..<40).map { try postCall("c\($0)", to: "mixed", behavior: "coalesce") }
+            let held = try (0..<40).map { try postCall("h\($0)", to: "mixed", behavior: "hold") }
+            let replies = try pipelined(coalesced + held, on: control)
+            #expect(firstFailedPost(replies) == nil, "a post failed: \(String(describing: firstFailedPost(replies)))")
+            let state = try control.app("mixed")
+            #expect(state["queuedEvents"] == .number(Double(queuedEventsMax)), "queuedEvents: \(state)")
+            #expect(state["droppedEvents"] == .number(Double(80 - queuedEventsMax)), "droppedEvents: \(state)")
+            let delivered = try resumeAndCollectNotifications(
+                "mixed", expected: queuedEventsMax, app: app, control: control)
+            #expect(delivered == (16..<40).map { "c\($0)" } + (0..<40).map { "h\($0)" }, "delivered: \(delivered)")
+            try vitals.expectWithstood(
+                rssGrowthBelow: 8 << 20, while: "the resumed app idles",
+                release: {
+                    control.close()
+                    app.terminate()
+                })
+        }
     }
 
     @Test("a Post payload over PostPayloadSizeMax is refused with LimitExceeded; one at the limit is accepted")
-    func payloadOverLimit() throws {
-        let daemon = try DaemonHarness(configuration: configuration())
-        let vitals = try DaemonVitals(daemon)
-        let client = try daemon.connect()
-        let atLimit = try client.lifecycle(
-            "Post", ["name": "fits", "payload": .object(payload(encodedSize: payloadSizeMax))])
-        #expect(atLimit.errorName == nil, "a payload of exactly \(payloadSizeMax) bytes: \(atLimit)")
-        let over = try client.lifecycle(
-            "Post", ["name": "too-big", "payload": .object(payload(encodedSize: payloadSizeMax + 1))])
-        #expect(over.errorName == "io.bgtask.Lifecycle.LimitExceeded", "\(over)")
-        #expect(
-            over.parameters == ["limit": "PostPayloadSizeMax", "max": .number(Double(payloadSizeMax))], "\(over)")
-        let large = try client.lifecycle(
-            "Post", ["name": "much-too-big", "payload": .object(payload(encodedSize: 60_000))])
-        #expect(large.errorName == "io.bgtask.Lifecycle.LimitExceeded", "a 60,000-byte payload: \(large)")
-        try vitals.expectWithstood(rssGrowthBelow: 8 << 20, while: "the client idles", release: { client.close() })
+    func payloadOverLimit() async throws {
+        try await offThePool {
+            let daemon = try DaemonHarness(configuration: configuration())
+            let vitals = try DaemonVitals(daemon)
+            let client = try daemon.connect()
+            let atLimit = try client.lifecycle(
+                "Post", ["name": "fits", "payload": .object(payload(encodedSize: payloadSizeMax))])
+            #expect(atLimit.errorName == nil, "a payload of exactly \(payloadSizeMax) bytes: \(atLimit)")
+            let over = try client.lifecycle(
+                "Post", ["name": "too-big", "payload": .object(payload(encodedSize: payloadSizeMax + 1))])
+            #expect(over.errorName == "io.bgtask.Lifecycle.LimitExceeded", "\(over)")
+            #expect(
+                over.parameters == ["limit": "PostPayloadSizeMax", "max": .number(Double(payloadSizeMax))], "\(over)")
+            let large = try client.lifecycle(
+                "Post", ["name": "much-too-big", "payload": .object(payload(encodedSize: 60_000))])
+            #expect(large.errorName == "io.bgtask.Lifecycle.LimitExceeded", "a 60,000-byte payload: \(large)")
+            try vitals.expectWithstood(rssGrowthBelow: 8 << 20, while: "the client idles", release: { client.close() })
+        }
     }
 
     @Test("names over 255 bytes are refused: notification and task names (app names already are)")
-    func namesOverLimit() throws {
-        let daemon = try DaemonHarness(configuration: configuration())
-        let app = try daemon.startPythonApp(name: "named")
-        defer { app.terminate() }
-        let vitals = try DaemonVitals(daemon)
-        let client = try daemon.connect()
-        let longest = String(repeating: "n", count: 255)
-        let tooLong = longest + "n"
-        let invalidName: [String: JSONValue] = ["parameter": "name"]
-        #expect(try client.lifecycle("Post", ["name": .string(longest)]).errorName == nil)
-        let post = try client.lifecycle("Post", ["name": .string(tooLong)])
-        #expect(post.errorName == "org.varlink.service.InvalidParameter" && post.parameters == invalidName, "\(post)")
-        let begun = try client.lifecycle("BeginBackgroundTask", ["app": "named", "name": .string(longest)])
-        #expect(begun.errorName == nil, "\(begun)")
-        let task = try client.lifecycle("BeginBackgroundTask", ["app": "named", "name": .string(tooLong)])
-        #expect(task.errorName == "org.varlink.service.InvalidParameter" && task.parameters == invalidName, "\(task)")
-        try vitals.expectWithstood(
-            rssGrowthBelow: 8 << 20, while: "the client idles",
-            release: {
-                client.close()
-                app.terminate()
-            })
+    func namesOverLimit() async throws {
+        try await offThePool {
+            let daemon = try DaemonHarness(configuration: configuration())
+            let app = try daemon.startPythonApp(name: "named")
+            defer { app.terminate() }
+            let vitals = try DaemonVitals(daemon)
+            let client = try daemon.connect()
+            let longest = String(repeating: "n", count: 255)
+            let tooLong = longest + "n"
+            let invalidName: [String: JSONValue] = ["parameter": "name"]
+            #expect(try client.lifecycle("Post", ["name": .string(longest)]).errorName == nil)
+            let post = try client.lifecycle("Post", ["name": .string(tooLong)])
+            #expect(
+                post.errorName == "org.varlink.service.InvalidParameter" && post.parameters == invalidName, "\(post)")
+            let begun = try client.lifecycle("BeginBackgroundTask", ["app": "named", "name": .string(longest)])
+            #expect(begun.errorName == nil, "\(begun)")
+            let task = try client.lifecycle("BeginBackgroundTask", ["app": "named", "name": .string(tooLong)])
+            #expect(
+                task.errorName == "org.varlink.service.InvalidParameter" && task.parameters == invalidName, "\(task)")
+            try vitals.expectWithstood(
+                rssGrowthBelow: 8 << 20, while: "the client idles",
+                release: {
+                    client.close()
+                    app.terminate()
+                })
+        }
     }
 }

@@ -44,45 +44,49 @@ extension HeavyHostileClientTests {
         }
 
         @Test("a Watch client that never reads is disconnected once its unsent output passes 256 KiB")
-        func watcherThatNeverReads() throws {
-            let daemon = try DaemonHarness(configuration: configuration())
-            let app = try daemon.startPythonApp(name: "busy")
-            defer { app.terminate() }
-            let vitals = try DaemonVitals(daemon)
-            let watcher = try daemon.connect()
-            defer { watcher.close() }
-            try UnixSocket.setReceiveBufferSize(watcher.descriptor, bytes: 4096)
-            try watcher.send("io.bgtask.Lifecycle.Watch", more: true)
-            let control = try daemon.connect()
-            defer { control.close() }
-            // Each begin/end pair makes two audit records of about 250 bytes for the watcher.
-            var pairs = 0
-            while pairs < 10_000 {
-                if try watcher.descriptor.poll(for: .readHangUp, timeout: .zero).contains(.readHangUp) { break }
-                let begun = try control.lifecycle("BeginBackgroundTask", ["app": "busy", "name": "t"])
-                let task = try #require(begun.parameters["taskId"], "BeginBackgroundTask failed: \(begun)")
-                #expect(try control.lifecycle("EndBackgroundTask", ["app": "busy", "taskId": task]).errorName == nil)
-                pairs += 1
+        func watcherThatNeverReads() async throws {
+            try await offThePool {
+                let daemon = try DaemonHarness(configuration: configuration())
+                let app = try daemon.startPythonApp(name: "busy")
+                defer { app.terminate() }
+                let vitals = try DaemonVitals(daemon)
+                let watcher = try daemon.connect()
+                defer { watcher.close() }
+                try UnixSocket.setReceiveBufferSize(watcher.descriptor, bytes: 4096)
+                try watcher.send("io.bgtask.Lifecycle.Watch", more: true)
+                let control = try daemon.connect()
+                defer { control.close() }
+                // Each begin/end pair makes two audit records of about 250 bytes for the watcher.
+                var pairs = 0
+                while pairs < 10_000 {
+                    if try watcher.descriptor.poll(for: .readHangUp, timeout: .zero).contains(.readHangUp) { break }
+                    let begun = try control.lifecycle("BeginBackgroundTask", ["app": "busy", "name": "t"])
+                    let task = try #require(begun.parameters["taskId"], "BeginBackgroundTask failed: \(begun)")
+                    #expect(
+                        try control.lifecycle("EndBackgroundTask", ["app": "busy", "taskId": task]).errorName == nil)
+                    pairs += 1
+                }
+                #expect(pairs < 10_000, "the watcher was never disconnected")
+                try vitals.expectNoSpin(while: "the disconnected watcher still has unread output")
+                // What the daemon sent before giving up: two records per pair, each the size of those left to read.
+                let left = try #require(try leftUntilEnd(of: watcher), "no end of file on the watcher")
+                try #require(left.messages > 0, "nothing reached the watcher before it was disconnected")
+                let produced = pairs * 2 * (left.bytes / left.messages)
+                let bound = Self.streamOutputMax + (try kernelSendBuffer()) + (64 << 10)
+                #expect(
+                    produced <= bound,
+                    Comment(
+                        rawValue:
+                            "the daemon queued about \(mebibytes(produced)) for the watcher (\(pairs) pairs) before "
+                            + "disconnecting it; bound \(mebibytes(bound))"))
+                try vitals.expectWithstood(
+                    rssGrowthBelow: 16 << 20, while: nil,
+                    release: {
+                        watcher.close()
+                        control.close()
+                        app.terminate()
+                    })
             }
-            #expect(pairs < 10_000, "the watcher was never disconnected")
-            try vitals.expectNoSpin(while: "the disconnected watcher still has unread output")
-            // What the daemon sent before giving up: two records per pair, each the size of those left to read.
-            let left = try #require(try leftUntilEnd(of: watcher), "no end of file on the watcher")
-            try #require(left.messages > 0, "nothing reached the watcher before it was disconnected")
-            let produced = pairs * 2 * (left.bytes / left.messages)
-            let bound = Self.streamOutputMax + (try kernelSendBuffer()) + (64 << 10)
-            #expect(
-                produced <= bound,
-                Comment(
-                    rawValue: "the daemon queued about \(mebibytes(produced)) for the watcher (\(pairs) pairs) before "
-                        + "disconnecting it; bound \(mebibytes(bound))"))
-            try vitals.expectWithstood(
-                rssGrowthBelow: 16 << 20, while: nil,
-                release: {
-                    watcher.close()
-                    control.close()
-                    app.terminate()
-                })
         }
     }
 }

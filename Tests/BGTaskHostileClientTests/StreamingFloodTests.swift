@@ -15,24 +15,27 @@ extension HeavyHostileClientTests {
         @Test(
             "after a streaming call, input with no NUL closes the connection once past MessageSizeMax",
             arguments: ["watch", "register"])
-        func floodAfterStreamingCall(call: String) throws {
-            let daemon = try DaemonHarness(configuration: configuration())
-            let vitals = try DaemonVitals(daemon)
-            let nobody = try nobodyWithHostileClient()
-            let flooder = try hostileClient(
-                as: nobody, daemon, "stream-flood",
-                ["--stream", call, "--bytes", String(Self.floodBytes), "--prefix", "flooder"])
-            defer { flooder.terminate() }
-            let outcome = try flooder.waitForLine(startingWith: "sent", timeout: .seconds(60))
-            let sent = numbers(in: outcome)["sent"] ?? -1
-            #expect(outcome.hasSuffix("closed"), "\(call) stream: \(outcome) of \(Self.floodBytes) bytes")
-            #expect(sent < Self.closedWithin, "the daemon took \(mebibytes(sent)) before closing the \(call) stream")
-            try vitals.expectWithstood(
-                rssGrowthBelow: 16 << 20, while: "a \(call) stream's flooder waits",
-                release: {
-                    flooder.closeInput()
-                    _ = try flooder.waitForExit()
-                })
+        func floodAfterStreamingCall(call: String) async throws {
+            try await offThePool {
+                let daemon = try DaemonHarness(configuration: configuration())
+                let vitals = try DaemonVitals(daemon)
+                let nobody = try nobodyWithHostileClient()
+                let flooder = try hostileClient(
+                    as: nobody, daemon, "stream-flood",
+                    ["--stream", call, "--bytes", String(Self.floodBytes), "--prefix", "flooder"])
+                defer { flooder.terminate() }
+                let outcome = try flooder.waitForLine(startingWith: "sent", timeout: .seconds(60))
+                let sent = numbers(in: outcome)["sent"] ?? -1
+                #expect(outcome.hasSuffix("closed"), "\(call) stream: \(outcome) of \(Self.floodBytes) bytes")
+                #expect(
+                    sent < Self.closedWithin, "the daemon took \(mebibytes(sent)) before closing the \(call) stream")
+                try vitals.expectWithstood(
+                    rssGrowthBelow: 16 << 20, while: "a \(call) stream's flooder waits",
+                    release: {
+                        flooder.closeInput()
+                        _ = try flooder.waitForExit()
+                    })
+            }
         }
     }
 }

@@ -1,5 +1,6 @@
 // End-to-end interop: Python's varlink client talks over a real Unix socket to a fake daemon built from this module.
 import BGTaskProtocol
+import BGTaskTestSupport
 import Foundation
 import Glibc
 import Testing
@@ -173,104 +174,108 @@ struct PythonInteropTests {
         print(json.dumps(out))
         """
 
-    @Test func pythonClientUsesTheFakeDaemon() throws {
-        let listener = try Listener()
-        defer { listener.close() }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        // The child bounds its own lifetime; the loop below bounds it again and reaps it.
-        process.arguments = ["timeout", "30", "python3", "-c", PythonInteropTests.script, listener.path]
-        let stdout = Pipe()
-        let stderr = Pipe()
-        process.standardOutput = stdout
-        process.standardError = stderr
-        try process.run()
-        defer { if process.isRunning { process.terminate() } }
+    @Test func pythonClientUsesTheFakeDaemon() async throws {
+        try await offThePool {
+            let listener = try Listener()
+            defer { listener.close() }
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            // The child bounds its own lifetime; the loop below bounds it again and reaps it.
+            process.arguments = ["timeout", "30", "python3", "-c", PythonInteropTests.script, listener.path]
+            let stdout = Pipe()
+            let stderr = Pipe()
+            process.standardOutput = stdout
+            process.standardError = stderr
+            try process.run()
+            defer { if process.isRunning { process.terminate() } }
 
-        var daemon = FakeDaemon()
-        var connections: [Int32: VarlinkFrameDecoder] = [:]
-        let deadline = ContinuousClock.now + .seconds(30)
-        while process.isRunning && ContinuousClock.now < deadline {
-            var descriptors = [pollfd(fd: listener.fd, events: Int16(POLLIN), revents: 0)]
-            descriptors += connections.keys.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
-            // Wake at least every 100 ms to notice the child's exit.
-            let ready = poll(&descriptors, nfds_t(descriptors.count), 100)
-            if ready < 0 && errno != EINTR { throw SocketError(call: "poll", code: errno) }
-            for descriptor in descriptors where descriptor.revents != 0 {
-                if descriptor.fd == listener.fd {
-                    // accept4 is hidden behind _GNU_SOURCE in Glibc's module; set close-on-exec right after.
-                    let connection = accept(listener.fd, nil, nil)
-                    guard connection >= 0 else { throw SocketError(call: "accept", code: errno) }
-                    _ = fcntl(connection, F_SETFD, FD_CLOEXEC)
-                    connections[connection] = VarlinkFrameDecoder()
-                    continue
-                }
-                var buffer = [UInt8](repeating: 0, count: 4096)
-                let count = read(descriptor.fd, &buffer, buffer.count)
-                guard count > 0, var decoder = connections[descriptor.fd] else {
-                    _ = close(descriptor.fd)
-                    connections[descriptor.fd] = nil
-                    continue
-                }
-                decoder.append(contentsOf: buffer[..<count])
-                var isOpen = true
-                while isOpen, let message = try decoder.nextMessage() {
-                    guard let replies = daemon.handle(message) else {
-                        isOpen = false
-                        break
+            var daemon = FakeDaemon()
+            var connections: [Int32: VarlinkFrameDecoder] = [:]
+            let deadline = ContinuousClock.now + .seconds(30)
+            while process.isRunning && ContinuousClock.now < deadline {
+                var descriptors = [pollfd(fd: listener.fd, events: Int16(POLLIN), revents: 0)]
+                descriptors += connections.keys.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+                // Wake at least every 100 ms to notice the child's exit.
+                let ready = poll(&descriptors, nfds_t(descriptors.count), 100)
+                if ready < 0 && errno != EINTR { throw SocketError(call: "poll", code: errno) }
+                for descriptor in descriptors where descriptor.revents != 0 {
+                    if descriptor.fd == listener.fd {
+                        // accept4 is hidden behind _GNU_SOURCE in Glibc's module; set close-on-exec right after.
+                        let connection = accept(listener.fd, nil, nil)
+                        guard connection >= 0 else { throw SocketError(call: "accept", code: errno) }
+                        _ = fcntl(connection, F_SETFD, FD_CLOEXEC)
+                        connections[connection] = VarlinkFrameDecoder()
+                        continue
                     }
-                    for reply in replies { try writeAll(descriptor.fd, reply) }
-                }
-                if isOpen {
-                    connections[descriptor.fd] = decoder
-                } else {
-                    _ = close(descriptor.fd)
-                    connections[descriptor.fd] = nil
+                    var buffer = [UInt8](repeating: 0, count: 4096)
+                    let count = read(descriptor.fd, &buffer, buffer.count)
+                    guard count > 0, var decoder = connections[descriptor.fd] else {
+                        _ = close(descriptor.fd)
+                        connections[descriptor.fd] = nil
+                        continue
+                    }
+                    decoder.append(contentsOf: buffer[..<count])
+                    var isOpen = true
+                    while isOpen, let message = try decoder.nextMessage() {
+                        guard let replies = daemon.handle(message) else {
+                            isOpen = false
+                            break
+                        }
+                        for reply in replies { try writeAll(descriptor.fd, reply) }
+                    }
+                    if isOpen {
+                        connections[descriptor.fd] = decoder
+                    } else {
+                        _ = close(descriptor.fd)
+                        connections[descriptor.fd] = nil
+                    }
                 }
             }
-        }
-        for fd in connections.keys { _ = close(fd) }
-        process.waitUntilExit()
-        let output = stdout.fileHandleForReading.readDataToEndOfFile()
-        let errors = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        try #require(process.terminationStatus == 0, "python: \(errors)")
+            for fd in connections.keys { _ = close(fd) }
+            process.waitUntilExit()
+            let output = stdout.fileHandleForReading.readDataToEndOfFile()
+            let errors = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            try #require(process.terminationStatus == 0, "python: \(errors)")
 
-        let python = try JSONDecoder().decode(JSONValue.self, from: output)
-        // Python's client drops null fields from replies, so compare against our encoding with nulls removed.
-        func expected<R: Encodable>(_ reply: R) throws -> JSONValue {
-            try #require(jsonValue(ofFramed: VarlinkCodec().encodeReply(reply))["parameters"]).withoutNulls
+            let python = try JSONDecoder().decode(JSONValue.self, from: output)
+            // Python's client drops null fields from replies, so compare against our encoding with nulls removed.
+            func expected<R: Encodable>(_ reply: R) throws -> JSONValue {
+                try #require(jsonValue(ofFramed: VarlinkCodec().encodeReply(reply))["parameters"]).withoutNulls
+            }
+            #expect(python["interfaces"] == ["org.varlink.service", "io.bgtask.Lifecycle"])
+            #expect(python["info"] == (try expected(GetInfoReply.bgtaskd(version: "test"))))
+            #expect(python["begin"] == ["taskId": 7])
+            #expect(python["app"] == (try expected(GetAppReply(app: Samples.minimalApp))))
+            #expect(
+                python["missing"] == [
+                    "error": "io.bgtask.Lifecycle.NoSuchApp", "parameters": ["app": "org.example.missing"],
+                ])
+            #expect(
+                python["end"] == [
+                    "error": "io.bgtask.Lifecycle.NoSuchTask", "parameters": ["app": "org.example.py", "taskId": 99],
+                ])
+            let app = AppInfo(name: "org.example.py", state: .background, pid: 1, uid: 0, managed: false)
+            #expect(
+                python["register"]
+                    == .array([
+                        try expected(RegisterReply(app: app)), try expected(RegisterReply(event: Samples.minimalEvent)),
+                        try expected(RegisterReply(event: Samples.fullEvent)),
+                    ]))
+            #expect(python["watch"] == ["error": "org.varlink.service.ExpectedMore", "parameters": [:]])
+            #expect(
+                python["other"] == [
+                    "error": "org.varlink.service.InterfaceNotFound", "parameters": ["interface": "org.example.Other"],
+                ])
+            #expect(
+                daemon.calls == [
+                    "org.varlink.service.GetInfo", "org.varlink.service.GetInterfaceDescription",
+                    "io.bgtask.Lifecycle.BeginBackgroundTask", "io.bgtask.Lifecycle.GetApp",
+                    "io.bgtask.Lifecycle.GetApp",
+                    "io.bgtask.Lifecycle.EndBackgroundTask", "io.bgtask.Lifecycle.Register",
+                    "io.bgtask.Lifecycle.Watch",
+                    "org.varlink.service.GetInterfaceDescription",
+                ])
         }
-        #expect(python["interfaces"] == ["org.varlink.service", "io.bgtask.Lifecycle"])
-        #expect(python["info"] == (try expected(GetInfoReply.bgtaskd(version: "test"))))
-        #expect(python["begin"] == ["taskId": 7])
-        #expect(python["app"] == (try expected(GetAppReply(app: Samples.minimalApp))))
-        #expect(
-            python["missing"] == [
-                "error": "io.bgtask.Lifecycle.NoSuchApp", "parameters": ["app": "org.example.missing"],
-            ])
-        #expect(
-            python["end"] == [
-                "error": "io.bgtask.Lifecycle.NoSuchTask", "parameters": ["app": "org.example.py", "taskId": 99],
-            ])
-        let app = AppInfo(name: "org.example.py", state: .background, pid: 1, uid: 0, managed: false)
-        #expect(
-            python["register"]
-                == .array([
-                    try expected(RegisterReply(app: app)), try expected(RegisterReply(event: Samples.minimalEvent)),
-                    try expected(RegisterReply(event: Samples.fullEvent)),
-                ]))
-        #expect(python["watch"] == ["error": "org.varlink.service.ExpectedMore", "parameters": [:]])
-        #expect(
-            python["other"] == [
-                "error": "org.varlink.service.InterfaceNotFound", "parameters": ["interface": "org.example.Other"],
-            ])
-        #expect(
-            daemon.calls == [
-                "org.varlink.service.GetInfo", "org.varlink.service.GetInterfaceDescription",
-                "io.bgtask.Lifecycle.BeginBackgroundTask", "io.bgtask.Lifecycle.GetApp", "io.bgtask.Lifecycle.GetApp",
-                "io.bgtask.Lifecycle.EndBackgroundTask", "io.bgtask.Lifecycle.Register", "io.bgtask.Lifecycle.Watch",
-                "org.varlink.service.GetInterfaceDescription",
-            ])
     }
 }
 

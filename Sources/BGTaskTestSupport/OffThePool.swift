@@ -1,0 +1,107 @@
+// Runs test bodies that block (on processes, sockets, the clock) on threads of their own, a few at a time, so they
+// neither hold the test runner's cooperative threads nor all run at once.
+
+import Foundation
+
+/// Runs `body`, a test's blocking work, on a thread of its own rather than on one of the test runner's cooperative
+/// threads, of which there are as many as CPUs (two here): a blocked test there holds every other test back, even
+/// those that would run in a millisecond. The body still runs in the test's task, so `#expect` and `Issue.record`
+/// report to the test as usual.
+///
+/// At most `BlockingTestLimiter.width` bodies run at once (`BGTASK_TEST_PARALLELISM`, default 6): enough to overlap
+/// the waiting of end-to-end tests, few enough that daemons with millisecond policies still get the CPU on time. A
+/// body that measures time as the machine gives it (wake-ups, dispatch durations, lateness) asks to run `alone`:
+/// it waits for the others to finish, and none starts until it is done.
+public func offThePool<Value>(alone: Bool = false, _ body: () throws -> Value) async rethrows -> Value {
+    let limiter = BlockingTestLimiter.shared
+    let places = alone ? limiter.width : 1
+    await limiter.acquire(places)
+    let executor = DedicatedThreadExecutor()
+    defer {
+        executor.stop()
+        Task { await limiter.release(places) }
+    }
+    return try await withTaskExecutorPreference(executor) { try body() }
+}
+
+/// Admits a bounded number of blocking test bodies at a time, first come first served.
+public actor BlockingTestLimiter {
+    /// The limiter every `offThePool` shares.
+    public static let shared = BlockingTestLimiter(
+        width: ProcessInfo.processInfo.environment["BGTASK_TEST_PARALLELISM"].flatMap(Int.init).map { max(1, $0) } ?? 6)
+
+    /// How many places there are: bodies that may run at once.
+    public nonisolated let width: Int
+    private var taken = 0
+    /// Waiters in arrival order, with the places each needs: a waiter is never overtaken, so one that needs every
+    /// place (a body running alone) is not starved by a stream of small ones.
+    private var waiting: [(places: Int, continuation: CheckedContinuation<Void, Never>)] = []
+
+    init(width: Int) {
+        self.width = width
+    }
+
+    /// Waits for `places` places (at most `width`).
+    func acquire(_ places: Int) async {
+        let places = min(places, width)
+        if waiting.isEmpty && taken + places <= width {
+            taken += places
+            return
+        }
+        await withCheckedContinuation { waiting.append((places, $0)) }
+    }
+
+    /// Gives `places` places back and admits the waiters at the front that now fit.
+    func release(_ places: Int) {
+        taken -= min(places, width)
+        while let first = waiting.first, taken + first.places <= width {
+            waiting.removeFirst()
+            taken += first.places
+            first.continuation.resume()
+        }
+    }
+}
+
+/// A task executor with one thread of its own, running its jobs in order until stopped.
+final class DedicatedThreadExecutor: TaskExecutor, @unchecked Sendable {
+    // @unchecked: `jobs` and `isStopping` are only touched with `condition` locked.
+    private let condition = NSCondition()
+    private var jobs: [UnownedJob] = []
+    private var isStopping = false
+
+    init() {
+        let thread = Thread { [self] in runJobs() }
+        thread.name = "bgtask-blocking-test"
+        thread.start()
+    }
+
+    private func runJobs() {
+        while true {
+            condition.lock()
+            while jobs.isEmpty && !isStopping { condition.wait() }
+            guard !jobs.isEmpty else {
+                condition.unlock()
+                return
+            }
+            let job = jobs.removeFirst()
+            condition.unlock()
+            job.runSynchronously(on: asUnownedTaskExecutor())
+        }
+    }
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        condition.lock()
+        jobs.append(job)
+        condition.signal()
+        condition.unlock()
+    }
+
+    /// Ends the thread once its jobs are done.
+    func stop() {
+        condition.lock()
+        isStopping = true
+        condition.signal()
+        condition.unlock()
+    }
+}
