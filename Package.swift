@@ -112,8 +112,8 @@ let package = Package(
         .testTarget(
             name: "BGTaskDaemonTests",
             dependencies: [
-                "BGTaskDaemon", "BGTaskTestSupport", "BGTaskProtocol", "BGTaskConfig", "BGTaskCore", "BGTaskSystem",
-                "bgtaskd", "BGTaskRawCall",
+                "BGTaskBenchmarks", "BGTaskDaemon", "BGTaskTestSupport", "BGTaskProtocol", "BGTaskConfig", "BGTaskCore",
+                "BGTaskSystem", "bgtaskd", "BGTaskRawCall", "bgtask-bench",
             ]),
         // Hostile peers against the real daemon: every bound of DESIGN §7, each with the daemon's vitals checked.
         // Depends on the executables it runs as processes (the daemon, the hostile client), so they are built

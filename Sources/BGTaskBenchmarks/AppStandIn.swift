@@ -1,4 +1,4 @@
-// The stand-in process behind each benchmark app: the one the daemon suspends, measures and watches for exit.
+// The stand-in process behind each benchmark or test app: the one the daemon suspends, measures and watches for exit.
 
 import BGTaskSystem
 import Glibc
@@ -12,14 +12,16 @@ import Glibc
 /// and then does nothing until that input closes. The daemon stops, continues, measures and kills the stand-in
 /// as it would an app's process of the same size (a small Swift program); the benchmark talks over the socket.
 ///
+/// The tests of the manager on a manual clock use the same stand-ins as their apps' processes.
+///
 /// The stand-in runs under `timeout --signal=KILL`, so it ends by itself even when it is left stopped.
-struct AppStandIn: Sendable {
+public struct AppStandIn: Sendable {
     /// The `timeout` process the stand-in runs under: the benchmark's child.
-    let wrapper: SpawnedProcess
+    public let wrapper: SpawnedProcess
     /// The stand-in itself.
-    let process: PidFD
+    public let process: PidFD
     /// A socket to the daemon, connected by the stand-in: the app's event stream goes over it.
-    let connection: FileDescriptor
+    public let connection: FileDescriptor
     /// The benchmark's end of the stand-in's standard input; closing it lets the stand-in exit.
     private let control: FileDescriptor
 
@@ -27,12 +29,12 @@ struct AppStandIn: Sendable {
     private static let pidByteCount = MemoryLayout<Int32>.size
 
     /// A stand-in started and not yet connected.
-    struct Launch: Sendable {
+    public struct Launch: Sendable {
         let wrapper: SpawnedProcess
         let control: FileDescriptor
 
         /// Waits at most `timeout` for the stand-in's connection; kills the stand-in when none comes.
-        func connected(timeout: Duration) throws -> AppStandIn {
+        public func connected(timeout: Duration) throws -> AppStandIn {
             do {
                 guard
                     let (connection, payload) = try DescriptorPassing.receive(
@@ -60,7 +62,7 @@ struct AppStandIn: Sendable {
         }
 
         /// Kills the group `timeout` leads (it and the stand-in) and reaps `timeout`.
-        func abandon() {
+        public func abandon() {
             try? ProcessGroup(id: wrapper.pid).send(.kill)
             _ = try? wrapper.waitForExit()
             try? wrapper.pidFD.close()
@@ -70,7 +72,7 @@ struct AppStandIn: Sendable {
 
     /// Starts `executable app-process --socket SOCKET` under `timeout --signal=KILL LIFETIME`; call
     /// `connected(timeout:)` on the result to get the stand-in's connection.
-    static func launch(executable: String, socketPath: String, lifetime: Duration) throws -> Launch {
+    public static func launch(executable: String, socketPath: String, lifetime: Duration) throws -> Launch {
         let (mine, theirs) = try UnixSocket.pair()
         defer { try? theirs.close() }
         do {
@@ -87,7 +89,7 @@ struct AppStandIn: Sendable {
 
     /// Kills the stand-in (SIGKILL ends it stopped or not), reaps its `timeout`, and closes the connection and
     /// descriptors. Call once, after the app's registration ended.
-    func stop() {
+    public func stop() {
         try? process.sendSignal(.kill)
         try? control.close()
         if (try? wrapper.pidFD.waitForExit(timeout: .seconds(5))) != true {

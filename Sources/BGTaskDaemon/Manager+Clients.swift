@@ -82,16 +82,14 @@ extension Manager {
         listenersPausedReason = reason
         logger.error("cannot accept connections (\(reason)); accepting again once descriptors free up")
         for listener in listeners { try? listener.setEnabled(false) }
-        let due = loop.now + Self.acceptRetryDelay.nanosecondCount
         do {
-            if let acceptRetryTimer {
-                try acceptRetryTimer.rearm(at: due)
-            } else {
-                acceptRetryTimer = try loop.addTimer(at: due, accuracy: .milliseconds(100), name: "accept-retry") {
-                    [unowned self] _ in
+            if acceptRetryTimer == nil {
+                acceptRetryTimer = try clock.makeTimer(name: "accept-retry", accuracy: .milliseconds(100)) {
+                    [unowned self] in
                     self.resumeListeners()
                 }
             }
+            try acceptRetryTimer?.rearm(at: now + Self.acceptRetryDelay)
         } catch {
             // Without the timer, the next closed connection or exited process still turns them back on.
             logger.warning("cannot schedule accepting again: \(error)")
@@ -103,7 +101,7 @@ extension Manager {
     func resumeListeners() {
         guard let reason = listenersPausedReason, !isStopping else { return }
         listenersPausedReason = nil
-        try? acceptRetryTimer?.setEnabled(false)
+        acceptRetryTimer?.disarm()
         for listener in listeners { try? listener.setEnabled(true) }
         logger.debug("accepting connections again after: \(reason)")
     }

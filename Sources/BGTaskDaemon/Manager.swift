@@ -26,6 +26,8 @@ public final class Manager {
     public static let version = "0.1.0"
 
     let loop: EventLoop
+    /// The time inputs carry and the timers run on: the loop's, or a manual clock in tests.
+    let clock: ManagerClock
     var core: Lifecycle
     var configuration: DaemonConfiguration
     let configurationPath: String
@@ -49,9 +51,10 @@ public final class Manager {
     var listeners: [IOSource] = []
     /// Why the listeners are off (descriptors exhausted), while they are.
     var listenersPausedReason: String?
-    var acceptRetryTimer: TimerSource?
+    var acceptRetryTimer: ManagerTimer?
     var ownsSocketFile = false
-    var timer: TimerSource?
+    /// The one timer of the policy, armed wherever the core asks (`.armTimer`).
+    var policyTimer: ManagerTimer?
     var connections: [Int: ClientConnection] = [:]
     var connectionsPerUser: [uid_t: Int] = [:]
     /// Uids whose refused connections were logged, until their count falls under the limit again.
@@ -80,8 +83,8 @@ public final class Manager {
     var isStopping = false
     /// The `STATUS=` text last sent, when, and the timer for a change held back by the rate limit.
     var sentStatus: String?
-    var lastStatusTime: Int64?
-    var statusTimer: TimerSource?
+    var lastStatusTime: MonotonicInstant?
+    var statusTimer: ManagerTimer?
     var isStatusUpdatePending = false
     /// The least time between two `STATUS=` messages.
     static let statusInterval: Duration = .seconds(1)
@@ -100,12 +103,14 @@ public final class Manager {
     private var pendingInputs: [() -> [Action]] = []
     private var isPerforming = false
 
-    /// Creates a manager; nothing listens until `start()`.
+    /// Creates a manager; nothing listens until `start()`. `procFS` is where `/proc` is read (a fake tree in
+    /// tests), and `clock` where time comes from (a manual clock in tests).
     public init(
         configuration: DaemonConfiguration, configurationPath: String, socketPath: String, logger: Logger,
-        procFS: ProcFS = ProcFS()
+        procFS: ProcFS = ProcFS(), clock: ManagerClockMode = .loop
     ) throws(Errno) {
         loop = try EventLoop()
+        self.clock = ManagerClock(mode: clock, loop: loop)
         core = Lifecycle(policy: configuration.core)
         self.configuration = configuration
         self.configurationPath = configurationPath
@@ -114,36 +119,40 @@ public final class Manager {
         self.procFS = procFS
         inspector = ProcessInspector(procFS: procFS)
         trail = AuditTrail(capacity: configuration.core.historySize, logger: logger)
-        startedAt = MonotonicInstant(nanoseconds: MonotonicClock.now())
+        startedAt = self.clock.freshNow
     }
 
-    /// The loop's time for the current iteration, as the core's clock.
-    var now: MonotonicInstant { MonotonicInstant(nanoseconds: loop.now) }
+    /// The time of the current loop iteration (or the manual clock's), as the core's clock.
+    var now: MonotonicInstant { clock.now }
 
     // MARK: Start and stop
 
     /// Listens (or takes the socket systemd passed), installs the signal, timer and worker sources, and tells the
     /// service manager it is ready. The socket serves before `READY=1` is sent.
-    public func start() throws(StartupError) {
+    ///
+    /// `handlesSignals: false` leaves SIGTERM, SIGINT and SIGHUP alone, for a manager run inside another program
+    /// (a test), which stops it with `stop(because:)`.
+    public func start(handlesSignals: Bool = true) throws(StartupError) {
         do {
-            for signal in [Signal.terminate, .interrupt] {
-                try loop.addSignal(signal) { [unowned self] _, info in
-                    self.stop(because: "\(info.signal.name) from pid \(info.senderPID)")
+            if handlesSignals {
+                for signal in [Signal.terminate, .interrupt] {
+                    try loop.addSignal(signal) { [unowned self] _, info in
+                        self.stop(because: "\(info.signal.name) from pid \(info.senderPID)")
+                    }
                 }
+                try loop.addSignal(.hangUp) { [unowned self] _, _ in self.reloadConfiguration() }
             }
-            try loop.addSignal(.hangUp) { [unowned self] _, _ in self.reloadConfiguration() }
             // A client that disappears mid-write must not kill the daemon.
             signal(SIGPIPE, SIG_IGN)
             try loop.addExit(name: "release-apps") { [unowned self] _ in self.releaseAllApps() }
             // Made now, disabled, so the loop's timer descriptor exists from the start and the daemon's
             // descriptor use does not grow with its first deadline.
             // 1 µs accuracy: deadlines are what apps see (a warning, a kill), so no coalescing delay is added to them.
-            timer = try loop.addTimer(at: .max, accuracy: .microseconds(1), name: "policy-deadline") {
-                [unowned self] _ in
+            policyTimer = try clock.makeTimer(name: "policy-deadline", accuracy: .microseconds(1)) {
+                [unowned self] in
                 self.perform(self.core.deadlineReached(now: self.now))
                 self.updateStatus()
             }
-            try timer?.setEnabled(false)
             backlogSource = try loop.addRepeatingDefer(name: "call-backlog") { [unowned self] _ in
                 self.serveBacklog()
             }
@@ -186,8 +195,35 @@ public final class Manager {
     public func run() throws(Errno) -> Int32 {
         let code = try loop.run()
         worker?.stop()
+        clock.cancelAll()
         loop.cancelAllSources()
         return code
+    }
+
+    // MARK: Stepping (tests)
+
+    /// Runs one iteration of the loop, waiting at most `timeout` for an input; whether one was dispatched. For a
+    /// test that steps the manager instead of calling `run()`.
+    @discardableResult
+    public func runIteration(timeout: Duration) throws(Errno) -> Bool {
+        try loop.runIteration(timeout: timeout)
+    }
+
+    /// The manager's time: the manual clock's reading, or the loop's.
+    public var currentTime: MonotonicInstant { clock.now }
+
+    /// Where the policy timer is armed; nil while it is not.
+    public var policyDeadline: MonotonicInstant? { policyTimer?.deadline }
+
+    /// Moves the manual clock (`ManagerClockMode.manual`) forward to `instant`, firing the manager's timers that
+    /// fall due on the way, each at its own deadline.
+    public func advanceTime(to instant: MonotonicInstant) {
+        clock.advance(to: instant)
+    }
+
+    /// Moves the manual clock forward by `duration`.
+    public func advanceTime(by duration: Duration) {
+        clock.advance(to: clock.now + duration)
     }
 
     /// Warns when the descriptor limit cannot hold `ConnectionsMax` connections plus a process handle each: past
@@ -204,7 +240,7 @@ public final class Manager {
     }
 
     /// Stops cleanly: `STOPPING=1`, every stopped app resumed, clients closed, the socket file removed.
-    func stop(because reason: String) {
+    public func stop(because reason: String) {
         guard !isStopping else { return }
         isStopping = true
         logger.notice("stopping: \(reason)")
@@ -291,18 +327,17 @@ public final class Manager {
     /// message may go out, not on every call.
     func updateStatus() {
         guard notifier.isSupervised, !isStatusUpdatePending else { return }
-        let current = loop.now
-        if let lastStatusTime, current - lastStatusTime < Self.statusInterval.nanosecondCount {
-            let due = lastStatusTime + Self.statusInterval.nanosecondCount
+        let current = now
+        if let lastStatusTime, current - lastStatusTime < Self.statusInterval {
             do {
-                if let statusTimer {
-                    try statusTimer.rearm(at: due)
-                } else {
-                    statusTimer = try loop.addTimer(at: due, name: "status") { [unowned self] _ in
+                if statusTimer == nil {
+                    statusTimer = try clock.makeTimer(name: "status", accuracy: .milliseconds(1)) {
+                        [unowned self] in
                         self.isStatusUpdatePending = false
                         self.updateStatus()
                     }
                 }
+                try statusTimer?.rearm(at: lastStatusTime + Self.statusInterval)
                 isStatusUpdatePending = true
             } catch {
                 logger.warning("cannot schedule a status update: \(error)")
@@ -366,12 +401,12 @@ public final class Manager {
 
     private func armTimer(at instant: MonotonicInstant?) {
         guard let instant else {
-            try? timer?.setEnabled(false)
+            policyTimer?.disarm()
             return
         }
         do {
-            // Safe: made in start(), before any input can reach the core.
-            try timer!.rearm(at: instant.nanoseconds)
+            // Made in start(), before any input can reach the core.
+            try policyTimer?.rearm(at: instant)
         } catch {
             // Without its timer the policy would miss deadlines: that is fatal for a supervised daemon.
             logger.error("cannot arm the policy timer: \(error)")

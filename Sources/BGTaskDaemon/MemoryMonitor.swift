@@ -19,8 +19,7 @@ final class MemoryMonitor {
 
     private unowned let manager: Manager
     private(set) var machine: MemoryPressureMachine
-    private var timer: TimerSource?
-    private var isArmed = false
+    private var timer: ManagerTimer?
     private(set) var isDryRun: Bool
     /// Whether a sample is on the worker, and whether the next one must include the apps (asked meanwhile).
     private var isSampling = false
@@ -58,11 +57,8 @@ final class MemoryMonitor {
     func appsChanged() {
         if manager.processes.isEmpty {
             pendingVictims.removeAll()
-            if isArmed {
-                try? timer?.setEnabled(false)
-                isArmed = false
-            }
-        } else if !isArmed && !isSampling {
+            timer?.disarm()
+        } else if timer?.deadline == nil && !isSampling {
             schedule(after: .zero)
         }
     }
@@ -78,18 +74,13 @@ final class MemoryMonitor {
     }
 
     private func schedule(after delay: Duration) {
-        let due = manager.loop.now + delay.nanosecondCount
         do {
-            if let timer {
-                try timer.rearm(at: due)
-            } else {
-                timer = try manager.loop.addTimer(at: due, accuracy: .milliseconds(20), name: "memory") {
-                    [unowned self] _ in
-                    self.isArmed = false
+            if timer == nil {
+                timer = try manager.clock.makeTimer(name: "memory", accuracy: .milliseconds(20)) { [unowned self] in
                     self.requestSample(includingProcesses: self.needsProcessSamples)
                 }
             }
-            isArmed = true
+            try timer?.rearm(at: manager.now + delay)
         } catch {
             manager.logger.error("cannot schedule the memory monitor: \(error); memory is not watched")
         }
@@ -254,7 +245,7 @@ final class MemoryMonitor {
                 manager.perform(
                     try manager.core.reclaim(
                         victim.app, memoryBytes: victim.memoryBytes, triggeredAt: triggeredAt,
-                        now: MonotonicInstant(nanoseconds: MonotonicClock.now())))
+                        now: manager.clock.freshNow))
                 pendingVictims.insert(victim.app)
             } catch {
                 manager.logger.warning("cannot reclaim \(victim.name): \(error)")

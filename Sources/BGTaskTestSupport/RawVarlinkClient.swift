@@ -18,6 +18,12 @@ public final class RawVarlinkClient {
         descriptor = try UnixSocket.connect(path: path)
     }
 
+    /// Takes over a socket connected elsewhere (by an app's stand-in process, so the server sees that process as
+    /// the peer); closes it when done.
+    public init(connected descriptor: FileDescriptor) {
+        self.descriptor = descriptor
+    }
+
     /// Sends raw bytes.
     public func sendRaw(_ bytes: [UInt8]) throws {
         try descriptor.sendAll(bytes)
@@ -38,17 +44,32 @@ public final class RawVarlinkClient {
     public func receive(timeout: Duration = .seconds(10)) throws -> [String: JSONValue]? {
         let deadline = MonotonicClock.now() + timeout.nanosecondCount
         while true {
-            if let message = try decoder.nextMessage() {
-                guard case .object(let object) = try JSONDecoder().decode(JSONValue.self, from: message) else {
-                    throw HarnessError("reply is not a JSON object: \(String(decoding: message, as: UTF8.self))")
-                }
-                return object
-            }
+            if let object = try nextDecodedReply() { return object }
             let remaining = deadline - MonotonicClock.now()
             guard remaining > 0 else { throw HarnessError("no reply within \(timeout)") }
             let ready = try descriptor.poll(for: .readable, timeout: .nanoseconds(remaining))
             guard !ready.isEmpty else { continue }
             guard let chunk = try readChunk(), !chunk.isEmpty else { return nil }
+            decoder.append(contentsOf: chunk)
+        }
+    }
+
+    /// What `poll()` found.
+    public enum Arrival: Equatable {
+        /// A reply (a JSON object).
+        case reply([String: JSONValue])
+        /// The server closed the connection.
+        case closed
+        /// Nothing yet.
+        case nothing
+    }
+
+    /// The next reply if it has arrived, without waiting: for a test that steps the server itself.
+    public func poll() throws -> Arrival {
+        while true {
+            if let object = try nextDecodedReply() { return .reply(object) }
+            guard try !descriptor.poll(for: .readable, timeout: .zero).isEmpty else { return .nothing }
+            guard let chunk = try readChunk(), !chunk.isEmpty else { return .closed }
             decoder.append(contentsOf: chunk)
         }
     }
@@ -73,6 +94,15 @@ public final class RawVarlinkClient {
             guard let chunk = try readChunk(), !chunk.isEmpty else { return true }
         }
         return false
+    }
+
+    /// The next complete reply already read, as a JSON object.
+    private func nextDecodedReply() throws -> [String: JSONValue]? {
+        guard let message = try decoder.nextMessage() else { return nil }
+        guard case .object(let object) = try JSONDecoder().decode(JSONValue.self, from: message) else {
+            throw HarnessError("reply is not a JSON object: \(String(decoding: message, as: UTF8.self))")
+        }
+        return object
     }
 
     /// Reads what is there; nil when the server reset the connection.

@@ -1,0 +1,228 @@
+// The real manager inside the test's process, on a manual clock and a fake /proc: a test steps the daemon's shell
+// through a timeline of minutes in milliseconds.
+
+import BGTaskBenchmarks
+import BGTaskConfig
+import BGTaskCore
+import BGTaskDaemon
+import BGTaskProtocol
+import BGTaskSystem
+import BGTaskTestSupport
+import Foundation
+import Glibc
+
+/// A `Manager` run by the test itself: `ManagerClockMode.manual`, so the policy's deadlines, the memory monitor's
+/// samples and every other timer fire only when the test moves the clock; `/proc` read from a `FakeProcTree`, so
+/// the test decides each app's memory and file locks; and its loop stepped by the test, which waits only for what
+/// the kernel and the inspection worker do (a connection, a process's exit, a sample), never for a policy window.
+///
+/// The apps are real processes (`AppStandIn`: the stand-in connects, hands its socket over, and waits), because
+/// what the manager does to them is real: it stops, continues and kills them through their pidfds, and learns of
+/// their exit from the pidfd becoming readable. Each stand-in is in the fake tree under its real pid.
+final class ManagerHarness {
+    /// One app: its stand-in process and its event stream (the stand-in's connection, on which it registered).
+    struct App {
+        let name: String
+        let standIn: AppStandIn
+        let stream: RawVarlinkClient
+        var pid: pid_t { standIn.process.pid }
+    }
+
+    let directory: ScratchDirectory
+    let tree: FakeProcTree
+    let manager: Manager
+    let socketPath: String
+    /// The instant the manual clock started at.
+    let start: MonotonicInstant
+    private let logPath: String
+    private let logFile: FileDescriptor
+    private var controllerClient: RawVarlinkClient?
+    private var standIns: [AppStandIn] = []
+    private var isClosed = false
+
+    /// A manager with `configuration` (bgtaskd.conf text; the defaults when empty) and `files` beside it (such as
+    /// `apps.d/NAME.conf`), its clock at `start`.
+    init(
+        configuration: String = "", files: [String: String] = [:], start: MonotonicInstant = .seconds(1_000)
+    ) throws {
+        directory = try ScratchDirectory(prefix: "bgtaskd-manager")
+        socketPath = directory.path + "/io.bgtask.Lifecycle"
+        let configurationPath = try directory.write("bgtaskd.conf", configuration)
+        for (name, text) in files { _ = try directory.write(name, text) }
+        let loaded = ConfigurationLoader(path: configurationPath).load()
+        if let problem = loaded.diagnostics.first(where: { $0.severity == .error }) {
+            throw HarnessError("bad test configuration: \(problem)")
+        }
+        tree = try FakeProcTree()
+        logPath = directory.path + "/bgtaskd.log"
+        logFile = try FileDescriptor.open(logPath, .writeOnly, options: [.create, .append])
+        self.start = start
+        manager = try Manager(
+            configuration: loaded.configuration, configurationPath: configurationPath, socketPath: socketPath,
+            logger: Logger(destination: .stream, threshold: .debug, stream: logFile), procFS: tree.procFS,
+            clock: .manual(start: start))
+        do {
+            try manager.start(handlesSignals: false)
+        } catch {
+            throw HarnessError("the manager did not start: \(error)")
+        }
+    }
+
+    /// What the manager logged so far.
+    var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+
+    /// The manager's time since the start.
+    var elapsed: Duration { manager.currentTime - start }
+
+    // MARK: Stepping
+
+    /// Dispatches everything ready, without waiting, and fires timers already due.
+    func settle() throws {
+        manager.advanceTime(by: .zero)
+        while try manager.runIteration(timeout: .zero) {}
+    }
+
+    /// Moves the manual clock forward by `duration` (firing what falls due on the way), then settles.
+    func advance(by duration: Duration) throws {
+        try settle()
+        manager.advanceTime(by: duration)
+        try settle()
+    }
+
+    /// Moves the manual clock to `elapsed` after the start, then settles.
+    func advance(toElapsed elapsed: Duration) throws {
+        try settle()
+        manager.advanceTime(to: start + elapsed)
+        try settle()
+    }
+
+    /// Steps the loop until `condition` holds, waiting for inputs in between. The real-time bound is for the
+    /// kernel and the worker (an exit to show, a sample to come back), never a policy window: those are the
+    /// manual clock's.
+    func step(until what: String, timeout: Duration = .seconds(20), _ condition: () throws -> Bool) throws {
+        let deadline = MonotonicClock.now() + timeout.nanosecondCount
+        while try !condition() {
+            guard MonotonicClock.now() < deadline else {
+                throw HarnessError("waited \(timeout) for \(what); the manager logged:\n\(log)")
+            }
+            manager.advanceTime(by: .zero)
+            try manager.runIteration(timeout: .milliseconds(20))
+        }
+    }
+
+    // MARK: Talking to the manager
+
+    /// The next reply on `client`, stepping the manager until it comes; nil when the manager closed the
+    /// connection.
+    func reply(on client: RawVarlinkClient, to what: String) throws -> [String: JSONValue]? {
+        var arrival = RawVarlinkClient.Arrival.nothing
+        try step(until: "a reply to \(what)") {
+            arrival = try client.poll()
+            return arrival != .nothing
+        }
+        if case .reply(let reply) = arrival { return reply }
+        return nil
+    }
+
+    /// A connection of the test's own (a controller of the same uid as the apps).
+    var controller: RawVarlinkClient {
+        get throws {
+            if let controllerClient { return controllerClient }
+            let client = try RawVarlinkClient(path: socketPath)
+            controllerClient = client
+            return client
+        }
+    }
+
+    /// Calls an `io.bgtask.Lifecycle` method on the controller connection and returns the reply.
+    @discardableResult
+    func call(_ method: String, _ parameters: [String: JSONValue] = [:]) throws -> [String: JSONValue] {
+        let client = try controller
+        try client.send("io.bgtask.Lifecycle." + method, parameters)
+        guard let reply = try reply(on: client, to: method) else {
+            throw HarnessError("the manager closed the controller connection on \(method)")
+        }
+        return reply
+    }
+
+    /// The app named `name` as `GetApp` shows it.
+    func app(_ name: String) throws -> [String: JSONValue] {
+        let reply = try call("GetApp", ["app": .string(name)])
+        guard let app = reply.parameters["app"]?.objectValue else { throw HarnessError("GetApp \(name): \(reply)") }
+        return app
+    }
+
+    /// Starts a stand-in process, puts it in the fake tree with `pssMiB` of memory, and registers it as `name`
+    /// on its own connection (`state` as Register takes it).
+    func register(_ name: String, pssMiB: Int64 = 10, state: String = "active") throws -> App {
+        let launch = try AppStandIn.launch(
+            executable: try Products.path("bgtask-bench"), socketPath: socketPath, lifetime: .seconds(300))
+        let standIn = try launch.connected(timeout: .seconds(30))
+        standIns.append(standIn)
+        // Its group is the `timeout` wrapper's, as in the kernel; it started long before anything is accepted.
+        try tree.addProcess(
+            pid: standIn.process.pid, group: standIn.wrapper.pid, startTime: 1, pssKiB: pssMiB * 1024, command: name)
+        let app = App(name: name, standIn: standIn, stream: RawVarlinkClient(connected: standIn.connection))
+        try app.stream.send(
+            "io.bgtask.Lifecycle.Register", ["name": .string(name), "state": .string(state)], more: true)
+        guard let reply = try reply(on: app.stream, to: "Register \(name)") else {
+            throw HarnessError("the manager closed \(name)'s connection on Register")
+        }
+        guard reply.errorName == nil, reply.parameters["app"]?.objectValue != nil else {
+            throw HarnessError("Register \(name) failed: \(reply)")
+        }
+        return app
+    }
+
+    /// The events that reached `app`'s stream so far, as (kind, id) pairs, without waiting.
+    func events(of app: App) throws -> [(kind: String, id: Int)] {
+        try settle()
+        var events: [(kind: String, id: Int)] = []
+        while case .reply(let reply) = try app.stream.poll() {
+            guard let event = reply.parameters["event"]?.objectValue, case .string(let kind) = event["kind"],
+                let id = event["id"]?.doubleValue
+            else { throw HarnessError("unexpected reply on \(app.name)'s stream: \(reply)") }
+            events.append((kind, Int(id)))
+        }
+        return events
+    }
+
+    /// Acknowledges event `id` of `app`.
+    func acknowledge(_ app: App, _ id: Int) throws {
+        let reply = try call("Acknowledge", ["app": .string(app.name), "eventId": .number(Double(id))])
+        if let error = reply.errorName { throw HarnessError("Acknowledge \(app.name) \(id): \(error)") }
+    }
+
+    /// Whether the manager closed `app`'s stream, without waiting.
+    func isStreamClosed(_ app: App) throws -> Bool {
+        while true {
+            switch try app.stream.poll() {
+            case .closed: return true
+            case .nothing: return false
+            case .reply: continue
+            }
+        }
+    }
+
+    /// The real state of `app`'s process (`/proc`, not the fake tree); nil once it is gone.
+    func processState(_ app: App) -> ProcessState? {
+        guard (try? app.standIn.process.hasExited) == false else { return nil }
+        return try? ProcFS().stat(app.pid).state
+    }
+
+    // MARK: Ending
+
+    /// Stops the manager as SIGTERM would (every app it stopped is continued), then ends the stand-ins.
+    func close() {
+        guard !isClosed else { return }
+        isClosed = true
+        manager.stop(because: "the test is over")
+        _ = try? manager.run()
+        for standIn in standIns { standIn.stop() }
+        controllerClient?.close()
+        try? logFile.close()
+        directory.remove()
+    }
+
+    deinit { close() }
+}
