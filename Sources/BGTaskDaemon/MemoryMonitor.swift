@@ -33,6 +33,8 @@ final class MemoryMonitor {
     private var reportedNothingToReclaim = false
     /// Processes whose memory could not be read, logged once each until a read succeeds again.
     private var reportedUnreadable: Set<Int> = []
+    /// Whether an unreadable `/proc/meminfo` was logged, until it is read again.
+    private var reportedUnreadableMemoryInfo = false
 
     init(manager: Manager, settings: DaemonConfiguration.Memory) {
         self.manager = manager
@@ -124,6 +126,16 @@ final class MemoryMonitor {
     func sampleArrived(_ sample: MemorySample) {
         isSampling = false
         lastSample = sample
+        if let failure = sample.memoryInfoFailure {
+            if !reportedUnreadableMemoryInfo {
+                reportedUnreadableMemoryInfo = true
+                let watched = machine.thresholds.appsMemoryMax == nil ? "nothing" : "only the apps' total"
+                manager.logger.error("\(failure); MemAvailable is not watched (\(watched) can trigger reclamation)")
+            }
+        } else if reportedUnreadableMemoryInfo {
+            reportedUnreadableMemoryInfo = false
+            manager.logger.notice("\(manager.procFS.root)/meminfo is readable again")
+        }
         if sample.includesProcesses {
             lastProcessSample = sample
             applyProcessReadings(sample)

@@ -30,8 +30,9 @@ enum InspectionOutcome: Sendable {
 
 /// One memory sample: the system's figures and each process's memory, read together off the loop.
 struct MemorySample: Sendable {
-    /// `/proc/meminfo`; nil when it could not be read.
+    /// `/proc/meminfo`; nil when it could not be read or understood, with the reason in `memoryInfoFailure`.
     var memoryInfo: MemoryInfo?
+    var memoryInfoFailure: String?
     /// `/proc/pressure/memory`; nil without PSI.
     var pressure: Pressure?
     /// Each process's memory in bytes by key: the PSS of the process and, when it leads its group, of the rest
@@ -61,6 +62,12 @@ enum LockCheck: Sendable, Equatable {
     case gone
 }
 
+/// Why a read of /proc cannot be trusted, for the log.
+struct InspectionFailure: Error {
+    var reason: String
+    init(_ reason: String) { self.reason = reason }
+}
+
 /// The /proc reads behind memory samples and lock checks, over an injected `ProcFS` so tests can use a fake tree.
 struct ProcessInspector: Sendable {
     let procFS: ProcFS
@@ -70,43 +77,102 @@ struct ProcessInspector: Sendable {
         try procFS.stat(pid).startTime
     }
 
-    /// The stat of `process` if its pid still names it, else nil (gone, or the pid reused).
-    private func liveStat(_ process: InspectedProcess) -> ProcessStat? {
-        guard let stat = try? procFS.stat(process.pid), stat.startTime == process.startTime else { return nil }
-        return stat
+    /// What the stat of a tracked process shows.
+    private enum Identity {
+        /// It runs, with this stat.
+        case live(ProcessStat)
+        /// It is gone: no such process, or its pid names a process with another start time.
+        case gone
+        /// Its stat could not be read or understood although it may run: the caller fails closed.
+        case unreadable(String)
     }
 
-    /// The members of the process groups `leaders` lead, by group, from one pass over every process's stat.
-    private func groupMembers(of leaders: Set<pid_t>) -> [pid_t: [pid_t]] {
-        guard !leaders.isEmpty, let pids = try? procFS.processIDs() else { return [:] }
+    /// Whether `error`, from reading a process's files, means the process is gone (reaped, or exiting while read)
+    /// rather than that the files cannot be read.
+    private static func meansGone(_ error: any Error) -> Bool {
+        guard let errno = error as? Errno else { return false }
+        return errno == .noSuchFileOrDirectory || errno == .noSuchProcess
+    }
+
+    /// Whether `pid` names no process any more.
+    private func isGone(_ pid: pid_t) -> Bool {
+        do {
+            _ = try procFS.stat(pid)
+            return false
+        } catch {
+            return Self.meansGone(error)
+        }
+    }
+
+    private func identify(_ process: InspectedProcess) -> Identity {
+        do {
+            let stat = try procFS.stat(process.pid)
+            return stat.startTime == process.startTime ? .live(stat) : .gone
+        } catch {
+            return Self.meansGone(error) ? .gone : .unreadable("cannot read /proc/\(process.pid)/stat: \(error)")
+        }
+    }
+
+    /// The members of the process groups `leaders` lead, by group, from one pass over every process's stat; or
+    /// why the pass cannot be trusted: the process list cannot be read, or a stat that exists cannot be understood
+    /// (its process could be a member). A process that exits during the pass simply is not a member any more.
+    private func groupMembers(of leaders: Set<pid_t>) -> Result<[pid_t: [pid_t]], InspectionFailure> {
+        guard !leaders.isEmpty else { return .success([:]) }
+        let pids: [pid_t]
+        do {
+            pids = try procFS.processIDs()
+        } catch {
+            return .failure(InspectionFailure("cannot list the processes in \(procFS.root): \(error)"))
+        }
         var members: [pid_t: [pid_t]] = [:]
         for pid in pids {
-            // A process that exits during the pass simply is not a member any more.
-            guard let stat = try? procFS.stat(pid), leaders.contains(stat.processGroupID) else { continue }
-            members[stat.processGroupID, default: []].append(pid)
+            do {
+                let stat = try procFS.stat(pid)
+                if leaders.contains(stat.processGroupID) { members[stat.processGroupID, default: []].append(pid) }
+            } catch {
+                if Self.meansGone(error) { continue }
+                return .failure(InspectionFailure("cannot read /proc/\(pid)/stat: \(error)"))
+            }
         }
-        return members
+        return .success(members)
     }
 
     /// Reads the system's memory figures and, when `processes` is not empty, each one's memory.
     func sampleMemory(_ processes: [InspectedProcess], includesProcesses: Bool) -> MemorySample {
         let start = MonotonicClock.now()
         var sample = MemorySample(
-            memoryInfo: try? procFS.memoryInfo(), pressure: try? procFS.pressure(resource: .memory),
-            includesProcesses: includesProcesses, finishedAt: start, durationNanoseconds: 0)
+            pressure: try? procFS.pressure(resource: .memory), includesProcesses: includesProcesses,
+            finishedAt: start, durationNanoseconds: 0)
+        do {
+            sample.memoryInfo = try procFS.memoryInfo()
+        } catch {
+            sample.memoryInfoFailure = "cannot read \(procFS.root)/meminfo: \(error)"
+        }
         if includesProcesses {
             var leaders: Set<pid_t> = []
             var live: [(InspectedProcess, leadsGroup: Bool)] = []
             for process in processes {
-                guard let stat = liveStat(process) else {
+                switch identify(process) {
+                case .live(let stat):
+                    let leadsGroup = stat.processGroupID == process.pid
+                    if leadsGroup { leaders.insert(process.pid) }
+                    live.append((process, leadsGroup))
+                case .gone:
                     sample.goneKeys.insert(process.key)
-                    continue
+                case .unreadable(let reason):
+                    sample.failures[process.key] = reason
                 }
-                let leadsGroup = stat.processGroupID == process.pid
-                if leadsGroup { leaders.insert(process.pid) }
-                live.append((process, leadsGroup))
             }
-            let members = groupMembers(of: leaders)
+            let members: [pid_t: [pid_t]]
+            switch groupMembers(of: leaders) {
+            case .success(let found):
+                members = found
+            case .failure(let failure):
+                // A group leader's sum would miss its members: its reading fails (the last one is kept).
+                members = [:]
+                for (process, leadsGroup) in live where leadsGroup { sample.failures[process.key] = failure.reason }
+                live.removeAll { $0.leadsGroup }
+            }
             // Each process is counted once: as itself when it is tracked, else for the group it belongs to.
             var counted = Set(live.map(\.0.pid))
             for (process, leadsGroup) in live {
@@ -123,10 +189,9 @@ struct ProcessInspector: Sendable {
                     }
                     sample.processBytes[process.key] = bytes
                 } catch {
-                    if liveStat(process) == nil {
-                        sample.goneKeys.insert(process.key)
-                    } else {
-                        sample.failures[process.key] = "\(error)"
+                    switch identify(process) {
+                    case .gone: sample.goneKeys.insert(process.key)
+                    case .live, .unreadable: sample.failures[process.key] = "\(error)"
                     }
                 }
             }
@@ -140,20 +205,38 @@ struct ProcessInspector: Sendable {
     /// by pid in `/proc/locks`, or an open file description lock (pid -1 there) found in the `lock:` lines of its
     /// open files. Anything unreadable answers `.unknown`: the caller treats it as a lock (fail closed).
     func checkLocks(_ process: InspectedProcess) -> LockCheck {
-        let locks: [FileLock]
+        let stat: ProcessStat
+        switch identify(process) {
+        case .live(let found): stat = found
+        case .gone: return .gone
+        case .unreadable(let reason): return .unknown(reason)
+        }
+        var members: Set<pid_t> = [process.pid]
+        if stat.processGroupID == process.pid {
+            switch groupMembers(of: [process.pid]) {
+            case .success(let found): members.formUnion(found[process.pid] ?? [])
+            case .failure(let failure): return .unknown(failure.reason)
+            }
+        }
+        // One pass over /proc/locks, never held whole: any user can make it huge.
+        var heldByMember: FileLock?
+        var hasOpenFileDescriptionLock = false
         do {
-            locks = try procFS.locks()
+            try procFS.scanLocks { lock in
+                guard !lock.isBlockedWaiter else { return true }
+                if lock.pid == -1 { hasOpenFileDescriptionLock = true }
+                if lock.pid > 0 && members.contains(lock.pid) {
+                    heldByMember = lock
+                    return false
+                }
+                return true
+            }
         } catch {
-            return liveStat(process) == nil ? .gone : .unknown("cannot read /proc/locks: \(error)")
+            if case .gone = identify(process) { return .gone }
+            return .unknown("cannot read /proc/locks: \(error)")
         }
-        guard let stat = liveStat(process) else { return .gone }
-        let leadsGroup = stat.processGroupID == process.pid
-        let members = leadsGroup ? Set(groupMembers(of: [process.pid])[process.pid] ?? [process.pid]) : [process.pid]
-        let held = locks.filter { !$0.isBlockedWaiter }
-        if let lock = held.first(where: { $0.pid > 0 && members.contains($0.pid) }) {
-            return .held("a \(lock.kind.rawValue) lock (pid \(lock.pid))")
-        }
-        guard held.contains(where: { $0.pid == -1 }) else { return .free }
+        if let lock = heldByMember { return .held("a \(lock.kind.rawValue) lock (pid \(lock.pid))") }
+        guard hasOpenFileDescriptionLock else { return .free }
         // Open file description locks have no pid: look for them among the open files of each member.
         for member in members.sorted() {
             do {
@@ -162,8 +245,11 @@ struct ProcessInspector: Sendable {
                 }
             } catch {
                 // A member that exited meanwhile holds nothing; the app itself gone means nothing to suspend.
-                if member != process.pid, (try? procFS.stat(member)) == nil { continue }
-                if member == process.pid, liveStat(process) == nil { return .gone }
+                if member == process.pid {
+                    if case .gone = identify(process) { return .gone }
+                } else if Self.meansGone(error) || isGone(member) {
+                    continue
+                }
                 return .unknown("cannot read the open files of pid \(member): \(error)")
             }
         }

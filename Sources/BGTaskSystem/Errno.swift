@@ -82,6 +82,8 @@ public struct Errno: Error, Hashable, Sendable, CustomStringConvertible {
     public static let resultOutOfRange = Errno(rawValue: ERANGE)
     /// `ENAMETOOLONG`: a path is too long (for Unix sockets: longer than `sun_path`).
     public static let nameTooLong = Errno(rawValue: ENAMETOOLONG)
+    /// `EFBIG`: a file is larger than allowed (here: larger than the reader takes whole).
+    public static let fileTooLarge = Errno(rawValue: EFBIG)
     /// `ENOSYS`: the kernel does not have this system call.
     public static let notImplemented = Errno(rawValue: ENOSYS)
     /// `ENODATA`: no data available.

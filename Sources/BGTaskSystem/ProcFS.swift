@@ -4,46 +4,128 @@ import Glibc
 /// The `/proc` filesystem, rooted at `root` so tests can point it at a fake tree.
 ///
 /// Each method reads one file and parses it. Reading throws `Errno` (`.noSuchFileOrDirectory` or
-/// `.noSuchProcess` when the process is gone); parsing throws `ProcParseError`.
+/// `.noSuchProcess` when the process is gone, `.fileTooLarge` past `fileSizeLimit`); parsing throws
+/// `ProcParseError`, also for a file cut short: every `/proc` text file ends in a newline, so one that does not
+/// was not read whole, and is never parsed as if it were.
 public struct ProcFS: Sendable {
+    /// The largest file read whole: 16 MiB by default, far above any file read whole here (a stat line,
+    /// `meminfo`). Past it the read fails rather than returning a cut file, whose missing part could be what the
+    /// reader looks for. `/proc/locks` is scanned line by line instead, with no limit on its size.
+    public var fileSizeLimit: Int
+    /// The longest line `scanLines` takes: a `/proc/locks` row is under 100 bytes.
+    public static let lineLengthLimit = 4096
+
     /// The mount point, `/proc` on a real system.
     public var root: String
 
-    /// A reader for the procfs mounted at `root`.
-    public init(root: String = "/proc") {
+    /// A reader for the procfs mounted at `root`, reading files whole up to `fileSizeLimit` bytes.
+    public init(root: String = "/proc", fileSizeLimit: Int = 16 << 20) {
         self.root = root
+        self.fileSizeLimit = fileSizeLimit
     }
 
-    /// The text of `root/relativePath`, up to 16 MiB (bounded so a hostile file cannot exhaust memory).
+    /// The text of `root/relativePath`, whole; `.fileTooLarge` past `fileSizeLimit` (bounded so a hostile file
+    /// cannot exhaust memory, and never cut short).
     public func read(_ relativePath: String) throws(Errno) -> String {
         let fd = try FileDescriptor.open(root + "/" + relativePath, .readOnly)
         defer { try? fd.close() }  // Read-only: closing cannot lose data, and the read result is what matters.
+        let bytes: [UInt8]
         do {
-            let bytes = try fd.readToEnd()
-            return String(decoding: bytes, as: UTF8.self)
+            bytes = try fd.readToEnd(limit: fileSizeLimit + 1)
         } catch {
             throw error.with(operation: "read(\(root)/\(relativePath))")
+        }
+        guard bytes.count <= fileSizeLimit else {
+            throw Errno.fileTooLarge.with(
+                operation: "read(\(root)/\(relativePath)): larger than \(fileSizeLimit) bytes")
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// The text of a line-oriented file, which must be empty or end in a newline.
+    public func readLines(_ relativePath: String) throws -> String {
+        let text = try read(relativePath)
+        guard text.isEmpty || text.utf8.last == UInt8(ascii: "\n") else {
+            throw ProcParseError(file: relativePath, reason: "cut short: it does not end in a newline")
+        }
+        return text
+    }
+
+    /// Calls `body` with each line of `root/relativePath` (without its newline), in order, until `body` returns
+    /// false. The file is read 64 KiB at a time and never held whole, so its size is bounded by nothing but time:
+    /// for files any user can make large (`/proc/locks`). Throws for a line longer than `lineLengthLimit` and for
+    /// a file that does not end in a newline (cut short).
+    public func scanLines(_ relativePath: String, _ body: (Substring) throws -> Bool) throws {
+        let path = root + "/" + relativePath
+        let fd = try FileDescriptor.open(path, .readOnly)
+        defer { try? fd.close() }  // Read-only: closing cannot lose data.
+        var pending: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+        var lineNumber = 0
+        while true {
+            let count: Int
+            do {
+                count = try chunk.withUnsafeMutableBytes { buffer throws(Errno) in try fd.read(into: buffer) }
+            } catch let error as Errno {
+                throw error.with(operation: "read(\(path))")
+            }
+            if count == 0 { break }
+            var lineStart = 0
+            while lineStart < count {
+                let lineEnd = chunk[lineStart..<count].firstIndex(of: UInt8(ascii: "\n")) ?? count
+                pending.append(contentsOf: chunk[lineStart..<lineEnd])
+                guard pending.count <= Self.lineLengthLimit else {
+                    throw ProcParseError(
+                        file: relativePath, line: lineNumber + 1,
+                        reason: "a line longer than \(Self.lineLengthLimit) bytes")
+                }
+                guard lineEnd < count else { break }
+                lineStart = lineEnd + 1
+                lineNumber += 1
+                let line = String(decoding: pending, as: UTF8.self)
+                pending.removeAll(keepingCapacity: true)
+                guard try body(line[...]) else { return }
+            }
+        }
+        guard pending.isEmpty else {
+            throw ProcParseError(file: relativePath, reason: "cut short: it does not end in a newline")
         }
     }
 
     /// `/proc/PID/stat`: state, parent, group, session and start time of a process.
     public func stat(_ pid: pid_t) throws -> ProcessStat {
-        try ProcessStat.parse(read("\(pid)/stat"))
+        try ProcessStat.parse(readLines("\(pid)/stat"))
     }
 
     /// `Pss` of `/proc/PID/smaps_rollup` in bytes: the process's fair share of the memory it maps.
     public func proportionalSetSize(_ pid: pid_t) throws -> Int64 {
-        try ProportionalSetSize.parse(read("\(pid)/smaps_rollup"))
+        try ProportionalSetSize.parse(readLines("\(pid)/smaps_rollup"))
+    }
+
+    /// Each row of `/proc/locks` (held locks and blocked requests), in order, until `body` returns false; the
+    /// file is never held whole (any user can fill it with locks).
+    public func scanLocks(_ body: (FileLock) throws -> Bool) throws {
+        var number = 0
+        try scanLines("locks") { line in
+            number += 1
+            if line.allSatisfy({ $0 == " " || $0 == "\t" }) { return true }
+            return try body(FileLock.parse(line: line, number: number))
+        }
     }
 
     /// Every row of `/proc/locks`, held locks and blocked requests.
     public func locks() throws -> [FileLock] {
-        try FileLock.parseAll(read("locks"))
+        var locks: [FileLock] = []
+        try scanLocks { lock in
+            locks.append(lock)
+            return true
+        }
+        return locks
     }
 
     /// `MemTotal` and `MemAvailable` of `/proc/meminfo`.
     public func memoryInfo() throws -> MemoryInfo {
-        try MemoryInfo.parse(read("meminfo"))
+        try MemoryInfo.parse(readLines("meminfo"))
     }
 
     /// The pids of every process visible in this procfs (its numeric entries), in directory order.
@@ -65,8 +147,8 @@ public struct ProcFS: Sendable {
         for name in try listDirectory("\(pid)/fdinfo") {
             let text: String
             do {
-                text = try read("\(pid)/fdinfo/\(name)")
-            } catch {
+                text = try readLines("\(pid)/fdinfo/\(name)")
+            } catch let error as Errno {
                 // Closed since the listing: it holds nothing any more.
                 if error == .noSuchFileOrDirectory { continue }
                 throw error
@@ -98,6 +180,6 @@ public struct ProcFS: Sendable {
     /// `/proc/pressure/<resource>`. Throws `.noSuchFileOrDirectory` on kernels without PSI (or with
     /// `psi=0` on the command line).
     public func pressure(resource: PressureResource) throws -> Pressure {
-        try Pressure.parse(read("pressure/\(resource.rawValue)"))
+        try Pressure.parse(readLines("pressure/\(resource.rawValue)"))
     }
 }

@@ -14,6 +14,11 @@ public final class FakeProcTree {
     /// A reader of this tree.
     public var procFS: ProcFS { ProcFS(root: directory.path) }
 
+    /// A reader of this tree that reads files whole only up to `fileSizeLimit` bytes.
+    public func procFS(fileSizeLimit: Int) -> ProcFS {
+        ProcFS(root: directory.path, fileSizeLimit: fileSizeLimit)
+    }
+
     /// An empty tree with a `meminfo` of 8 GiB, half of it available, and quiet memory pressure.
     public init() throws {
         directory = try ScratchDirectory(prefix: "fake-proc")
