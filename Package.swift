@@ -31,9 +31,12 @@ let package = Package(
         .target(name: "BGTaskSystem", dependencies: ["BGTaskVocabulary", "CSystemd"]),
         // bgtaskd.conf: systemd value syntax, INI parsing, the typed configuration, loading and --dump-config.
         .target(name: "BGTaskConfig", dependencies: ["BGTaskCore"]),
-        // The Varlink wire protocol: framing, the interface's Codable types and errors, the IDL and its text.
-        // The `.varlink` files in the target are the source of truth; the plugin embeds them as strings.
+        // The Varlink wire protocol: framing, the codec, the interface's Codable types and errors. The `.varlink`
+        // files in the target are the source of truth; the plugin embeds them as strings.
         .target(name: "BGTaskProtocol", dependencies: ["BGTaskVocabulary"], plugins: ["EmbedInterface"]),
+        // The Varlink IDL parsed into a model, and docs/PROTOCOL.md generated from it: for tests and docs, not linked
+        // into the daemon.
+        .target(name: "BGTaskIDL", dependencies: ["BGTaskProtocol"]),
         // Build-time tool behind the plugin: turns one `.varlink` file into a Swift string constant.
         .executableTarget(name: "EmbedInterfaceTool"),
         // Build-tool plugin: runs EmbedInterfaceTool on every `.varlink` file of the target that uses it.
@@ -63,7 +66,8 @@ let package = Package(
         .target(
             name: "BGTaskCLI",
             dependencies: [
-                "BGTaskArguments", "BGTaskClient", "BGTaskConfig", "BGTaskProtocol", "BGTaskSupervision", "BGTaskSystem",
+                "BGTaskArguments", "BGTaskClient", "BGTaskConfig", "BGTaskProtocol", "BGTaskSupervision",
+                "BGTaskSystem",
             ]
         ),
         // The sample app of `bgtask demo`: a BackgroundApplication configured by its arguments, printing one line
@@ -95,7 +99,7 @@ let package = Package(
         .testTarget(name: "BGTaskArgumentsTests", dependencies: ["BGTaskArguments"]),
         .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskConfigTests", dependencies: ["BGTaskConfig", "BGTaskCore", "BGTaskTestSupport"]),
-        .testTarget(name: "BGTaskProtocolTests", dependencies: ["BGTaskProtocol", "BGTaskTestSupport"]),
+        .testTarget(name: "BGTaskProtocolTests", dependencies: ["BGTaskIDL", "BGTaskProtocol", "BGTaskTestSupport"]),
         // Runs the deadline benchmark at a small size against the real daemon, so it depends on both executables
         // (bgtask-bench re-runs itself as the apps' stand-in processes and as the status flooder).
         .testTarget(
@@ -128,8 +132,8 @@ let package = Package(
         .testTarget(
             name: "BGTaskCLITests",
             dependencies: [
-                "BGTaskArguments", "BGTaskCLI", "BGTaskProtocol", "BGTaskSystem", "BGTaskTestSupport", "bgtask",
-                "bgtaskd",
+                "BGTaskArguments", "BGTaskCLI", "BGTaskIDL", "BGTaskProtocol", "BGTaskSystem", "BGTaskTestSupport",
+                "bgtask", "bgtaskd",
             ],
             exclude: ["Snapshots"]
         ),
@@ -137,7 +141,8 @@ let package = Package(
         .testTarget(
             name: "BGTaskDemoTests",
             dependencies: [
-                "BGTaskArguments", "BGTaskDemo", "BGTaskDemoApp", "BGTaskConfig", "BGTaskSystem", "BGTaskTestSupport", "bgtask", "bgtaskd",
+                "BGTaskArguments", "BGTaskDemo", "BGTaskDemoApp", "BGTaskConfig", "BGTaskSystem", "BGTaskTestSupport",
+                "bgtask", "bgtaskd",
                 "bgtask-demo-app",
             ]),
     ]

@@ -30,7 +30,7 @@ public struct VarlinkMethodName: Hashable, Sendable, CustomStringConvertible {
     public var description: String { qualified }
 
     /// Whether `name` is an interface name: `[A-Za-z]([-]*[A-Za-z0-9])*([.][A-Za-z0-9]([-]*[A-Za-z0-9])*)+`.
-    static func isValidInterfaceName(_ name: some Collection<UInt8>) -> Bool {
+    public static func isValidInterfaceName(_ name: some Collection<UInt8>) -> Bool {
         var labels = 0
         var labelLength = 0
         var previous: UInt8 = UInt8(ascii: ".")
@@ -58,7 +58,7 @@ public struct VarlinkMethodName: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Whether `name` is a member (method, type or error) name: `[A-Z][A-Za-z0-9]*`.
-    static func isValidMemberName(_ name: some Collection<UInt8>) -> Bool {
+    public static func isValidMemberName(_ name: some Collection<UInt8>) -> Bool {
         guard let first = name.first, (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(first) else { return false }
         return name.allSatisfy { byte in
             switch byte {

@@ -2,6 +2,7 @@
 // and the human formatting of durations, sizes, times, tables and hostile names.
 import BGTaskArguments
 import BGTaskCLI
+import BGTaskIDL
 import BGTaskProtocol
 import Foundation
 import Testing

@@ -1,4 +1,5 @@
 // Tests of call decoding on the server side: well-formed calls, hostile messages, and wrongly typed parameters.
+import BGTaskIDL
 import BGTaskProtocol
 import Foundation
 import Testing

@@ -1,4 +1,5 @@
 // Tests of Varlink errors: every error of both interfaces encodes as declared and decodes back to its typed form.
+import BGTaskIDL
 import BGTaskProtocol
 import Foundation
 import Testing

@@ -1,4 +1,5 @@
 // Shared helpers of the protocol tests: sample values, JSON inspection, IDL conformance, a PRNG, a Python runner.
+import BGTaskIDL
 import BGTaskProtocol
 import Foundation
 import Testing

@@ -1,4 +1,5 @@
 // Tests of the reply side: every reply and wire type round-trips, matches the IDL's shape, and spells out nulls.
+import BGTaskIDL
 import BGTaskProtocol
 import Foundation
 import Testing

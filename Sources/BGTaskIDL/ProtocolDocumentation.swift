@@ -1,5 +1,7 @@
 // Generates docs/PROTOCOL.md, the Markdown reference of the interfaces, from their embedded IDL texts.
 
+import BGTaskProtocol
+
 /// The Markdown reference of bgtaskd's Varlink interfaces, generated from the `.varlink` files.
 ///
 /// The tests compare `docs/PROTOCOL.md` with `generate()` and rewrite it when `BGTASK_REGENERATE_DOCS=1`, so the

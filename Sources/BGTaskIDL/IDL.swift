@@ -5,6 +5,8 @@
 // members; `#` starts a comment running to the end of the line. A block of comment lines directly above a
 // member or field (no blank line between) is its documentation; other comments are ignored.
 
+import BGTaskProtocol
+
 /// A type expression of the IDL.
 public indirect enum VarlinkType: Hashable, Sendable, CustomStringConvertible {
     /// `bool`.
