@@ -46,7 +46,7 @@ let package = Package(
         .target(name: "BGTaskClient", dependencies: ["BGTaskProtocol", "BGTaskSystem"]),
         // A scriptable app for end-to-end tests: stdin commands in, one stdout line per outcome or event.
         .executableTarget(
-            name: "BGTaskFixtureApp", dependencies: ["BGTaskClient"], path: "Tests/Fixtures/FixtureApp"
+            name: "BGTaskFixtureApp", dependencies: ["BGTaskClient", "BGTaskSystem"], path: "Tests/Fixtures/FixtureApp"
         ),
         // The example app of the client library: an upload that finishes in background under a lease.
         .executableTarget(name: "PhotoUploader", dependencies: ["BGTaskClient"], path: "Examples/PhotoUploader"),
@@ -97,6 +97,8 @@ let package = Package(
             name: "bgtask-bench", dependencies: ["BGTaskBenchmarks", "BGTaskCore", "BGTaskSystem"]),
         .testTarget(name: "BGTaskCoreTests", dependencies: ["BGTaskCore", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskArgumentsTests", dependencies: ["BGTaskArguments"]),
+        // docs/ARCHITECTURE.md's module table against this manifest and the sources' imports.
+        .testTarget(name: "BGTaskArchitectureTests", dependencies: ["BGTaskTestSupport"]),
         .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskConfigTests", dependencies: ["BGTaskConfig", "BGTaskCore", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskProtocolTests", dependencies: ["BGTaskIDL", "BGTaskProtocol", "BGTaskTestSupport"]),
@@ -141,8 +143,7 @@ let package = Package(
         .testTarget(
             name: "BGTaskDemoTests",
             dependencies: [
-                "BGTaskArguments", "BGTaskDemo", "BGTaskDemoApp", "BGTaskConfig", "BGTaskSystem", "BGTaskTestSupport",
-                "bgtask", "bgtaskd",
+                "BGTaskDemo", "BGTaskDemoApp", "BGTaskConfig", "BGTaskSystem", "BGTaskTestSupport", "bgtask", "bgtaskd",
                 "bgtask-demo-app",
             ]),
     ]
