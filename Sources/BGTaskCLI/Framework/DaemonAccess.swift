@@ -31,6 +31,20 @@ extension CommandContext {
             throw failure(error)
         }
     }
+
+    /// Makes one call on a connection of its own, closed afterwards: what most subcommands do.
+    public func callOnce<Value>(_ body: (LifecycleClient) throws(ClientError) -> Value) throws(CommandFailure)
+        -> Value
+    {
+        let client = try connect()
+        defer { client.close() }
+        return try call { () throws(ClientError) in try body(client) }
+    }
+
+    /// Prints a reply: as its wire JSON with `--json` (`json`), else as `text` renders it.
+    public func print<Reply: Encodable>(_ reply: Reply, json: Bool, text: (Reply) -> String) throws(CommandFailure) {
+        standardOutput.write(json ? try Rendering.json(reply) : text(reply))
+    }
 }
 
 /// A client error as a failure line: the client library's description, plus what to do where bgtask can say.

@@ -50,10 +50,8 @@ public struct Apps: Subcommand {
     }
 
     public func run(in context: CommandContext) async throws(CommandFailure) -> ExitCode {
-        let client = try context.connect()
-        defer { client.close() }
-        let apps = try context.call { () throws(ClientError) in try client.listApps() }.filter(isListed)
-        context.standardOutput.write(json ? try Rendering.json(ListAppsReply(apps: apps)) : Rendering.appTable(apps))
+        let apps = try context.callOnce { client throws(ClientError) in try client.listApps() }.filter(isListed)
+        try context.print(ListAppsReply(apps: apps), json: json) { Rendering.appTable($0.apps) }
         return .success
     }
 }

@@ -4,8 +4,8 @@ import BGTaskClient
 import BGTaskProtocol
 
 /// Moves an app to `background`, as a shell does when the user leaves it.
-public struct Background: Subcommand {
-    static let app = ArgumentSpec("APP", help: "The app to send to the background.")
+public struct Background: StateChangeCommand {
+    static let appArgument = ArgumentSpec("APP", help: "The app to send to the background.")
 
     public static let spec = CommandSpec(
         name: "background",
@@ -18,24 +18,20 @@ public struct Background: Subcommand {
 
             Prints the app's new state; with --json, the SetState reply.
             """,
-        arguments: [app],
+        arguments: [appArgument],
         flags: [.json],
         examples: [
             ExampleSpec("bgtask background org.example.mail", "Send the mail app to the background.")
         ]
     )
 
-    /// The app.
+    static let targetState = AppState.background
+
     public var app: String
-    /// Whether to print JSON.
     public var json: Bool
 
-    public init(parsing arguments: ParsedArguments) throws(UsageError) {
-        app = try arguments.requiredText(Background.app, command: Background.spec.name)
-        json = arguments.isSet(.json)
-    }
-
-    public func run(in context: CommandContext) async throws(CommandFailure) -> ExitCode {
-        try changeState(of: app, to: .background, json: json, in: context)
+    init(app: String, json: Bool) {
+        self.app = app
+        self.json = json
     }
 }

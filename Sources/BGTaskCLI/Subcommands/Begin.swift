@@ -41,11 +41,10 @@ public struct Begin: Subcommand {
     }
 
     public func run(in context: CommandContext) async throws(CommandFailure) -> ExitCode {
-        let client = try context.connect()
-        defer { client.close() }
-        let taskId = try context.call { () throws(ClientError) in try client.beginBackgroundTask(app: app, name: name) }
-        context.standardOutput.write(
-            json ? try Rendering.json(BeginBackgroundTaskReply(taskId: taskId)) : "\(taskId)\n")
+        let taskId = try context.callOnce { client throws(ClientError) in
+            try client.beginBackgroundTask(app: app, name: name)
+        }
+        try context.print(BeginBackgroundTaskReply(taskId: taskId), json: json) { "\($0.taskId)\n" }
         return .success
     }
 }

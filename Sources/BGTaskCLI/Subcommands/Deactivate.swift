@@ -4,8 +4,8 @@ import BGTaskClient
 import BGTaskProtocol
 
 /// Moves an app to `inactive`, as when a system dialog covers it.
-public struct Deactivate: Subcommand {
-    static let app = ArgumentSpec("APP", help: "The app to make inactive.")
+public struct Deactivate: StateChangeCommand {
+    static let appArgument = ArgumentSpec("APP", help: "The app to make inactive.")
 
     public static let spec = CommandSpec(
         name: "deactivate",
@@ -17,24 +17,20 @@ public struct Deactivate: Subcommand {
 
             Prints the app's new state; with --json, the SetState reply.
             """,
-        arguments: [app],
+        arguments: [appArgument],
         flags: [.json],
         examples: [
             ExampleSpec("bgtask deactivate org.example.mail", "Show the mail app without giving it input.")
         ]
     )
 
-    /// The app.
+    static let targetState = AppState.inactive
+
     public var app: String
-    /// Whether to print JSON.
     public var json: Bool
 
-    public init(parsing arguments: ParsedArguments) throws(UsageError) {
-        app = try arguments.requiredText(Deactivate.app, command: Deactivate.spec.name)
-        json = arguments.isSet(.json)
-    }
-
-    public func run(in context: CommandContext) async throws(CommandFailure) -> ExitCode {
-        try changeState(of: app, to: .inactive, json: json, in: context)
+    init(app: String, json: Bool) {
+        self.app = app
+        self.json = json
     }
 }

@@ -34,9 +34,7 @@ public struct End: Subcommand {
     }
 
     public func run(in context: CommandContext) async throws(CommandFailure) -> ExitCode {
-        let client = try context.connect()
-        defer { client.close() }
-        try context.call { () throws(ClientError) in try client.endBackgroundTask(app: app, taskId: taskId) }
+        try context.callOnce { client throws(ClientError) in try client.endBackgroundTask(app: app, taskId: taskId) }
         return .success
     }
 }

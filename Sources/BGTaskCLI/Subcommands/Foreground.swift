@@ -4,8 +4,8 @@ import BGTaskClient
 import BGTaskProtocol
 
 /// Moves an app to `active`, as a shell does when the user switches to it.
-public struct Foreground: Subcommand {
-    static let app = ArgumentSpec("APP", help: "The app to bring to the foreground.")
+public struct Foreground: StateChangeCommand {
+    static let appArgument = ArgumentSpec("APP", help: "The app to bring to the foreground.")
 
     public static let spec = CommandSpec(
         name: "foreground",
@@ -18,24 +18,20 @@ public struct Foreground: Subcommand {
 
             Prints the app's new state; with --json, the SetState reply.
             """,
-        arguments: [app],
+        arguments: [appArgument],
         flags: [.json],
         examples: [
             ExampleSpec("bgtask foreground org.example.mail", "Bring the mail app back, resuming it if suspended.")
         ]
     )
 
-    /// The app.
+    static let targetState = AppState.active
+
     public var app: String
-    /// Whether to print JSON.
     public var json: Bool
 
-    public init(parsing arguments: ParsedArguments) throws(UsageError) {
-        app = try arguments.requiredText(Foreground.app, command: Foreground.spec.name)
-        json = arguments.isSet(.json)
-    }
-
-    public func run(in context: CommandContext) async throws(CommandFailure) -> ExitCode {
-        try changeState(of: app, to: .active, json: json, in: context)
+    init(app: String, json: Bool) {
+        self.app = app
+        self.json = json
     }
 }

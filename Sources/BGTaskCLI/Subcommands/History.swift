@@ -44,13 +44,10 @@ public struct History: Subcommand {
     }
 
     public func run(in context: CommandContext) async throws(CommandFailure) -> ExitCode {
-        let client = try context.connect()
-        defer { client.close() }
-        let entries = try context.call { () throws(ClientError) in try client.history(limit: limit) }
-        context.standardOutput.write(
-            json
-                ? try Rendering.json(HistoryReply(entries: entries))
-                : Rendering.historyTable(entries, timeZone: context.timeZone))
+        let entries = try context.callOnce { client throws(ClientError) in try client.history(limit: limit) }
+        try context.print(HistoryReply(entries: entries), json: json) {
+            Rendering.historyTable($0.entries, timeZone: context.timeZone)
+        }
         return .success
     }
 }

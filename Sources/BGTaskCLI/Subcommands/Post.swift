@@ -59,12 +59,10 @@ public struct Post: Subcommand {
     }
 
     public func run(in context: CommandContext) async throws(CommandFailure) -> ExitCode {
-        let client = try context.connect()
-        defer { client.close() }
-        let reply = try context.call { () throws(ClientError) in
+        let reply = try context.callOnce { client throws(ClientError) in
             try client.post(name: name, payload: payload, behavior: behavior, app: app)
         }
-        context.standardOutput.write(json ? try Rendering.json(reply) : Rendering.postResult(reply))
+        try context.print(reply, json: json, text: Rendering.postResult)
         return .success
     }
 }

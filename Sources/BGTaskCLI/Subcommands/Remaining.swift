@@ -36,13 +36,12 @@ public struct Remaining: Subcommand {
     }
 
     public func run(in context: CommandContext) async throws(CommandFailure) -> ExitCode {
-        let client = try context.connect()
-        defer { client.close() }
-        let seconds = try context.call { () throws(ClientError) in try client.backgroundTimeRemaining(app: app) }
-        context.standardOutput.write(
-            json
-                ? try Rendering.json(BackgroundTimeRemainingReply(seconds: seconds))
-                : Formatting.remaining(seconds) + "\n")
+        let seconds = try context.callOnce { client throws(ClientError) in
+            try client.backgroundTimeRemaining(app: app)
+        }
+        try context.print(BackgroundTimeRemainingReply(seconds: seconds), json: json) {
+            Formatting.remaining($0.seconds) + "\n"
+        }
         return .success
     }
 }

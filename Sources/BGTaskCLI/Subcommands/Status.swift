@@ -42,14 +42,12 @@ public struct Status: Subcommand {
     }
 
     public func run(in context: CommandContext) async throws(CommandFailure) -> ExitCode {
-        let client = try context.connect()
-        defer { client.close() }
         if let app {
-            let info = try context.call { () throws(ClientError) in try client.getApp(app) }
-            context.standardOutput.write(json ? try Rendering.json(GetAppReply(app: info)) : Rendering.app(info))
+            let info = try context.callOnce { client throws(ClientError) in try client.getApp(app) }
+            try context.print(GetAppReply(app: info), json: json) { Rendering.app($0.app) }
         } else {
-            let status = try context.call { () throws(ClientError) in try client.getStatus() }
-            context.standardOutput.write(json ? try Rendering.json(status) : Rendering.status(status))
+            let status = try context.callOnce { client throws(ClientError) in try client.getStatus() }
+            try context.print(status, json: json, text: Rendering.status)
         }
         return .success
     }

@@ -29,9 +29,7 @@ public struct Terminate: Subcommand {
     }
 
     public func run(in context: CommandContext) async throws(CommandFailure) -> ExitCode {
-        let client = try context.connect()
-        defer { client.close() }
-        try context.call { () throws(ClientError) in try client.terminate(app) }
+        try context.callOnce { client throws(ClientError) in try client.terminate(app) }
         return .success
     }
 }
