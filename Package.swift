@@ -58,8 +58,8 @@ let package = Package(
         // A small argument-parsing framework in the shape of swift-argument-parser: specs as data, a parser, help,
         // usage errors and man pages generated from the specs.
         .target(name: "BGTaskArguments"),
-        // Runs a command the way timeout(1) does: in the caller's process group, signals forwarded, its exit status
-        // reported (the supervision behind bgtask run).
+        // Supervising children: a command run the way timeout(1) runs it (the supervision behind bgtask run), and a
+        // private service under timeout(1), ready on READY=1 (the demo's and the benchmarks' bgtaskd).
         .target(name: "BGTaskSupervision", dependencies: ["BGTaskSystem"]),
         // The bgtask command line: its subcommands (one file each), which talk to the daemon through the client
         // library, and the rendering of the daemon's replies.
@@ -75,7 +75,9 @@ let package = Package(
         .target(name: "BGTaskDemoApp", dependencies: ["BGTaskClient"]),
         .executableTarget(name: "bgtask-demo-app", dependencies: ["BGTaskDemoApp"]),
         // `bgtask demo`: a private daemon, sample apps, and the scenes narrated with real output (the DemoRunner).
-        .target(name: "BGTaskDemo", dependencies: ["BGTaskArguments", "BGTaskCLI", "BGTaskClient", "BGTaskSystem"]),
+        .target(
+            name: "BGTaskDemo",
+            dependencies: ["BGTaskArguments", "BGTaskCLI", "BGTaskClient", "BGTaskSupervision", "BGTaskSystem"]),
         // The bgtask executable: hands the command line to BGTaskCLI, with the demo plugged in.
         .executableTarget(name: "bgtask", dependencies: ["BGTaskCLI", "BGTaskDemo"]),
         // Test helpers shared by every test target: manual clock and loop, fakes, harnesses.
@@ -89,14 +91,16 @@ let package = Package(
         // Measurements of a running bgtaskd under load (the deadline benchmark), shared by bgtask-bench and the
         // tests that assert on them.
         .target(
-            name: "BGTaskBenchmarks", dependencies: ["BGTaskClient", "BGTaskConfig", "BGTaskProtocol", "BGTaskSystem"]
-        ),
+            name: "BGTaskBenchmarks",
+            dependencies: ["BGTaskClient", "BGTaskConfig", "BGTaskProtocol", "BGTaskSupervision", "BGTaskSystem"]),
         // Benchmarks; build with `swift build -c release` (every product: ipc and deadlines start the bgtaskd built
         // beside it, and say so when it is missing).
         .executableTarget(
             name: "bgtask-bench", dependencies: ["BGTaskBenchmarks", "BGTaskCore", "BGTaskSystem"]),
         .testTarget(name: "BGTaskCoreTests", dependencies: ["BGTaskCore", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskArgumentsTests", dependencies: ["BGTaskArguments"]),
+        .testTarget(
+            name: "BGTaskSupervisionTests", dependencies: ["BGTaskSupervision", "BGTaskSystem", "BGTaskTestSupport"]),
         // docs/ARCHITECTURE.md's module table against this manifest and the sources' imports.
         .testTarget(name: "BGTaskArchitectureTests", dependencies: ["BGTaskTestSupport"]),
         .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem", "BGTaskTestSupport"]),

@@ -40,11 +40,7 @@ public enum SystemdSyntax {
     ///
     /// The resolution is one microsecond, as in systemd: further fraction digits are ignored.
     public static func parseTimeSpan(_ text: String) throws(SyntaxError) -> Duration {
-        guard let duration = try parseTimeSpan(text, allowingInfinity: false) else {
-            // Unreachable: with allowingInfinity false, "infinity" throws instead of returning nil.
-            throw SyntaxError(kind: .timeSpan, input: text, reason: .infinityNotAllowed)
-        }
-        return duration
+        try finite(text, kind: .timeSpan, parseTimeSpan)
     }
 
     /// Parses a time span as `parseTimeSpan(_:)` does, also accepting `infinity`, which returns nil.
@@ -56,11 +52,8 @@ public enum SystemdSyntax {
         func fail(_ reason: SyntaxError.Reason) -> SyntaxError {
             SyntaxError(kind: .timeSpan, input: text, reason: reason)
         }
-        var scanner = ValueScanner(text)
-        if scanner.isAtEnd { throw fail(.empty) }
-        if scanner.remainder == "infinity" {
-            if allowingInfinity { return nil }
-            throw fail(.infinityNotAllowed)
+        guard var scanner = try scanner(for: text, kind: .timeSpan, allowingInfinity: allowingInfinity) else {
+            return nil
         }
         // The exact maximum prints as "15250w 1d 23h 47min 16s 854ms 775us": its size says more.
         let tooLarge = SyntaxError.Reason.tooLarge(maximum: "about 292 years")
@@ -122,6 +115,32 @@ public enum SystemdSyntax {
         return (nanoseconds < 0 ? "-" : "") + parts.joined(separator: " ")
     }
 
+    // MARK: What time spans and sizes share
+
+    /// A scanner at the first component of `text`, a value of `kind`; nil for `infinity` when it is allowed.
+    /// Throws for an empty text, and for `infinity` when it is not allowed.
+    private static func scanner(
+        for text: String, kind: SyntaxError.ValueKind, allowingInfinity: Bool
+    ) throws(SyntaxError) -> ValueScanner? {
+        let scanner = ValueScanner(text)
+        if scanner.isAtEnd { throw SyntaxError(kind: kind, input: text, reason: .empty) }
+        guard scanner.remainder == "infinity" else { return scanner }
+        if allowingInfinity { return nil }
+        throw SyntaxError(kind: kind, input: text, reason: .infinityNotAllowed)
+    }
+
+    /// The finite value `parse` finds in `text` with `infinity` refused.
+    private static func finite<Value>(
+        _ text: String, kind: SyntaxError.ValueKind,
+        _ parse: (String, Bool) throws(SyntaxError) -> Value?
+    ) throws(SyntaxError) -> Value {
+        guard let value = try parse(text, false) else {
+            // Unreachable: with infinity refused, "infinity" throws instead of returning nil.
+            throw SyntaxError(kind: kind, input: text, reason: .infinityNotAllowed)
+        }
+        return value
+    }
+
     // MARK: Sizes
 
     /// The size suffixes, largest first, base 1024 as in systemd's `parse_size(t, 1024, ...)`.
@@ -133,11 +152,7 @@ public enum SystemdSyntax {
     /// Parses a byte size: `4096`, `64K`, `1.5M`, `2G`, `1T`, or several components with decreasing units
     /// (`1G 512M`). Suffixes are base 1024 and upper case, as in systemd. `infinity` is rejected.
     public static func parseSize(_ text: String) throws(SyntaxError) -> UInt64 {
-        guard let size = try parseSize(text, allowingInfinity: false) else {
-            // Unreachable: with allowingInfinity false, "infinity" throws instead of returning nil.
-            throw SyntaxError(kind: .size, input: text, reason: .infinityNotAllowed)
-        }
-        return size
+        try finite(text, kind: .size, parseSize)
     }
 
     /// Parses a byte size as `parseSize(_:)` does, also accepting `infinity`, which returns nil.
@@ -149,11 +164,8 @@ public enum SystemdSyntax {
         func fail(_ reason: SyntaxError.Reason) -> SyntaxError {
             SyntaxError(kind: .size, input: text, reason: reason)
         }
-        var scanner = ValueScanner(text)
-        if scanner.isAtEnd { throw fail(.empty) }
-        if scanner.remainder == "infinity" {
-            if allowingInfinity { return nil }
-            throw fail(.infinityNotAllowed)
+        guard var scanner = try scanner(for: text, kind: .size, allowingInfinity: allowingInfinity) else {
+            return nil
         }
         let tooLarge = SyntaxError.Reason.tooLarge(maximum: String(UInt64.max))
         var total: UInt64 = 0
