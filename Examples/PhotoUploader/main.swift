@@ -59,7 +59,9 @@ final class PhotoUpload: Sendable {
         let taskID = application.beginBackgroundTask(withName: "upload") { [self] in
             say("background time is running out: cancelling the upload")
             cancel()
+            // End the task before finishing: the call must reach the daemon before the process exits.
             endTask(in: application)
+            finish(application)
         }
         guard taskID != .invalid else {
             say("no background time left: not starting the upload")
@@ -81,8 +83,9 @@ final class PhotoUpload: Sendable {
     private func upload(in application: BackgroundApplication) {
         for photo in 1...photoCount {
             guard !isCancelled else {
+                // Whoever cancelled (the expiration handler, willTerminate) ends the task and the process.
                 say("upload cancelled after \(photo - 1) of \(photoCount) photos")
-                return finish(application)
+                return
             }
             // Stands in for sending one photo over the network.
             Thread.sleep(forTimeInterval: chunkInterval)
