@@ -3,13 +3,16 @@
 // Each parser (stat, smaps_rollup's Pss, locks, meminfo, pressure) must refuse with a `ProcParseError` or return
 // values the kernel could print: a positive pid, a non-negative whole number of KiB, lock ranges that end after
 // they start, available memory within the total, averages within 0–100. Stat lines, lock rows and meminfo
-// figures written back in the kernel's format parse to the same values.
+// figures written back in the kernel's format parse to the same values, and the stat line of a process named with
+// the input's first bytes parses to that name.
 import BGTaskSystem
 import Glibc
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzProcFiles(_ start: UnsafePointer<UInt8>, _ count: Int) -> CInt {
-    let text = String(decoding: UnsafeBufferPointer(start: start, count: count), as: UTF8.self)
+    let bytes = UnsafeBufferPointer(start: start, count: count)
+    let text = String(decoding: bytes, as: UTF8.self)
+    checkCommandName(bytes)
     checkStat(text)
     checkProportionalSetSize(text)
     checkLocks(text)
@@ -39,6 +42,22 @@ private func checkStat(_ text: String) {
         + "\(stat.sessionID) \(middle) \(stat.startTime) 2383872 233\n"
     let again = attempt { () throws(ProcParseError) in try ProcessStat.parse(line) }
     precondition(again == stat, "stat \(stat) written as \(line.debugDescription) read as \(String(describing: again))")
+}
+
+/// The stat line of a process that named itself with the input's first bytes (a command name is up to 15 bytes,
+/// ending at a NUL, chosen freely with `prctl(PR_SET_NAME)`): it must parse, to that name.
+private func checkCommandName(_ input: UnsafeBufferPointer<UInt8>) {
+    let name = input.prefix(15).prefix { $0 != 0 }
+    let line =
+        Array("4242 (".utf8) + name
+        + Array(") S 1 4242 4242 0 -1 4194560 120 0 0 0 0 0 0 0 20 0 1 0 8123 2383872 233\n".utf8)
+    let command = String(decoding: name, as: UTF8.self)
+    let stat = attempt { () throws(ProcParseError) in try ProcessStat.parse(String(decoding: line, as: UTF8.self)) }
+    let expected = ProcessStat(
+        pid: 4242, command: command, state: .sleeping, parentPID: 1, processGroupID: 4242, sessionID: 4242,
+        startTime: 8123)
+    precondition(
+        stat == expected, "the stat of a process named \(command.debugDescription) read as \(String(describing: stat))")
 }
 
 private func checkProportionalSetSize(_ text: String) {
