@@ -110,13 +110,13 @@ extension DaemonConfiguration {
         var lines = ["# bgtaskd effective configuration: every key with the value in force."]
         lines.append("[\(ConfigurationSection.policy.rawValue)]")
         for key in PolicyKey.allCases {
-            lines.append("\(key.rawValue)=\(key.field.render(core.defaultAppPolicy))")
+            lines.append(Self.assignment(key.rawValue, key.field.render(core.defaultAppPolicy)))
         }
         for section in ConfigurationSection.allCases where section != .policy {
             lines.append("")
             lines.append("[\(section.rawValue)]")
             for key in DaemonKey.allCases where key.section == section {
-                lines.append("\(key.rawValue)=\(key.field.render(self))")
+                lines.append(Self.assignment(key.rawValue, key.field.render(self)))
             }
         }
         let appNames = Set(core.appPolicies.keys).union(access.appUsers.keys)
@@ -126,7 +126,7 @@ extension DaemonConfiguration {
             let policy = core.appPolicies[name] ?? core.defaultAppPolicy
             lines.append("[\(ConfigurationSection.policy.rawValue)]")
             for key in PolicyKey.allCases where !key.field.isEqual(policy, core.defaultAppPolicy) {
-                lines.append("\(key.rawValue)=\(key.field.render(policy))")
+                lines.append(Self.assignment(key.rawValue, key.field.render(policy)))
             }
             if let user = access.appUsers[name] {
                 lines.append("[\(ConfigurationSection.access.rawValue)]")
@@ -134,6 +134,14 @@ extension DaemonConfiguration {
             }
         }
         return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// `Key=value` as a line that reads back as written. A value ending in an odd run of backslashes (a
+    /// `CgroupRoot` or `ControllerGroup` read from `Key=a\\\ `) would continue onto the next line; a trailing
+    /// space, which reading trims, ends the line there, as it did in the file the value came from.
+    static func assignment(_ key: String, _ value: String) -> String {
+        let line = key + "=" + value
+        return INIFile.endsWithContinuation(line) ? line + " " : line
     }
 
     /// Reads `renderINI()` output back: the text before the first `# apps.d/NAME.conf` line is read as the

@@ -231,7 +231,9 @@ private struct IDLLexer {
                 // it directly follows the block's last line.
                 guard startsLine else { break }
                 if blockEndLine != commentLine - 1 { block = [] }
-                block.append(text.first == " " ? String(text.dropFirst()) : text)
+                // One leading space is the comment's margin. Compared as a scalar: a space followed by a
+                // combining mark is one Character, which is not " ", and the margin would be kept.
+                block.append(text.unicodeScalars.first == " " ? String(text.unicodeScalars.dropFirst()) : text)
                 blockEndLine = commentLine
             default:
                 let documentation = blockEndLine == line - 1 && !lineHasCode ? block.joined(separator: "\n") : ""

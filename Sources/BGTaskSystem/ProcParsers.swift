@@ -143,25 +143,29 @@ public struct ProcessStat: Hashable, Sendable {
     /// Parses the one line of `/proc/PID/stat`.
     ///
     /// The command sits in parentheses and may itself contain ") (", so it ends at the *last* `)`;
-    /// everything after it is numeric fields separated by single spaces.
+    /// everything after it is numeric fields separated by single spaces. The line is read as Unicode scalars,
+    /// not `Character`s: the process chooses its command, and one starting with a combining mark would fuse
+    /// with the `(` into a single `Character`, hiding it (as a prepended mark at the end would hide the `)`).
     public static func parse(_ text: String) throws(ProcParseError) -> ProcessStat {
         func failure(_ reason: String) -> ProcParseError { ProcParseError(file: "stat", reason: reason) }
-        guard let open = text.firstIndex(of: "("), let close = text.lastIndex(of: ")"), open < close else {
+        let scalars = text.unicodeScalars
+        guard let open = scalars.firstIndex(of: "("), let close = scalars.lastIndex(of: ")"), open < close else {
             throw failure("no parenthesised command in \(quoted(text))")
         }
-        let pidText = text[..<open].trimmingSuffix(while: { $0 == " " })
+        let pidText = Substring(scalars[..<open]).trimmingSuffix(while: { $0 == " " })
         guard let pidValue = parseInteger(pidText), let pid = pid_t(exactly: pidValue), pid > 0 else {
             throw failure("bad pid \(quoted(pidText))")
         }
-        let command = String(text[text.index(after: open)..<close])
+        let command = String(scalars[scalars.index(after: open)..<close])
         // The kernel separates fields by exactly one space; splitting on runs of spaces would let an empty
         // field shift every later one into the wrong place.
-        let tail = text[text.index(after: close)...].trimmingSuffix(while: { $0 == "\n" })
+        var tail = scalars[scalars.index(after: close)...]
+        while tail.last == "\n" { tail.removeLast() }
         guard tail.first == " " else { throw failure("no space after the command in \(quoted(text))") }
-        let rest = tail.dropFirst().split(separator: " ", omittingEmptySubsequences: false)
+        let rest = tail.dropFirst().split(separator: " ", omittingEmptySubsequences: false).map(Substring.init)
         // Fields 3 through 22 are rest[0...19]; later kernels only ever append.
         guard rest.count >= 20 else { throw failure("only \(rest.count) fields after the command, need 20") }
-        guard rest[0].count == 1, let letter = rest[0].first else {
+        guard rest[0].unicodeScalars.count == 1, let letter = rest[0].first else {
             throw failure("bad state \(quoted(rest[0]))")
         }
         func processID(_ index: Int, _ name: String) throws(ProcParseError) -> pid_t {

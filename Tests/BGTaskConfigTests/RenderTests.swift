@@ -97,6 +97,22 @@ let designKeys: [(section: String, keys: [String])] = [
     #expect(reparsed.configuration.renderINI() == text)
 }
 
+/// Values that end in backslashes, as a file can set them (`ControllerGroup=a\ `: the trailing space ends the
+/// line), survive dump and parse. Fixed bug, found with the config fuzz target's round trip: an odd run of
+/// backslashes at the end of a dumped value read back as a continuation, joining the next line to the value.
+@Test(arguments: ["a\\", "a\\\\", "a\\\\\\", "\\"])
+func valuesEndingInBackslashesSurviveDumpAndParse(value: String) {
+    // From a file, as an administrator would write them.
+    let file = "[Memory]\nCgroupRoot=/sys/fs/cgroup/\(value) \n[Access]\nControllerGroup=\(value) \n"
+    let loaded = ConfigurationLoader(path: "/c", fileSystem: InMemoryFileSystem(files: ["/c": file])).load()
+    #expect(loaded.diagnostics.isEmpty, "\(loaded.diagnostics)")
+    #expect(loaded.configuration.access.controllerGroup == value)
+    #expect(loaded.configuration.memory.cgroupRoot == "/sys/fs/cgroup/" + value)
+    let reparsed = DaemonConfiguration.parseRenderedINI(loaded.configuration.renderINI(), fileName: "dump")
+    #expect(reparsed.diagnostics.isEmpty, "\(reparsed.diagnostics)")
+    #expect(reparsed.configuration == loaded.configuration)
+}
+
 /// Random valid configurations, built without the parser, survive dump and parse.
 @Test func randomConfigurationsSurviveDumpAndParse() {
     var random = SplitMix64(state: 0xC0FF_EE)

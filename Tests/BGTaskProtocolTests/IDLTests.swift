@@ -167,6 +167,20 @@ struct IDLTests {
         #expect(definition.error(named: "Failed")?.documentation == "Error doc.")
     }
 
+    /// The comment's margin is one space scalar, even when a combining mark follows it (a space and a mark make
+    /// one `Character`): found by the varlink-idl fuzz target, whose round trip wrote "#\u{301}x" back as
+    /// "# \u{301}x" and read a different documentation.
+    @Test(arguments: [
+        ("# \u{301}x", "\u{301}x"),
+        ("#\u{301}x", "\u{301}x"),
+        ("#  x", " x"),
+        ("#x", "x"),
+    ])
+    func documentationLosesOneSpaceScalar(comment: String, documentation: String) throws {
+        let text = "interface org.example.X\n\(comment)\nmethod A() -> ()\n"
+        #expect(try VarlinkInterfaceDefinition(parsing: text).method(named: "A")?.documentation == documentation)
+    }
+
     struct BadIDLRow: CustomTestStringConvertible, Sendable {
         var name: String
         var text: String

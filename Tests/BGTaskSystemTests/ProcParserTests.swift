@@ -65,6 +65,21 @@ extension String {
                 pid: 1234, command: "w", state: .other("W"), parentPID: 1, processGroupID: 1234,
                 sessionID: 1234, startTime: 8123)
         ),
+        // Fixed bug, found by the proc fuzz target: a command starting with a combining mark fused with the "("
+        // into one Character, so the line did not parse; a process could hide its group this way.
+        (
+            statLine(command: "\u{329}"),
+            ProcessStat(
+                pid: 1234, command: "\u{329}", state: .sleeping, parentPID: 1, processGroupID: 1234,
+                sessionID: 1234, startTime: 8123)
+        ),
+        // The same for a prepended mark at the end of the command, which fuses with the ")".
+        (
+            statLine(command: "a) S 1 1 1 \u{600}"),
+            ProcessStat(
+                pid: 1234, command: "a) S 1 1 1 \u{600}", state: .sleeping, parentPID: 1, processGroupID: 1234,
+                sessionID: 1234, startTime: 8123)
+        ),
         // Exactly the 20 fields after the command that are needed, and the largest start time.
         (
             "7 (x) S 0 0 0 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 18446744073709551615",

@@ -1,0 +1,103 @@
+// libFuzzer target: every /proc parser of BGTaskSystem on any bytes, decoded as `ProcFS.read` decodes them.
+//
+// Each parser (stat, smaps_rollup's Pss, locks, meminfo, pressure) must refuse with a `ProcParseError` or return
+// values the kernel could print: a positive pid, a non-negative whole number of KiB, lock ranges that end after
+// they start, available memory within the total, averages within 0–100. Stat lines, lock rows and meminfo
+// figures written back in the kernel's format parse to the same values, and the stat line of a process named with
+// the input's first bytes parses to that name.
+import BGTaskSystem
+import Glibc
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzProcFiles(_ start: UnsafePointer<UInt8>, _ count: Int) -> CInt {
+    let bytes = UnsafeBufferPointer(start: start, count: count)
+    let text = String(decoding: bytes, as: UTF8.self)
+    checkCommandName(bytes)
+    checkStat(text)
+    checkProportionalSetSize(text)
+    checkLocks(text)
+    checkMemoryInfo(text)
+    checkPressure(text)
+    return 0
+}
+
+/// Runs `parse`, returning nil after checking that a refusal prints.
+private func attempt<Value>(_ parse: () throws(ProcParseError) -> Value) -> Value? {
+    do throws(ProcParseError) {
+        return try parse()
+    } catch {
+        precondition(error.line.map { $0 >= 1 } ?? true, "error on line \(String(describing: error.line))")
+        _ = error.description
+        return nil
+    }
+}
+
+private func checkStat(_ text: String) {
+    guard let stat = attempt({ () throws(ProcParseError) in try ProcessStat.parse(text) }) else { return }
+    precondition(stat.pid > 0, "stat pid \(stat.pid)")
+    // Fields 7 to 21 as the kernel prints them for a sleeping process; the parser reads none of them.
+    let middle = "0 -1 4194560 120 0 0 0 0 0 0 0 20 0 1 0"
+    let line =
+        "\(stat.pid) (\(stat.command)) \(stat.state.letter) \(stat.parentPID) \(stat.processGroupID) "
+        + "\(stat.sessionID) \(middle) \(stat.startTime) 2383872 233\n"
+    let again = attempt { () throws(ProcParseError) in try ProcessStat.parse(line) }
+    precondition(again == stat, "stat \(stat) written as \(line.debugDescription) read as \(String(describing: again))")
+}
+
+/// The stat line of a process that named itself with the input's first bytes (a command name is up to 15 bytes,
+/// ending at a NUL, chosen freely with `prctl(PR_SET_NAME)`): it must parse, to that name.
+private func checkCommandName(_ input: UnsafeBufferPointer<UInt8>) {
+    let name = input.prefix(15).prefix { $0 != 0 }
+    let line =
+        Array("4242 (".utf8) + name
+        + Array(") S 1 4242 4242 0 -1 4194560 120 0 0 0 0 0 0 0 20 0 1 0 8123 2383872 233\n".utf8)
+    let command = String(decoding: name, as: UTF8.self)
+    let stat = attempt { () throws(ProcParseError) in try ProcessStat.parse(String(decoding: line, as: UTF8.self)) }
+    let expected = ProcessStat(
+        pid: 4242, command: command, state: .sleeping, parentPID: 1, processGroupID: 4242, sessionID: 4242,
+        startTime: 8123)
+    precondition(
+        stat == expected, "the stat of a process named \(command.debugDescription) read as \(String(describing: stat))")
+}
+
+private func checkProportionalSetSize(_ text: String) {
+    guard let bytes = attempt({ () throws(ProcParseError) in try ProportionalSetSize.parse(text) }) else { return }
+    precondition(bytes >= 0 && bytes % 1024 == 0, "Pss of \(bytes) bytes")
+}
+
+private func checkLocks(_ text: String) {
+    guard let locks = attempt({ () throws(ProcParseError) in try FileLock.parseAll(text) }) else { return }
+    for lock in locks {
+        precondition(lock.pid >= -1, "lock pid \(lock.pid)")
+        precondition(lock.start >= 0 && lock.end.map { $0 >= lock.start } ?? true, "lock range of \(lock)")
+        let file = lock.file.map {
+            String($0.deviceMajor, radix: 16) + ":" + String($0.deviceMinor, radix: 16) + ":" + String($0.inode)
+        }
+        let row =
+            "\(lock.ordinal): \(lock.isBlockedWaiter ? "-> " : "")\(lock.kind.rawValue)  "
+            + "\(lock.enforcement.rawValue)  \(lock.access.rawValue) \(lock.pid) \(file ?? "<none>") "
+            + "\(lock.start) \(lock.end.map(String.init) ?? "EOF")"
+        let again = attempt { () throws(ProcParseError) in try FileLock.parse(line: Substring(row)) }
+        precondition(
+            again == lock, "lock \(lock) written as \(row.debugDescription) read as \(String(describing: again))")
+    }
+}
+
+private func checkMemoryInfo(_ text: String) {
+    guard let info = attempt({ () throws(ProcParseError) in try MemoryInfo.parse(text) }) else { return }
+    precondition(info.availableBytes >= 0 && info.availableBytes <= info.totalBytes, "meminfo \(info)")
+    precondition(info.totalBytes % 1024 == 0 && info.availableBytes % 1024 == 0, "meminfo \(info) not in KiB")
+    precondition((0...100).contains(info.availablePercent), "available \(info.availablePercent) %")
+    let written = "MemTotal: \(info.totalBytes / 1024) kB\nMemAvailable: \(info.availableBytes / 1024) kB\n"
+    let again = attempt { () throws(ProcParseError) in try MemoryInfo.parse(written) }
+    precondition(again == info, "meminfo \(info) written as \(written.debugDescription) read differently")
+}
+
+private func checkPressure(_ text: String) {
+    guard let pressure = attempt({ () throws(ProcParseError) in try Pressure.parse(text) }) else { return }
+    for stall in [pressure.some] + (pressure.full.map { [$0] } ?? []) {
+        for average in [stall.average10, stall.average60, stall.average300] {
+            precondition(average.isFinite && (0...100).contains(average), "pressure average \(average)")
+        }
+    }
+}

@@ -1,0 +1,123 @@
+// libFuzzer target: one Varlink message through every decoder of the codec, as a call and as a reply.
+//
+// Asserts that `decodeCallHeader` and `decodeParameters`, for every parameter type of both interfaces, and
+// `decodeReply`, for every reply type, only ever throw their typed errors; that whatever decodes re-encodes to a
+// message that decodes to the same value (calls, replies and error replies alike); that a typed error read from
+// an error reply converts back to the same wire error; and that every error the server would answer with can be
+// encoded.
+import BGTaskProtocol
+import Foundation
+
+/// One codec for every input, as a connection reuses one.
+private let codec = VarlinkCodec()
+
+/// The parameter types of `org.varlink.service`; those of `io.bgtask.Lifecycle` come from `LifecycleMethod`.
+private let serviceParameterTypes: [any VarlinkMethodCall.Type] = [
+    GetInfoParameters.self, GetInterfaceDescriptionParameters.self,
+]
+
+/// Every parameter type of both interfaces, so a method added to `LifecycleMethod` is fuzzed without an edit.
+private let parameterTypes: [any VarlinkMethodCall.Type] =
+    LifecycleMethod.allCases.map(\.parametersType) + serviceParameterTypes
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzVarlinkCodec(_ start: UnsafePointer<UInt8>, _ count: Int) -> CInt {
+    let message = Data(UnsafeBufferPointer(start: start, count: count))
+    do throws(VarlinkProtocolError) {
+        let header = try codec.decodeCallHeader(message)
+        precondition(VarlinkMethodName(qualified: header.method.qualified) == header.method, "bad method name")
+        for type in parameterTypes {
+            checkCall(type, message: message, header: header)
+        }
+    } catch {
+        _ = error.description
+    }
+    for type in parameterTypes {
+        checkReply(type, message: message)
+    }
+    return 0
+}
+
+/// Whether two values of a Hashable type are equal; every wire type is Hashable (the interface's tests check it).
+private func same<T>(_ lhs: T, _ rhs: T) -> Bool {
+    guard let lhs = lhs as? AnyHashable, let rhs = rhs as? AnyHashable else {
+        preconditionFailure("\(T.self) is not Hashable")
+    }
+    return lhs == rhs
+}
+
+/// Decodes the call's parameters as `P` and round-trips them; a refusal must encode as an error reply.
+private func checkCall<P: VarlinkMethodCall>(_ type: P.Type, message: Data, header: VarlinkCallHeader) {
+    let parameters: P
+    do throws(VarlinkError) {
+        parameters = try codec.decodeParameters(P.self, from: message)
+    } catch {
+        precondition(
+            VarlinkServiceError(error) != nil, "a parameter error is not an org.varlink.service error: \(error)")
+        checkErrorEncodes(error)
+        return
+    }
+    do {
+        let framed = try codec.encodeCall(parameters, more: header.more, oneway: header.oneway)
+        let again = unframed(framed)
+        let header2 = try codec.decodeCallHeader(again)
+        precondition(header2.method.qualified == P.methodName, "re-encoded call names another method")
+        precondition(header2.more == header.more && header2.oneway == header.oneway, "flags changed")
+        let parameters2 = try codec.decodeParameters(P.self, from: again)
+        precondition(same(parameters, parameters2), "\(P.methodName): \(parameters) became \(parameters2)")
+    } catch {
+        preconditionFailure("\(P.methodName) parameters \(parameters) do not round-trip: \(error)")
+    }
+}
+
+/// Decodes the message as a reply to `P`'s method and round-trips the reply or the error it carries.
+private func checkReply<P: VarlinkMethodCall>(_ type: P.Type, message: Data) {
+    let reply: VarlinkReply<P.Reply>
+    do throws(VarlinkProtocolError) {
+        reply = try codec.decodeReply(P.Reply.self, from: message)
+    } catch {
+        _ = error.description
+        return
+    }
+    do {
+        switch reply {
+        case .reply(let parameters, let continues):
+            let again = unframed(try codec.encodeReply(parameters, continues: continues))
+            guard case .reply(let parameters2, let continues2) = try codec.decodeReply(P.Reply.self, from: again)
+            else { preconditionFailure("a re-encoded \(P.methodName) reply decoded as an error") }
+            precondition(continues2 == continues, "continues changed in a round trip")
+            precondition(same(parameters, parameters2), "\(P.methodName) reply: \(parameters) became \(parameters2)")
+        case .error(let error):
+            let again = unframed(try codec.encodeError(error))
+            guard case .error(let error2) = try codec.decodeReply(P.Reply.self, from: again) else {
+                preconditionFailure("a re-encoded error reply decoded as a reply")
+            }
+            precondition(error2 == error, "error reply \(error) became \(error2)")
+            _ = error.description
+            if let typed = LifecycleError(error) {
+                precondition(LifecycleError(VarlinkError(typed)) == typed, "\(typed) does not round-trip")
+            }
+            if let typed = VarlinkServiceError(error) {
+                precondition(VarlinkServiceError(VarlinkError(typed)) == typed, "\(typed) does not round-trip")
+            }
+        }
+    } catch {
+        preconditionFailure("a decoded \(P.methodName) reply does not round-trip: \(error)")
+    }
+}
+
+/// Checks that the server can send `error`: it encodes as one framed JSON message.
+private func checkErrorEncodes(_ reply: VarlinkError) {
+    do throws(VarlinkEncodingError) {
+        let framed = try codec.encodeError(reply)
+        precondition(framed.firstIndex(of: 0) == framed.count - 1, "an error reply is not one framed message")
+    } catch {
+        preconditionFailure("the error reply \(reply) cannot be encoded: \(error)")
+    }
+}
+
+/// A framed message without its NUL, checking that the NUL is the only one.
+private func unframed(_ framed: Data) -> Data {
+    precondition(framed.last == 0 && framed.firstIndex(of: 0) == framed.count - 1, "bad framing")
+    return Data(framed.dropLast())
+}
