@@ -1,10 +1,11 @@
 // libFuzzer target: every /proc parser of BGTaskSystem on any bytes, decoded as `ProcFS.read` decodes them.
 //
-// Each parser (stat, smaps_rollup's Pss, locks, meminfo, pressure) must refuse with a `ProcParseError` or return
-// values the kernel could print: a positive pid, a non-negative whole number of KiB, lock ranges that end after
-// they start, available memory within the total, averages within 0–100. Stat lines, lock rows and meminfo
-// figures written back in the kernel's format parse to the same values, and the stat line of a process named with
-// the input's first bytes parses to that name.
+// Each parser (stat, smaps_rollup's Pss, locks, fdinfo's lock lines, meminfo, pressure) must refuse with a
+// `ProcParseError` or return values the kernel could print: a positive pid, a non-negative whole number of KiB,
+// lock ranges that end after they start, available memory within the total, averages within 0–100. Stat lines,
+// lock rows and meminfo figures written back in the kernel's format parse to the same values, and the stat line of
+// a process named with the input's first bytes parses to that name. The line splitter behind `ProcFS.scanLines`,
+// fed the input in chunks whose sizes come from the input, yields exactly the input's lines or refuses it.
 import BGTaskSystem
 import Glibc
 
@@ -16,6 +17,8 @@ public func fuzzProcFiles(_ start: UnsafePointer<UInt8>, _ count: Int) -> CInt {
     checkStat(text)
     checkProportionalSetSize(text)
     checkLocks(text)
+    checkFileDescriptorLocks(text)
+    checkLineSplitter(bytes)
     checkMemoryInfo(text)
     checkPressure(text)
     return 0
@@ -87,7 +90,6 @@ private func checkMemoryInfo(_ text: String) {
     guard let info = attempt({ () throws(ProcParseError) in try MemoryInfo.parse(text) }) else { return }
     precondition(info.availableBytes >= 0 && info.availableBytes <= info.totalBytes, "meminfo \(info)")
     precondition(info.totalBytes % 1024 == 0 && info.availableBytes % 1024 == 0, "meminfo \(info) not in KiB")
-    precondition((0...100).contains(info.availablePercent), "available \(info.availablePercent) %")
     let written = "MemTotal: \(info.totalBytes / 1024) kB\nMemAvailable: \(info.availableBytes / 1024) kB\n"
     let again = attempt { () throws(ProcParseError) in try MemoryInfo.parse(written) }
     precondition(again == info, "meminfo \(info) written as \(written.debugDescription) read differently")
@@ -99,5 +101,56 @@ private func checkPressure(_ text: String) {
         for average in [stall.average10, stall.average60, stall.average300] {
             precondition(average.isFinite && (0...100).contains(average), "pressure average \(average)")
         }
+    }
+}
+
+private func checkFileDescriptorLocks(_ text: String) {
+    guard let locks = attempt({ () throws(ProcParseError) in try FileDescriptorInfo.parseLocks(text) }) else { return }
+    for lock in locks {
+        precondition(lock.pid >= -1, "fdinfo lock pid \(lock.pid)")
+        precondition(lock.start >= 0 && lock.end.map { $0 >= lock.start } ?? true, "fdinfo lock range of \(lock)")
+    }
+}
+
+/// Feeds the input to a `LineSplitter` in chunks whose sizes are the input's bytes (1 to 256), with a small line
+/// limit so both refusals are reached: the lines must be the input's newline-separated pieces, or the splitter
+/// must refuse an input with a piece over the limit or without a final newline.
+private func checkLineSplitter(_ bytes: UnsafeBufferPointer<UInt8>) {
+    let limit = 64
+    var splitter = LineSplitter(file: "fuzz", maximumLineLength: limit)
+    var lines: [String] = []
+    var offset = 0
+    var sizeIndex = 0
+    var refused = false
+    let input = Array(bytes)
+    while offset < input.count && !refused {
+        let size = max(1, Int(input[sizeIndex % input.count]))
+        sizeIndex += 1
+        let end = min(input.count, offset + size)
+        do {
+            _ = try splitter.feed(input[offset..<end]) { line in
+                lines.append(String(line))
+                return true
+            }
+        } catch {
+            refused = true
+        }
+        offset = end
+    }
+    if !refused {
+        do {
+            try splitter.finish()
+        } catch {
+            refused = true
+        }
+    }
+    var pieces = input.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).map(Array.init)
+    let endsInNewline = input.last == UInt8(ascii: "\n")
+    if endsInNewline || input.isEmpty { pieces.removeLast() }
+    let expectRefusal = !(endsInNewline || input.isEmpty) || pieces.contains { $0.count > limit }
+    precondition(refused == expectRefusal, "refused: \(refused), expected: \(expectRefusal)")
+    if !refused {
+        precondition(lines == pieces.map { String(decoding: $0, as: UTF8.self) }, "the lines came out differently")
+        precondition(splitter.lineCount == pieces.count)
     }
 }

@@ -1,6 +1,7 @@
 // libFuzzer target: one Varlink message through every decoder of the codec, as a call and as a reply.
 //
-// Asserts that `decodeCallHeader` and `decodeParameters`, for every parameter type of both interfaces, and
+// Asserts that `decodeCall` (the daemon's one pass) and `decodeParameters(_:of:)` on its result, for every parameter
+// type of both interfaces, agree with `decodeCallHeader` and `decodeParameters(_:from:)`, and that these and
 // `decodeReply`, for every reply type, only ever throw their typed errors; that whatever decodes re-encodes to a
 // message that decodes to the same value (calls, replies and error replies alike); that a typed error read from
 // an error reply converts back to the same wire error; and that every error the server would answer with can be
@@ -24,10 +25,12 @@ private let parameterTypes: [any VarlinkMethodCall.Type] =
 public func fuzzVarlinkCodec(_ start: UnsafePointer<UInt8>, _ count: Int) -> CInt {
     let message = Data(UnsafeBufferPointer(start: start, count: count))
     do throws(VarlinkProtocolError) {
+        let call = try codec.decodeCall(message)
         let header = try codec.decodeCallHeader(message)
-        precondition(VarlinkMethodName(qualified: header.method.qualified) == header.method, "bad method name")
+        precondition(header == call.header, "the header alone decodes differently")
+        precondition(VarlinkMethodName(qualified: call.header.method.qualified) == call.header.method, "bad method name")
         for type in parameterTypes {
-            checkCall(type, message: message, header: header)
+            checkCall(type, message: message, call: call)
         }
     } catch {
         _ = error.description
@@ -47,17 +50,23 @@ private func same<T>(_ lhs: T, _ rhs: T) -> Bool {
 }
 
 /// Decodes the call's parameters as `P` and round-trips them; a refusal must encode as an error reply.
-private func checkCall<P: VarlinkMethodCall>(_ type: P.Type, message: Data, header: VarlinkCallHeader) {
+private func checkCall<P: VarlinkMethodCall>(_ type: P.Type, message: Data, call: DecodedCall) {
+    let header = call.header
     let parameters: P
     do throws(VarlinkError) {
-        parameters = try codec.decodeParameters(P.self, from: message)
+        // As the daemon decodes: from the call parsed once.
+        parameters = try codec.decodeParameters(P.self, of: call)
     } catch {
+        precondition(
+            (try? codec.decodeParameters(P.self, from: message)) == nil, "decodeParameters(from:) accepted it")
         precondition(
             VarlinkServiceError(error) != nil, "a parameter error is not an org.varlink.service error: \(error)")
         checkErrorEncodes(error)
         return
     }
     do {
+        let fromMessage = try codec.decodeParameters(P.self, from: message)
+        precondition(same(parameters, fromMessage), "the two decoding paths disagree on \(P.methodName)")
         let framed = try codec.encodeCall(parameters, more: header.more, oneway: header.oneway)
         let again = unframed(framed)
         let header2 = try codec.decodeCallHeader(again)

@@ -3,6 +3,7 @@
 // Asserts that a refusal names a position inside the text, and that an accepted interface, written back out as
 // IDL with its documentation as comment blocks, parses to the same definition (names, types, fields, order and
 // documentation).
+import BGTaskIDL
 import BGTaskProtocol
 
 @_cdecl("LLVMFuzzerTestOneInput")

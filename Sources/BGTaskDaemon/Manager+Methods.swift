@@ -109,7 +109,7 @@ extension Manager {
     ) {
         let outcome: CallOutcome<Parameters.Reply>
         do {
-            outcome = try body(try codec.decodeParameters(type, from: call.message))
+            outcome = try body(try codec.decodeParameters(type, of: call.decoded))
         } catch {
             fail(call, error)
             return

@@ -8,9 +8,10 @@ import Glibc
 
 /// One call being answered.
 struct IncomingCall {
-    let header: VarlinkCallHeader
-    let message: Data
+    /// The call, parsed once: its header, and its parameters as a JSON tree the method's type is decoded from.
+    let decoded: DecodedCall
     let connection: ClientConnection
+    var header: VarlinkCallHeader { decoded.header }
     var credentials: PeerCredentials { connection.credentials }
 }
 
@@ -23,9 +24,9 @@ extension Manager {
     /// `InvalidMessage` and the connection stays usable: the NUL framing is intact, so the next call is still
     /// found (only a framing error, an oversized message, closes it).
     func handle(_ message: Data, from connection: ClientConnection) {
-        let header: VarlinkCallHeader
+        let decoded: DecodedCall
         do {
-            header = try codec.decodeCallHeader(message)
+            decoded = try codec.decodeCall(message)
         } catch {
             if connection.loggedLimits.insert("InvalidMessage").inserted {
                 logger.info(
@@ -39,7 +40,8 @@ extension Manager {
             }
             return
         }
-        let call = IncomingCall(header: header, message: message, connection: connection)
+        let call = IncomingCall(decoded: decoded, connection: connection)
+        let header = decoded.header
         logger.debug(
             "call \(header.method.qualified) from pid \(connection.credentials.pid) uid \(connection.credentials.uid)"
                 + " on connection \(connection.serial)")

@@ -59,9 +59,8 @@ public struct ProcFS: Sendable {
         let path = root + "/" + relativePath
         let fd = try FileDescriptor.open(path, .readOnly)
         defer { try? fd.close() }  // Read-only: closing cannot lose data.
-        var pending: [UInt8] = []
+        var splitter = LineSplitter(file: relativePath, maximumLineLength: Self.lineLengthLimit)
         var chunk = [UInt8](repeating: 0, count: 64 * 1024)
-        var lineNumber = 0
         while true {
             let count: Int
             do {
@@ -70,26 +69,9 @@ public struct ProcFS: Sendable {
                 throw error.with(operation: "read(\(path))")
             }
             if count == 0 { break }
-            var lineStart = 0
-            while lineStart < count {
-                let lineEnd = chunk[lineStart..<count].firstIndex(of: UInt8(ascii: "\n")) ?? count
-                pending.append(contentsOf: chunk[lineStart..<lineEnd])
-                guard pending.count <= Self.lineLengthLimit else {
-                    throw ProcParseError(
-                        file: relativePath, line: lineNumber + 1,
-                        reason: "a line longer than \(Self.lineLengthLimit) bytes")
-                }
-                guard lineEnd < count else { break }
-                lineStart = lineEnd + 1
-                lineNumber += 1
-                let line = String(decoding: pending, as: UTF8.self)
-                pending.removeAll(keepingCapacity: true)
-                guard try body(line[...]) else { return }
-            }
+            guard try splitter.feed(chunk[..<count], body) else { return }
         }
-        guard pending.isEmpty else {
-            throw ProcParseError(file: relativePath, reason: "cut short: it does not end in a newline")
-        }
+        try splitter.finish()
     }
 
     /// `/proc/PID/stat`: state, parent, group, session and start time of a process.
@@ -181,5 +163,52 @@ public struct ProcFS: Sendable {
     /// `psi=0` on the command line).
     public func pressure(resource: PressureResource) throws -> Pressure {
         try Pressure.parse(readLines("pressure/\(resource.rawValue)"))
+    }
+}
+
+/// Splits text arriving in chunks into lines (without their newlines), holding at most one line: how
+/// `ProcFS.scanLines` reads a file of any size. A line longer than `maximumLineLength` bytes, or text that does not
+/// end in a newline (cut short), is a `ProcParseError`.
+public struct LineSplitter: Sendable {
+    /// The file the text comes from, for errors.
+    public let file: String
+    /// The longest line taken, in bytes.
+    public let maximumLineLength: Int
+    private var pending: [UInt8] = []
+    /// Lines passed on so far.
+    public private(set) var lineCount = 0
+
+    /// A splitter of `file`'s text.
+    public init(file: String, maximumLineLength: Int) {
+        self.file = file
+        self.maximumLineLength = maximumLineLength
+    }
+
+    /// Takes the next chunk of text and calls `body` with each line it completes, in order; returns false as soon
+    /// as `body` does (the rest of the chunk is dropped: the caller stops reading).
+    public mutating func feed(_ chunk: ArraySlice<UInt8>, _ body: (Substring) throws -> Bool) throws -> Bool {
+        var lineStart = chunk.startIndex
+        while lineStart < chunk.endIndex {
+            let lineEnd = chunk[lineStart...].firstIndex(of: UInt8(ascii: "\n")) ?? chunk.endIndex
+            pending.append(contentsOf: chunk[lineStart..<lineEnd])
+            guard pending.count <= maximumLineLength else {
+                throw ProcParseError(
+                    file: file, line: lineCount + 1, reason: "a line longer than \(maximumLineLength) bytes")
+            }
+            guard lineEnd < chunk.endIndex else { break }
+            lineStart = lineEnd + 1
+            lineCount += 1
+            let line = String(decoding: pending, as: UTF8.self)
+            pending.removeAll(keepingCapacity: true)
+            guard try body(line[...]) else { return false }
+        }
+        return true
+    }
+
+    /// The end of the text: throws when it did not end in a newline.
+    public func finish() throws(ProcParseError) {
+        guard pending.isEmpty else {
+            throw ProcParseError(file: file, reason: "cut short: it does not end in a newline")
+        }
     }
 }

@@ -126,6 +126,21 @@ public final class RawVarlinkClient {
     deinit { close() }
 }
 
+extension RawVarlinkClient {
+    /// Calls an `io.bgtask.Lifecycle` method and returns its reply.
+    @discardableResult
+    public func lifecycle(_ method: String, _ parameters: [String: JSONValue] = [:]) throws -> [String: JSONValue] {
+        try call("io.bgtask.Lifecycle." + method, parameters)
+    }
+
+    /// `GetApp(app)`'s `app` object.
+    public func app(_ name: String) throws -> [String: JSONValue] {
+        let reply = try lifecycle("GetApp", ["app": .string(name)])
+        guard let app = reply.parameters["app"]?.objectValue else { throw HarnessError("GetApp failed: \(reply)") }
+        return app
+    }
+}
+
 extension Dictionary where Key == String, Value == JSONValue {
     /// The `error` of a reply, if it is an error reply.
     public var errorName: String? {

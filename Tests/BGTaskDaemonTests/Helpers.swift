@@ -75,21 +75,6 @@ func waitForProcessState(
     return state
 }
 
-extension RawVarlinkClient {
-    /// Calls an `io.bgtask.Lifecycle` method and returns its reply.
-    @discardableResult
-    func lifecycle(_ method: String, _ parameters: [String: JSONValue] = [:]) throws -> [String: JSONValue] {
-        try call("io.bgtask.Lifecycle." + method, parameters)
-    }
-
-    /// `GetApp(app)`'s `app` object.
-    func app(_ name: String) throws -> [String: JSONValue] {
-        let reply = try lifecycle("GetApp", ["app": .string(name)])
-        guard let app = reply.parameters["app"]?.objectValue else { throw HarnessError("GetApp failed: \(reply)") }
-        return app
-    }
-}
-
 /// The integer after `prefix ` in a line such as "began 7".
 func number(after prefix: String, in line: String) throws -> Int {
     guard line.hasPrefix(prefix + " "), let value = Int(line.dropFirst(prefix.count + 1).split(separator: " ")[0])

@@ -53,18 +53,6 @@ func callBytes(_ method: String, _ parameters: [String: JSONValue] = [:]) throws
 }
 
 extension RawVarlinkClient {
-    /// Calls an `io.bgtask.Lifecycle` method and returns its reply.
-    @discardableResult
-    func lifecycle(_ method: String, _ parameters: [String: JSONValue] = [:]) throws -> [String: JSONValue] {
-        try call("io.bgtask.Lifecycle." + method, parameters)
-    }
-
-    /// `GetApp(app)`'s `app` object.
-    func app(_ name: String) throws -> [String: JSONValue] {
-        let reply = try lifecycle("GetApp", ["app": .string(name)])
-        guard let app = reply.parameters["app"]?.objectValue else { throw HarnessError("GetApp failed: \(reply)") }
-        return app
-    }
 
     /// Waits until `GetApp(name)` reports `state`, re-asking every 5 ms for at most `timeout`.
     func waitForState(_ state: String, of name: String, timeout: Duration = .seconds(15)) throws {
