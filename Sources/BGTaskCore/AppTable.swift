@@ -17,6 +17,29 @@ struct AppTable: Sendable {
     /// Number of apps.
     private(set) var count = 0
 
+    /// An empty table.
+    init() {}
+
+    /// A table holding `apps` in the slots their identities name (restoring a saved state), the next identity
+    /// made with serial `nextSerial`. Nil when two apps name one slot or an identity is out of range.
+    init?(restoring apps: [TrackedApp], nextSerial: Int64) {
+        let slotCount = (apps.map(\.id.slot).max() ?? -1) + 1
+        guard slotCount < 1 << AppID.slotBits else { return nil }
+        slots = Array(repeating: nil, count: slotCount)
+        identities = Array(repeating: 0, count: slotCount)
+        for app in apps {
+            guard app.id.rawValue > 0, app.id.serial < nextSerial, slots[app.id.slot] == nil else { return nil }
+            slots[app.id.slot] = app
+            identities[app.id.slot] = app.id.rawValue
+        }
+        count = apps.count
+        freeSlots = slots.indices.filter { slots[$0] == nil }.reversed()
+        self.nextSerial = nextSerial
+    }
+
+    /// The serial the next identity gets.
+    var upcomingSerial: Int64 { nextSerial }
+
     /// A fresh identity, with a slot reserved for it.
     mutating func makeID() -> AppID {
         defer { nextSerial += 1 }

@@ -3,7 +3,7 @@
 /// A pending deadline's position in time, with the order it was scheduled in to break ties.
 ///
 /// Two deadlines at the same instant fire in the order they were scheduled, like timers on an event loop.
-public struct DeadlineOrder: Hashable, Comparable, Sendable {
+public struct DeadlineOrder: Hashable, Comparable, Sendable, Codable {
     /// When the deadline falls.
     public var instant: MonotonicInstant
     /// A counter value taken when it was scheduled; lower fires first among equal instants.

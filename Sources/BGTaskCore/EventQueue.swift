@@ -1,7 +1,7 @@
 // The bounded queue of events waiting for a suspended app: coalescing by name in constant time, oldest dropped first.
 
 /// An event waiting for a suspended app, with how it was posted.
-struct QueuedEvent: Sendable {
+struct QueuedEvent: Sendable, Codable {
     var event: AppEvent
     var behavior: DeliveryBehavior
 }
@@ -12,7 +12,7 @@ struct QueuedEvent: Sendable {
 /// each held post count alike, so a poster cannot grow a suspended app's queue by varying names. Past the bound
 /// the oldest entry is dropped and counted. Coalescing finds an event's pending entry through an index by kind
 /// and name, so a post costs the same whether the queue is empty or full.
-struct EventQueue: Sendable {
+struct EventQueue: Sendable, Codable {
     /// What coalescing merges on: the event's kind and, for notifications, its name.
     private struct CoalescingKey: Hashable, Sendable {
         var kind: EventKind
@@ -71,6 +71,20 @@ struct EventQueue: Sendable {
         return (true, dropped)
     }
 
+    /// An empty queue.
+    init() {}
+
+    /// A queue holding `entries`, oldest first, as `entries` gave them (restoring a saved state); the coalescing
+    /// index is rebuilt. Entries past `limit` are dropped, oldest first, as `enqueue` would have.
+    init(restoring entries: [QueuedEvent], limit: Int) {
+        for entry in entries.suffix(max(1, limit)) {
+            if entry.behavior == .coalesce {
+                coalescingIndex[CoalescingKey(kind: entry.event.kind, name: entry.event.name)] = storage.count
+            }
+            storage.append(entry)
+        }
+    }
+
     /// Empties the queue, returning its events oldest first.
     mutating func removeAll() -> [AppEvent] {
         let events = storage[head...].map(\.event)
@@ -89,5 +103,16 @@ struct EventQueue: Sendable {
             firstPosition += head
             head = 0
         }
+    }
+}
+
+extension EventQueue {
+    /// Saved as its waiting entries, oldest first; the coalescing index is rebuilt on decoding.
+    init(from decoder: any Decoder) throws {
+        self.init(restoring: try [QueuedEvent](from: decoder), limit: .max)
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        try Array(entries).encode(to: encoder)
     }
 }

@@ -1,7 +1,7 @@
 // Events sent to apps, actions for the shell to carry out, and audit records of what the policy decided.
 
 /// An event on an app's event stream (the `Event` type of the interface).
-public struct AppEvent: Hashable, Sendable {
+public struct AppEvent: Hashable, Sendable, Codable {
     /// Acknowledged by this id; increasing in creation order across the daemon.
     public var id: EventID
     /// What happened.
@@ -56,7 +56,7 @@ public enum Action: Hashable, Sendable {
 }
 
 /// One entry of the audit trail: history, `Watch`, journal.
-public struct AuditEntry: Hashable, Sendable {
+public struct AuditEntry: Hashable, Sendable, Codable {
     /// When it happened (monotonic; the shell adds wall-clock time).
     public var time: MonotonicInstant
     /// Which registration.

@@ -6,7 +6,7 @@
 /// actions and timers refer to apps by this identity, never by name or PID. The value packs a serial number
 /// (upper bits, increasing with each registration) and the slot of the policy's app table (lower bits), so a
 /// lookup is an array index rather than a hash; the serial makes a stale identity miss a reused slot.
-public struct AppID: Hashable, Comparable, Sendable, CustomStringConvertible {
+public struct AppID: Hashable, Comparable, Sendable, Codable, CustomStringConvertible {
     /// The raw value; positive.
     public var rawValue: Int64
 
@@ -35,7 +35,7 @@ public struct AppID: Hashable, Comparable, Sendable, CustomStringConvertible {
 }
 
 /// A background-task lease (`UIBackgroundTaskIdentifier`): positive, never reused while the daemon runs.
-public struct TaskID: Hashable, Comparable, Sendable, CustomStringConvertible {
+public struct TaskID: Hashable, Comparable, Sendable, Codable, CustomStringConvertible {
     /// The raw value; positive. Zero is never issued (it plays `UIBackgroundTaskInvalid` on the client side).
     public var rawValue: Int64
 
@@ -50,7 +50,7 @@ public struct TaskID: Hashable, Comparable, Sendable, CustomStringConvertible {
 }
 
 /// An event sent to an app, acknowledged by this id.
-public struct EventID: Hashable, Comparable, Sendable, CustomStringConvertible {
+public struct EventID: Hashable, Comparable, Sendable, Codable, CustomStringConvertible {
     /// The raw value; positive, increasing in the order events are created.
     public var rawValue: Int64
 

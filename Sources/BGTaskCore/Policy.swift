@@ -3,7 +3,7 @@
 /// The per-app policy: the `[Policy]` section of `bgtaskd.conf`, overridable per app in `apps.d/NAME.conf`.
 ///
 /// A registration resolves its policy once, when it registers; a reload affects registrations made after it.
-public struct AppPolicy: Hashable, Sendable {
+public struct AppPolicy: Hashable, Sendable, Codable {
     /// `BackgroundTimeSec`: the background time budget shared by all of an app's leases, counted from
     /// entering background and reset on return to the foreground. 600 s is the original iOS
     /// (iOS 4–6) `backgroundTimeRemaining` allowance; modern iOS grants about 30 s.

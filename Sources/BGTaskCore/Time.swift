@@ -5,7 +5,7 @@
 /// The core only compares and offsets instants; the shell reads the clock and passes the reading in.
 /// Wall-clock time never enters policy, so a clock step (NTP, suspend of the host) cannot
 /// shorten or lengthen a lease.
-public struct MonotonicInstant: Hashable, Comparable, Sendable, CustomStringConvertible {
+public struct MonotonicInstant: Hashable, Comparable, Sendable, Codable, CustomStringConvertible {
     /// Nanoseconds since the clock's origin.
     public var nanoseconds: Int64
 

@@ -1,7 +1,7 @@
 // The policy's private bookkeeping for one registration, and the rolling ledger behind the daily budget.
 
 /// The deadlines an app can have pending. When several fall due at once they are handled in this order.
-enum DeadlineKind: Int, CaseIterable {
+enum DeadlineKind: Int, CaseIterable, Codable {
     /// A launched managed app must register by now (`LaunchTimeoutSec`).
     case launch
     /// SIGKILL after `willTerminate` (`WillTerminateGraceSec`).
@@ -17,7 +17,7 @@ enum DeadlineKind: Int, CaseIterable {
 }
 
 /// The pending deadlines of one app, one slot per kind, stored inline (no allocation per app).
-struct PendingDeadlines: Sendable {
+struct PendingDeadlines: Sendable, Codable {
     private var launch: DeadlineOrder?
     private var kill: DeadlineOrder?
     private var acknowledgement: DeadlineOrder?
@@ -65,14 +65,14 @@ struct PendingDeadlines: Sendable {
 
 /// One open lease. Leases live in their tracked app: every request naming a lease also names its app, and
 /// an app holds at most `TasksPerAppMax`, so no daemon-wide table (and no cache miss into one) is needed.
-struct OpenTask: Sendable {
+struct OpenTask: Sendable, Codable {
     var id: TaskID
     var name: String?
     var began: MonotonicInstant
 }
 
 /// Everything the policy tracks about one registration.
-struct TrackedApp: Sendable {
+struct TrackedApp: Sendable, Codable {
     let id: AppID
     let name: String
     var pid: Int32
@@ -127,17 +127,23 @@ struct TrackedApp: Sendable {
 }
 
 /// Background time an app has used over the last 24 hours, by app name (a relaunch must not reset it).
-struct UsageLedger: Sendable {
+struct UsageLedger: Sendable, Codable {
     /// The rolling window of `BackgroundBudgetPerDaySec`.
     static let window: Duration = .seconds(24 * 60 * 60)
 
+    /// One closed stretch of running in background.
+    struct Stretch: Sendable, Codable {
+        var start: MonotonicInstant
+        var end: MonotonicInstant
+    }
+
     /// Closed stretches of running in background, oldest first, none ending before the window.
-    private(set) var stretches: [(start: MonotonicInstant, end: MonotonicInstant)] = []
+    private(set) var stretches: [Stretch] = []
 
     /// Adds a closed stretch and forgets those that left the window.
     mutating func add(from start: MonotonicInstant, to end: MonotonicInstant) {
         guard end > start else { return }
-        stretches.append((start, end))
+        stretches.append(Stretch(start: start, end: end))
         let horizon = end - Self.window
         if let first = stretches.firstIndex(where: { $0.end > horizon }), first > 0 {
             stretches.removeFirst(first)

@@ -1,6 +1,7 @@
 // Drives the policy core the way the daemon does, over a manual event loop, and logs what it was told to do.
 
 import BGTaskCore
+import Foundation
 
 /// Runs a `Lifecycle` as the daemon would: one timer armed on a `ManualEventLoop` wherever the core asks,
 /// `deadlineReached` when it fires, and `.suspend` refused for apps the test marks as holding a file lock.
@@ -143,6 +144,36 @@ public final class PolicyHarness {
     /// Reclaims an app.
     public func reclaim(_ app: AppID, memoryBytes: UInt64? = nil) throws(LifecycleError) {
         execute(try core.reclaim(app, memoryBytes: memoryBytes, now: now))
+    }
+
+    /// Restarts the policy as the daemon restarts: `restoreFromSavedState()`, then `resumeAfterRestart()`.
+    @discardableResult
+    public func restart() throws -> Data {
+        let data = try restoreFromSavedState()
+        resumeAfterRestart()
+        return data
+    }
+
+    /// The first half of a restart: the policy's state saved as JSON and restored into a new `Lifecycle`, and the
+    /// processes it had stopped continued meanwhile (as the service's clean-up does after a crash). Returns the
+    /// saved bytes.
+    @discardableResult
+    public func restoreFromSavedState() throws -> Data {
+        let data = try JSONEncoder().encode(core.saved)
+        let saved = try JSONDecoder().decode(SavedLifecycle.self, from: data)
+        core = try Lifecycle(restoring: saved, policy: core.policy)
+        frozen = []
+        if let timer { loop.cancel(timer) }
+        timer = nil
+        armedDeadline = nil
+        pendingEffects.append("restart")
+        return data
+    }
+
+    /// The second half of a restart: the restart's actions carried out (suspended apps suspended again, the
+    /// timer armed).
+    public func resumeAfterRestart() {
+        execute(core.restarted(now: now))
     }
 
     /// Remaining background time.

@@ -1,6 +1,7 @@
 // A seeded randomized model test: thousands of random operation sequences, invariants checked after every step.
 
 import BGTaskTestSupport
+import Foundation
 import Testing
 
 @testable import BGTaskCore
@@ -23,6 +24,8 @@ private struct ModelRun {
     var processedActions = 0
     /// The last remaining time seen for apps continuously in background or suspended.
     var lastRemaining: [AppID: Duration] = [:]
+    /// What a restart lost or changed, if anything.
+    var restartProblem: String?
 
     static let names = ["a", "b", "c", "d", "e"]
 
@@ -167,7 +170,31 @@ private struct ModelRun {
             guard let app else { return "no app" }
             try h.reclaim(app, memoryBytes: 10)
             return "reclaim \(app)"
-        case 78..<88:
+        case 78..<80:
+            // A daemon restart: everything the policy knew must survive it unchanged.
+            let before = h.core.snapshots(now: h.now, includeEnded: true)
+            let deadline = h.core.nextDeadline
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = .sortedKeys
+            let savedBefore = try? encoder.encode(h.core.saved)
+            do {
+                try h.restoreFromSavedState()
+            } catch {
+                restartProblem = "the restart failed: \(error)"
+                return "restart"
+            }
+            let after = h.core.snapshots(now: h.now, includeEnded: true)
+            if (try? encoder.encode(h.core.saved)) != savedBefore {
+                restartProblem = "the restored state saves differently from the state it was restored from"
+            } else if after != before {
+                restartProblem = "the restart changed the apps: \(before) became \(after)"
+            } else if h.core.nextDeadline != deadline {
+                restartProblem = "the restart moved the next deadline from \(String(describing: deadline))"
+            }
+            // Then the policy carries on: suspended apps are suspended again (a lock taken meanwhile defers it).
+            h.resumeAfterRestart()
+            return "restart"
+        case 80..<90:
             guard let next = h.armedDeadline else { fallthrough }
             let target = random.chance(50) ? next : next - .nanoseconds(1)
             let step = target > h.now ? target - h.now : .zero
@@ -182,6 +209,7 @@ private struct ModelRun {
 
     /// The invariants of the issue, plus the shell contract; nil when all hold.
     mutating func checkInvariants() -> String? {
+        if let restartProblem { return restartProblem }
         let now = h.now
         if let violation = h.violations.first { return "shell contract: \(violation)" }
         // Each task ends exactly once.

@@ -1,0 +1,118 @@
+// The policy's state as a value to save and restore, so that a daemon restart loses no lease and grants no budget.
+
+/// Everything a `Lifecycle` knows, as plain `Codable` data: every registration with its leases, budget, queued
+/// events and pending deadlines (absolute `CLOCK_MONOTONIC` instants, which a daemon restart within one boot
+/// leaves meaningful), the daily ledgers, the name tables and the counters that keep ids unique.
+///
+/// The policy itself is not part of it: each app keeps the policy it registered with, and the limits come from
+/// the configuration in force when the state is restored.
+public struct SavedLifecycle: Codable, Sendable {
+    var apps: [TrackedApp]
+    var nextSerial: Int64
+    var liveNames: [String: AppID]
+    var detachedNames: [String: AppID]
+    var endedNames: [String: AppID]
+    var endedOrder: [AppID]
+    var detachedOrder: [AppID]
+    var ledgers: [String: UsageLedger]
+    var nextTaskID: Int64
+    var nextEventID: Int64
+    var nextSequence: UInt64
+
+    /// How many registrations it holds.
+    public var appCount: Int { apps.count }
+}
+
+/// Why a saved state cannot be restored: it contradicts itself, so nothing in it can be trusted.
+public struct SavedStateError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// What is inconsistent.
+    public var reason: String
+
+    public var description: String { reason }
+}
+
+extension Lifecycle {
+    /// The state to save.
+    public var saved: SavedLifecycle {
+        SavedLifecycle(
+            apps: apps.values, nextSerial: apps.upcomingSerial, liveNames: liveNames, detachedNames: detachedNames,
+            endedNames: endedNames, endedOrder: Array(endedOrder[endedOrderStart...]),
+            detachedOrder: Array(detachedOrder[detachedOrderStart...]), ledgers: ledgers, nextTaskID: nextTaskID,
+            nextEventID: nextEventID, nextSequence: nextSequence)
+    }
+
+    /// The policy state `saved` describes, under `policy`. Every cross-reference is checked (identities,
+    /// names, ids below their counters), and a state that contradicts itself is refused whole: adopting part of
+    /// it could hand one app's leases or process to another.
+    ///
+    /// Call `restarted(now:)` next: it re-suspends what was suspended and arms the timer.
+    public init(restoring saved: SavedLifecycle, policy: CorePolicy) throws(SavedStateError) {
+        self.init(policy: policy)
+        func fail(_ reason: String) -> SavedStateError { SavedStateError(reason: reason) }
+        guard let table = AppTable(restoring: saved.apps, nextSerial: saved.nextSerial) else {
+            throw fail("two registrations share a slot, or an identity is out of range")
+        }
+        for app in saved.apps {
+            var lastTask: Int64 = 0
+            for task in app.openTasks {
+                guard task.id.rawValue > lastTask, task.id.rawValue < saved.nextTaskID else {
+                    throw fail("\(app.name): task ids out of order or not below the next id")
+                }
+                lastTask = task.id.rawValue
+            }
+            let eventIDs = app.queue.entries.map(\.event.id.rawValue) + [app.pendingAcknowledgement?.rawValue ?? 0]
+            guard eventIDs.allSatisfy({ $0 < saved.nextEventID }) else {
+                throw fail("\(app.name): an event id not below the next id")
+            }
+            guard
+                DeadlineKind.allCases.allSatisfy({ app.deadlines[$0].map { $0.sequence < saved.nextSequence } ?? true })
+            else {
+                throw fail("\(app.name): a deadline sequence not below the next one")
+            }
+            guard app.queue.isEmpty || app.state == .suspended else {
+                throw fail("\(app.name): events queued for an app that is not suspended")
+            }
+        }
+        for (kind, names) in [
+            ("live", saved.liveNames), ("detached", saved.detachedNames), ("ended", saved.endedNames),
+        ] {
+            for (name, id) in names where table[id]?.name != name {
+                throw fail("the \(kind) name \(name) names no registration of that name")
+            }
+        }
+        guard Set(saved.liveNames.values).count == saved.liveNames.count else {
+            throw fail("one registration holds two live names")
+        }
+        for id in saved.endedOrder + saved.detachedOrder where id.serial >= saved.nextSerial {
+            throw fail("\(id) in the history was never made")
+        }
+        apps = table
+        liveNames = saved.liveNames
+        detachedNames = saved.detachedNames
+        endedNames = saved.endedNames
+        endedOrder = saved.endedOrder
+        detachedOrder = saved.detachedOrder
+        ledgers = saved.ledgers
+        nextTaskID = saved.nextTaskID
+        nextEventID = saved.nextEventID
+        nextSequence = saved.nextSequence
+        openTaskCount = saved.apps.reduce(0) { $0 + $1.openTasks.count }
+        for app in saved.apps {
+            if let earliest = app.deadlines.earliest { deadlines.set(app.id, to: earliest.order) }
+        }
+    }
+
+    /// The state was just restored after a daemon restart: the actions that put the world back as the policy
+    /// left it. Suspended apps are suspended again (their processes may have been continued meanwhile, by the
+    /// service's clean-up or by hand), and the timer is armed at the earliest deadline: one that passed while the
+    /// daemon was down fires at once, in order.
+    public mutating func restarted(now: MonotonicInstant) -> [Action] {
+        var actions: [Action] = []
+        for app in apps.values where app.state == .suspended && !app.isProcessGone {
+            actions.append(.suspend(app.id))
+        }
+        armedDeadline = nil
+        armTimerIfDeadlineMoved(&actions)
+        return actions
+    }
+}

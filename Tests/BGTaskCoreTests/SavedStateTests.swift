@@ -1,0 +1,121 @@
+// Saving and restoring the policy: a restart keeps every lease, budget and deadline, and refuses a state that
+// contradicts itself rather than adopt any of it.
+
+import BGTaskTestSupport
+import Foundation
+import Testing
+
+@testable import BGTaskCore
+
+@Suite("Saved policy state")
+struct SavedStateTests {
+    /// A harness with a suspended app, an app in background holding a lease, and a queued post.
+    private func busyHarness() throws -> PolicyHarness {
+        let h = PolicyHarness()
+        let mail = try h.register("mail")
+        let sync = try h.register("sync")
+        let task = try h.begin(sync, "upload")
+        #expect(task == TaskID(rawValue: 1))
+        try h.setState(mail, .background)
+        try h.acknowledgeLast(.didEnterBackground, of: mail)
+        try h.setState(sync, .background)
+        try h.acknowledgeLast(.didEnterBackground, of: sync)
+        try h.post("news", payload: "1", behavior: .coalesce, to: mail)
+        h.advance(by: .seconds(100))
+        return h
+    }
+
+    @Test(
+        "a restart keeps leases, remaining time, queued events and the next deadline; the suspended app is suspended again"
+    )
+    func restartKeepsEverything() throws {
+        let h = try busyHarness()
+        let mail = try #require(h.core.liveAppID(named: "mail"))
+        let sync = try #require(h.core.liveAppID(named: "sync"))
+        let remaining = try h.remaining(sync)
+        let deadline = h.core.nextDeadline
+        _ = h.takeEffects()
+        try h.restart()
+        #expect(h.takeEffects() == ["restart", "suspend mail"])
+        #expect(h.state(mail) == .suspended)
+        #expect(h.core.snapshot(of: sync, now: h.now)?.tasks.map(\.id) == [TaskID(rawValue: 1)])
+        #expect(try h.remaining(sync) == remaining, "the restart changed the remaining time")
+        #expect(h.core.snapshot(of: mail, now: h.now)?.queuedEvents == 1)
+        #expect(h.armedDeadline == deadline)
+        // Ids keep counting from where they were: no task id is handed out twice.
+        #expect(try h.begin(sync, "second") == TaskID(rawValue: 2))
+        // The queued post reaches the app when it next runs.
+        try h.setState(mail, .active)
+        #expect(h.events(of: mail).contains { $0.name == "news" })
+    }
+
+    @Test("a deadline that passed while the daemon was down is acted on as soon as it is back")
+    func passedDeadline() throws {
+        let h = try busyHarness()
+        let sync = try #require(h.core.liveAppID(named: "sync"))
+        try h.restoreFromSavedState()
+        // The daemon was down for ten minutes: the lease's warning and expiry both passed.
+        h.loop.advanceTime(by: .seconds(600))
+        _ = h.takeEffects()
+        h.resumeAfterRestart()
+        let effects = h.takeEffects()
+        #expect(effects.contains { $0.hasPrefix("sync ← backgroundTaskExpiring") }, "\(effects)")
+        #expect(effects.contains("sync task#1 ended (expired)"), "\(effects)")
+        #expect(h.state(sync) == .terminated)
+    }
+
+    /// The saved state of `h` as a JSON object, changed by `change`, restored.
+    private func restore(
+        _ h: PolicyHarness, changing change: (inout [String: Any]) -> Void
+    ) throws -> Lifecycle {
+        var object = try #require(
+            try JSONSerialization.jsonObject(with: JSONEncoder().encode(h.core.saved)) as? [String: Any])
+        change(&object)
+        let saved = try JSONDecoder().decode(
+            SavedLifecycle.self, from: JSONSerialization.data(withJSONObject: object))
+        return try Lifecycle(restoring: saved, policy: h.core.policy)
+    }
+
+    @Test(
+        "a state that contradicts itself is refused whole",
+        arguments: [
+            "two apps in one slot", "a live name naming another app", "a task id not below the next",
+            "an unknown serial",
+            "an event id not below the next",
+        ])
+    func contradictions(_ flaw: String) throws {
+        let h = try busyHarness()
+        let error = #expect(throws: SavedStateError.self) {
+            _ = try restore(h) { object in
+                var apps = object["apps"] as? [[String: Any]] ?? []
+                switch flaw {
+                case "two apps in one slot":
+                    apps[1]["id"] = apps[0]["id"]
+                case "a live name naming another app":
+                    var names = object["liveNames"] as? [String: Any] ?? [:]
+                    names["mail"] = names["sync"]
+                    object["liveNames"] = names
+                case "a task id not below the next":
+                    object["nextTaskID"] = 1
+                case "an unknown serial":
+                    object["nextSerial"] = 1
+                default:
+                    object["nextEventID"] = 1
+                }
+                object["apps"] = apps
+            }
+        }
+        #expect(error != nil, "\(flaw) was restored")
+    }
+
+    @Test("restoring the same state twice gives the same policy")
+    func restoreIsDeterministic() throws {
+        let h = try busyHarness()
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        let first = try restore(h) { _ in }
+        let second = try restore(h) { _ in }
+        #expect(try encoder.encode(first.saved) == encoder.encode(second.saved))
+        #expect(try encoder.encode(first.saved) == encoder.encode(h.core.saved))
+    }
+}
