@@ -100,25 +100,44 @@ public struct AppStandIn: Sendable {
         try? wrapper.pidFD.close()
     }
 
+    /// Asks the stand-in for another connection to the daemon, made by the stand-in (so the daemon sees the same
+    /// process as the peer: how an app re-attaches after a daemon restart). Waits at most `timeout`.
+    public func reconnect(timeout: Duration) throws -> FileDescriptor {
+        try control.writeAll([UInt8(ascii: "c")])
+        guard
+            let (connection, _) = try DescriptorPassing.receive(
+                over: control, payloadCapacity: Self.pidByteCount, timeout: timeout)
+        else {
+            throw BenchmarkError("the app stand-in (pid \(process.pid)) exited instead of connecting again")
+        }
+        return connection
+    }
+
     /// The hidden `app-process` mode: connects to `socketPath`, passes the connection and this process's pid
-    /// over standard input, then waits until standard input closes. Returns the exit status.
+    /// over standard input, then connects again each time a byte arrives on standard input, until it closes.
+    /// Returns the exit status.
     static func serve(socketPath: String) -> Int32 {
-        do {
+        func connectAndPass() throws {
             let connection = try UnixSocket.connect(path: socketPath)
+            defer { try? connection.close() }
             let pid = getpid()
             let payload = withUnsafeBytes(of: pid) { Array($0) }
+            // The receiver holds its own copy then; the daemon still sees this process as the peer.
             try DescriptorPassing.send(connection, payload: payload, over: .standardInput)
-            // The benchmark holds its own copy now; the daemon still sees this process as the peer.
-            try connection.close()
+        }
+        do {
+            try connectAndPass()
         } catch {
             reportFailure("app-process: \(error)")
             return 1
         }
         while true {
             do {
-                if try FileDescriptor.standardInput.read(upTo: 64).isEmpty { return 0 }
+                let request = try FileDescriptor.standardInput.read(upTo: 64)
+                if request.isEmpty { return 0 }
+                for _ in request { try connectAndPass() }
             } catch {
-                reportFailure("app-process: reading standard input: \(error)")
+                reportFailure("app-process: \(error)")
                 return 1
             }
         }

@@ -103,6 +103,12 @@ extension Lifecycle {
         return !app.isProcessGone
     }
 
+    /// The registrations whose process the policy still watches (it has not been reported gone), in identity
+    /// order.
+    public var appsWatchingProcesses: [AppID] {
+        apps.values.filter { !$0.isProcessGone }.map(\.id)
+    }
+
     /// Number of suspended apps.
     public var suspendedAppCount: Int { apps.count { $0.state == .suspended } }
 

@@ -37,6 +37,17 @@ final class AuditTrail {
         self.logger = logger
     }
 
+    /// The kept entries, oldest first, as the state file keeps them.
+    var savedEntries: [SavedHistoryEntry] {
+        entries[start...].map { SavedHistoryEntry(record: $0.record, entry: $0.entry) }
+    }
+
+    /// Takes back the entries a previous daemon saved (the newest `capacity` of them), before any new one.
+    func restore(_ saved: [SavedHistoryEntry]) {
+        entries = saved.suffix(capacity).map { ($0.record, $0.entry) }
+        start = 0
+    }
+
     /// Whether `History()` keeps this kind of record (Watch streams them all).
     static func isKeptInHistory(_ record: AuditEntry) -> Bool {
         switch record.kind {

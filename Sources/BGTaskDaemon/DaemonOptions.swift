@@ -15,6 +15,8 @@ public struct DaemonOptions: Equatable, Sendable {
         case help
         /// Print the version and exit.
         case version
+        /// Continue what the saved state says the daemon stopped, and exit (`--release-stopped`).
+        case releaseStopped
     }
 
     /// What to do.
@@ -25,6 +27,8 @@ public struct DaemonOptions: Equatable, Sendable {
     public var isUserInstance = false
     /// The configuration file given with `--config`, if any.
     public var configurationPath: String?
+    /// The state file given with `--state-file`, if any.
+    public var statePath: String?
 
     /// `--socket PATH`.
     static let socket = OptionSpec(
@@ -37,6 +41,15 @@ public struct DaemonOptions: Equatable, Sendable {
         "config", valueName: "PATH",
         help: "Read PATH (drop-ins in PATH.d/, per-app files in apps.d/ beside it).",
         defaultValue: "/etc/bgtaskd/bgtaskd.conf; with --user, $XDG_CONFIG_HOME/bgtaskd/bgtaskd.conf")
+    /// `--state-file PATH`.
+    static let stateFile = OptionSpec(
+        "state-file", valueName: "PATH",
+        help: "Save the apps' state in PATH as it changes and restore it on start, so a restart loses no lease.",
+        defaultValue: "$RUNTIME_DIRECTORY/state.json, else state.json beside the socket")
+    /// `--release-stopped`.
+    static let releaseStopped = FlagSpec(
+        "release-stopped",
+        help: "Continue every process the state file says bgtaskd stopped, then exit (the service's ExecStopPost=).")
     /// `--user`.
     static let user = FlagSpec(
         "user", help: "Run as a per-user instance (socket and configuration in the user's directories).")
@@ -55,7 +68,7 @@ public struct DaemonOptions: Equatable, Sendable {
             Signals: SIGTERM and SIGINT stop (every stopped app is resumed first); SIGHUP reloads the \
             configuration. Exit status: 0 on a clean stop, 1 on a failure to start or run, 64 on bad usage.
             """,
-        globalOptions: [socket, config], globalFlags: [user, dumpConfig],
+        globalOptions: [socket, config, stateFile], globalFlags: [user, dumpConfig, releaseStopped],
         exitStatuses: [
             ExitStatusSpec("0", "A clean stop."), ExitStatusSpec("1", "A failure to start or run."),
             ExitStatusSpec("64", "Bad usage."),
@@ -89,7 +102,9 @@ public struct DaemonOptions: Equatable, Sendable {
             options.socketPath = parsed.text(socket)
             options.configurationPath = parsed.text(config)
             options.isUserInstance = parsed.isSet(user)
+            options.statePath = parsed.text(stateFile)
             if parsed.isSet(dumpConfig) { options.mode = .dumpConfiguration }
+            if parsed.isSet(releaseStopped) { options.mode = .releaseStopped }
         }
         return options
     }
@@ -108,6 +123,16 @@ public struct DaemonOptions: Equatable, Sendable {
             return "\(runtime)/\(file)"
         }
         return "/run/bgtaskd/\(file)"
+    }
+
+    /// The state file, from the options, the environment and the socket path: the service's runtime directory
+    /// (which `RuntimeDirectoryPreserve=` keeps across restarts), else the socket's directory.
+    public func resolvedStatePath(socketPath: String, environment: [String: String]) -> String {
+        if let statePath { return statePath }
+        if let runtime = environment["RUNTIME_DIRECTORY"]?.split(separator: ":").first, !runtime.isEmpty {
+            return "\(runtime)/state.json"
+        }
+        return StateStore.directory(of: socketPath) + "/state.json"
     }
 
     /// The configuration file to read, from the options and the environment.

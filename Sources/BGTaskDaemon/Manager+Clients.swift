@@ -174,6 +174,9 @@ extension Manager {
         case .registration(let app) where eventStreams[app] === connection:
             eventStreams[app] = nil
             logger.debug("event stream of \(appName(app)) closed: \(reason)")
+            // The daemon closing every stream as it stops is not the app leaving: its registration, leases and
+            // all, waits in the state file for the app to re-attach to the next daemon.
+            guard !isStopping else { break }
             perform(core.registrationClosed(app, now: now))
             pruneProcess(of: app)
         case .watch:

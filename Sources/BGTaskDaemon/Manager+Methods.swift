@@ -60,6 +60,20 @@ enum CallableMethod {
         }
     }
 
+    /// Whether the method only reads: its calls change nothing the state file holds.
+    var isReadOnly: Bool {
+        switch self {
+        case .service(.getInfo), .service(.getInterfaceDescription): true
+        case .lifecycle(let method):
+            switch method {
+            case .backgroundTimeRemaining, .listApps, .getApp, .history, .watch, .getStatus: true
+            case .register, .beginBackgroundTask, .endBackgroundTask, .acknowledge, .setState, .launch, .terminate,
+                .post:
+                false
+            }
+        }
+    }
+
     /// Whether the method streams and so must be called with `more`.
     var requiresMore: Bool {
         switch self {

@@ -72,15 +72,8 @@ extension Manager {
         }
         let process = TrackedProcess(serial: nextProcessSerial, pidFD: peer.pidFD, uid: uid, startTime: peer.startTime)
         nextProcessSerial += 1
-        do {
-            process.exitSource = try loop.addIO(fd: peer.pidFD.fileDescriptor, events: .readable, name: "pidfd") {
-                [unowned self, unowned process] _, _ in
-                self.processExited(process)
-            }
-        } catch {
+        guard watchExit(of: process) else {
             // Fail closed: an app whose exit cannot be watched is not tracked at all, and its registration ends.
-            logger.error("cannot watch pid \(peer.pidFD.pid): \(error)")
-            process.release()
             perform(core.processExited(app, how: .exited, now: now))
             return
         }
@@ -88,6 +81,21 @@ extension Manager {
         processes[process.serial] = process
         processOfApp[app] = process
         memoryMonitor?.appsChanged()
+    }
+
+    /// Watches the process's pidfd for its exit; false (logged, the pidfd closed) when it cannot be watched.
+    func watchExit(of process: TrackedProcess) -> Bool {
+        do {
+            process.exitSource = try loop.addIO(fd: process.pidFD.fileDescriptor, events: .readable, name: "pidfd") {
+                [unowned self, unowned process] _, _ in
+                self.processExited(process)
+            }
+            return true
+        } catch {
+            logger.error("cannot watch pid \(process.pid): \(error)")
+            process.release()
+            return false
+        }
     }
 
     /// Forgets registrations of `app`'s process the policy no longer tracks; releases the process when none is
@@ -190,6 +198,8 @@ extension Manager {
             }
         }
         guard mayStop else { return }
+        // What is stopped is part of the state: the service's clean-up continues it from there after a crash.
+        defer { stateChanged() }
         do {
             try process.stop()
         } catch {
@@ -204,6 +214,7 @@ extension Manager {
     func resumeProcess(of app: AppID) {
         if let request = pendingSuspensions.removeValue(forKey: app) { lockCheckRequests[request] = nil }
         guard let process = processOfApp[app] else { return }
+        defer { stateChanged() }
         do {
             try process.resume()
         } catch {

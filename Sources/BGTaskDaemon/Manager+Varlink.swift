@@ -63,6 +63,7 @@ extension Manager {
             return
         }
         method.handler.serve(self, call)
+        if !method.isReadOnly { stateChanged() }
         updateStatus()
     }
 

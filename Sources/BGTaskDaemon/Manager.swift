@@ -41,6 +41,20 @@ public final class Manager {
     let inspector: ProcessInspector
     let trail: AuditTrail
     let startedAt: MonotonicInstant
+    /// Where the state is saved for the next daemon; nil keeps nothing across restarts.
+    let stateStore: StateStore?
+    /// The kernel's boot id, which the state file must match.
+    let bootID: String
+    /// The state changed since it was last handed to the writer; a save is scheduled (`stateSaveSource`).
+    var isStateDirty = false
+    var stateSaveSource: EventSource?
+    /// The thread that encodes and writes the state file, one write at a time.
+    var stateWriter: BackgroundWorker<StateWrite, String?>?
+    var isStateWriteInFlight = false
+    /// The newest state, waiting for the write in flight.
+    var pendingStateWrite: StateWrite?
+    var isStateSaveFailureLogged = false
+    var isFinalStateSaved = false
 
     let readBuffer = ReadBuffer()
     /// Made in `start()`: it needs the manager.
@@ -103,11 +117,12 @@ public final class Manager {
     private var pendingInputs: [() -> [Action]] = []
     private var isPerforming = false
 
-    /// Creates a manager; nothing listens until `start()`. `procFS` is where `/proc` is read (a fake tree in
-    /// tests), and `clock` where time comes from (a manual clock in tests).
+    /// Creates a manager; nothing listens until `start()`. `statePath` is where the state is saved for the next
+    /// daemon and restored from (nil: nothing is kept across restarts), `procFS` is where `/proc` is read (a fake
+    /// tree in tests), and `clock` where time comes from (a manual clock in tests).
     public init(
-        configuration: DaemonConfiguration, configurationPath: String, socketPath: String, logger: Logger,
-        procFS: ProcFS = ProcFS(), clock: ManagerClockMode = .loop
+        configuration: DaemonConfiguration, configurationPath: String, socketPath: String, statePath: String? = nil,
+        logger: Logger, procFS: ProcFS = ProcFS(), clock: ManagerClockMode = .loop
     ) throws(Errno) {
         loop = try EventLoop()
         self.clock = ManagerClock(mode: clock, loop: loop)
@@ -120,6 +135,8 @@ public final class Manager {
         inspector = ProcessInspector(procFS: procFS)
         trail = AuditTrail(capacity: configuration.core.historySize, logger: logger)
         startedAt = self.clock.freshNow
+        stateStore = statePath.map(StateStore.init(path:))
+        bootID = StateStore.bootID(procFS: procFS)
     }
 
     /// The time of the current loop iteration (or the manual clock's), as the core's clock.
@@ -178,8 +195,28 @@ public final class Manager {
         } catch {
             throw StartupError(description: "cannot start the /proc worker thread: \(error)")
         }
+        if stateStore != nil {
+            do {
+                let writer = try BackgroundWorker<StateWrite, String?>(name: "bgtaskd-state", capacity: 2) { write in
+                    do {
+                        try write.store.save(write.state)
+                        return nil
+                    } catch {
+                        return "\(error)"
+                    }
+                }
+                stateWriter = writer
+                try loop.addIO(fd: writer.outcomesReady, events: .readable, name: "state-writer") {
+                    [unowned self] _, _ in
+                    self.stateWritesFinished()
+                }
+            } catch {
+                throw StartupError(description: "cannot start the state writer thread: \(error)")
+            }
+        }
         resolveAccessSettings()
         memoryMonitor = MemoryMonitor(manager: self, settings: configuration.memory)
+        restoreState()
         try openListeners()
         let appsLimit = configuration.memory.appsMemoryMaxBytes.map { "\($0) bytes" } ?? "infinity"
         logger.notice(
@@ -195,6 +232,7 @@ public final class Manager {
     public func run() throws(Errno) -> Int32 {
         let code = try loop.run()
         worker?.stop()
+        stateWriter?.stop(timeout: .seconds(10))
         clock.cancelAll()
         loop.cancelAllSources()
         return code
@@ -267,8 +305,10 @@ public final class Manager {
                     logger.error("cannot resume pid \(process.pid): \(error)", process.apps.map { .app(appName($0)) })
                 }
             }
-            process.release()
         }
+        // Saved with the processes continued, before they are let go: the next daemon adopts them again.
+        saveFinalState()
+        for process in processes.values { process.release() }
         processes = [:]
         processOfApp = [:]
     }
@@ -361,6 +401,7 @@ public final class Manager {
 
     /// Carries out actions in order; inputs that arise meanwhile are fed to the core afterwards.
     func perform(_ actions: [Action]) {
+        if !actions.isEmpty { stateChanged() }
         pendingInputs.append { actions }
         guard !isPerforming else { return }
         isPerforming = true

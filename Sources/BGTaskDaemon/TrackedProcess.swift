@@ -113,6 +113,22 @@ final class TrackedProcess {
         }
     }
 
+    /// The process as the state file keeps it.
+    var saved: SavedProcess {
+        var groupID: pid_t?
+        if case .group(let id) = stopped { groupID = id }
+        return SavedProcess(
+            pid: pid, uid: uid, startTime: startTime, isStopped: stopped != nil, stoppedGroup: groupID,
+            apps: apps.sorted(), memoryBytes: memoryBytes)
+    }
+
+    /// Takes over what the previous daemon had stopped of this process, as its state file says: a restarted
+    /// daemon must undo the stop on the same target the old one made it on.
+    func adoptStop(of saved: SavedProcess) {
+        guard saved.isStopped else { return }
+        stopped = saved.stoppedGroup.map { .group($0) } ?? .process
+    }
+
     /// Stops watching and closes the pidfd.
     func release() {
         exitSource?.cancel()

@@ -27,7 +27,7 @@ case .help:
 case .version:
     print("bgtaskd \(Manager.version)")
     exit(0)
-case .serve, .dumpConfiguration:
+case .serve, .dumpConfiguration, .releaseStopped:
     break
 }
 
@@ -41,6 +41,17 @@ if options.mode == .dumpConfiguration {
 
 let threshold = environment["BGTASKD_LOG_LEVEL"].flatMap(LogPriority.init(name:)) ?? .info
 let logger = Logger(identifier: "bgtaskd", threshold: threshold)
+
+let socketPath: String
+do {
+    socketPath = try options.resolvedSocketPath(environment: environment)
+} catch {
+    fail("\(error)", status: 64)
+}
+let statePath = options.resolvedStatePath(socketPath: socketPath, environment: environment)
+if options.mode == .releaseStopped {
+    exit(StoppedRelease.run(statePath: statePath, logger: logger))
+}
 for diagnostic in loaded.diagnostics {
     logger.log(diagnostic.severity == .error ? .error : .warning, "\(diagnostic)")
 }
@@ -53,17 +64,10 @@ do {
     logger.warning("cannot raise the descriptor limit to its hard limit: \(error)")
 }
 
-let socketPath: String
-do {
-    socketPath = try options.resolvedSocketPath(environment: environment)
-} catch {
-    fail("\(error)", status: 64)
-}
-
 do {
     let manager = try Manager(
         configuration: loaded.configuration, configurationPath: configurationPath, socketPath: socketPath,
-        logger: logger)
+        statePath: statePath, logger: logger)
     try manager.start()
     exit(try manager.run())
 } catch {

@@ -70,12 +70,14 @@ final class ScriptedServer: Sendable {
 
     /// Stops serving: shuts every connection and the listener down, waits for the threads, removes the directory.
     func stop() throws {
-        let connections = state.withLock { state in
-            state.isStopped = true
-            return Array(state.connections.values)
-        }
         try UnixSocket.shutdown(listener)
-        for connection in connections { try UnixSocket.shutdown(connection) }
+        // Under the lock: a connection's thread removes its descriptor from the table (under the lock) before
+        // closing it, so every descriptor still in the table is open, and its number cannot belong to another
+        // socket by now.
+        try state.withLock { state in
+            state.isStopped = true
+            for connection in state.connections.values { try UnixSocket.shutdown(connection) }
+        }
         #expect(threads.wait(timeout: .now() + .seconds(20)) == .success, "server threads finished")
         try listener.close()
         try FileManager.default.removeItem(atPath: directory)

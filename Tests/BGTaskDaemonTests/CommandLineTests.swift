@@ -86,6 +86,30 @@ struct CommandLineTests {
         }
     }
 
+    @Test("the state file: --state-file, else $RUNTIME_DIRECTORY/state.json, else beside the socket")
+    func statePath() throws {
+        let explicit = try DaemonOptions.parse(["--state-file", "/var/tmp/s.json"])
+        #expect(explicit.resolvedStatePath(socketPath: "/run/x/sock", environment: [:]) == "/var/tmp/s.json")
+        let plain = try DaemonOptions.parse([])
+        #expect(
+            plain.resolvedStatePath(socketPath: "/run/x/sock", environment: ["RUNTIME_DIRECTORY": "/run/b:/run/c"])
+                == "/run/b/state.json")
+        #expect(plain.resolvedStatePath(socketPath: "/run/x/sock", environment: [:]) == "/run/x/state.json")
+        #expect(try DaemonOptions.parse(["--release-stopped"]).mode == .releaseStopped)
+    }
+
+    @Test("--release-stopped with no state file has nothing to do and exits 0")
+    func releaseWithoutState() async throws {
+        try await offThePool {
+            let directory = try ScratchDirectory(prefix: "release")
+            let result = try runDaemon([
+                "--release-stopped", "--socket", directory.path + "/sock", "--config", "/dev/null",
+            ])
+            #expect(result.status == .exited(0), "\(result.errors)")
+            #expect(result.errors.contains("nothing was left stopped"), "\(result.errors)")
+        }
+    }
+
     @Test("a socket path too long for sun_path fails to start with a clear message")
     func unusableSocket() async throws {
         try await offThePool {

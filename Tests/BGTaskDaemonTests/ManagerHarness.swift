@@ -30,8 +30,13 @@ final class ManagerHarness {
 
     let directory: ScratchDirectory
     let tree: FakeProcTree
-    let manager: Manager
+    /// The manager; a new one after `restart(after:)`.
+    private(set) var manager: Manager
     let socketPath: String
+    /// The state file the manager saves to and restores from.
+    let statePath: String
+    private let configuration: DaemonConfiguration
+    private let configurationPath: String
     /// The instant the manual clock started at.
     let start: MonotonicInstant
     private let logPath: String
@@ -47,25 +52,66 @@ final class ManagerHarness {
     ) throws {
         directory = try ScratchDirectory(prefix: "bgtaskd-manager")
         socketPath = directory.path + "/io.bgtask.Lifecycle"
-        let configurationPath = try directory.write("bgtaskd.conf", configuration)
+        configurationPath = try directory.write("bgtaskd.conf", configuration)
         for (name, text) in files { _ = try directory.write(name, text) }
         let loaded = ConfigurationLoader(path: configurationPath).load()
         if let problem = loaded.diagnostics.first(where: { $0.severity == .error }) {
             throw HarnessError("bad test configuration: \(problem)")
         }
+        self.configuration = loaded.configuration
+        statePath = directory.path + "/state.json"
         tree = try FakeProcTree()
         logPath = directory.path + "/bgtaskd.log"
         logFile = try FileDescriptor.open(logPath, .writeOnly, options: [.create, .append])
         self.start = start
-        manager = try Manager(
+        manager = try Self.startManager(
             configuration: loaded.configuration, configurationPath: configurationPath, socketPath: socketPath,
-            logger: Logger(destination: .stream, threshold: .debug, stream: logFile), procFS: tree.procFS,
-            clock: .manual(start: start))
+            statePath: statePath, logFile: logFile, tree: tree, start: start)
+    }
+
+    private static func startManager(
+        configuration: DaemonConfiguration, configurationPath: String, socketPath: String, statePath: String,
+        logFile: FileDescriptor, tree: FakeProcTree, start: MonotonicInstant
+    ) throws -> Manager {
+        let manager = try Manager(
+            configuration: configuration, configurationPath: configurationPath, socketPath: socketPath,
+            statePath: statePath, logger: Logger(destination: .stream, threshold: .debug, stream: logFile),
+            procFS: tree.procFS, clock: .manual(start: start))
         do {
             try manager.start(handlesSignals: false)
         } catch {
             throw HarnessError("the manager did not start: \(error)")
         }
+        return manager
+    }
+
+    /// Stops the manager as SIGTERM or `systemctl restart` would (it continues what it stopped and saves its
+    /// state), runs `whileDown`, and starts a new manager on the same state file `downtime` later on the manual
+    /// clock. The apps' event streams are gone; `reattach(_:)` registers an app again from its process.
+    func restart(after downtime: Duration, whileDown: () throws -> Void = {}) throws {
+        try settle()
+        let stoppedAt = manager.currentTime
+        manager.stop(because: "the test restarts it")
+        _ = try? manager.run()
+        controllerClient?.close()
+        controllerClient = nil
+        try whileDown()
+        manager = try Self.startManager(
+            configuration: configuration, configurationPath: configurationPath, socketPath: socketPath,
+            statePath: statePath, logFile: logFile, tree: tree, start: stoppedAt + downtime)
+        try settle()
+    }
+
+    /// Registers `app` again from its own process on a new connection (as the client library does after a daemon
+    /// restart); returns the app with its new stream and the Register reply.
+    func reattach(_ app: App) throws -> (app: App, reply: [String: JSONValue]) {
+        let connection = try app.standIn.reconnect(timeout: .seconds(30))
+        let again = App(name: app.name, standIn: app.standIn, stream: RawVarlinkClient(connected: connection))
+        try again.stream.send("io.bgtask.Lifecycle.Register", ["name": .string(app.name)], more: true)
+        guard let reply = try reply(on: again.stream, to: "Register \(app.name) again") else {
+            throw HarnessError("the manager closed \(app.name)'s connection on Register")
+        }
+        return (again, reply)
     }
 
     /// What the manager logged so far.

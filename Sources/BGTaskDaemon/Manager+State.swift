@@ -1,0 +1,193 @@
+// Saving the daemon's state as it changes and restoring it on start: a restart loses no lease, grants no fresh
+// budget and strands no app (DESIGN §8).
+
+import BGTaskCore
+import BGTaskSystem
+import Glibc
+
+/// A state write for the writer thread, and what came of it.
+struct StateWrite: Sendable {
+    let store: StateStore
+    let state: DaemonState
+}
+
+extension Manager {
+    /// The state as it is now.
+    func currentState() -> DaemonState {
+        DaemonState(
+            bootID: bootID, savedAt: clock.freshNow, lifecycle: core.saved,
+            processes: processes.values.sorted { $0.serial < $1.serial }.map(\.saved), history: trail.savedEntries)
+    }
+
+    // MARK: Saving
+
+    /// Something the state file holds changed: it is saved soon, once for everything that changes meanwhile (one
+    /// write per loop iteration at most, however many calls the iteration served). The write itself (encoding,
+    /// `fsync`, `rename`) happens on the writer thread, so its cost, which grows with the apps, never blocks the
+    /// loop; writes never overlap, and the last state always gets written.
+    func stateChanged() {
+        guard stateStore != nil, !isStopping else { return }
+        isStateDirty = true
+        guard stateSaveSource == nil else { return }
+        do {
+            stateSaveSource = try loop.addDefer(name: "save-state") { [unowned self] in
+                self.stateSaveSource = nil
+                self.saveState()
+            }
+        } catch {
+            logger.error("cannot schedule saving the state: \(error); saving it at once")
+            saveState()
+        }
+    }
+
+    /// Hands the current state to the writer, or keeps it for when the write in flight is done.
+    private func saveState() {
+        guard isStateDirty, let stateStore, !isStopping else { return }
+        isStateDirty = false
+        let write = StateWrite(store: stateStore, state: currentState())
+        if isStateWriteInFlight {
+            pendingStateWrite = write
+        } else {
+            submitStateWrite(write)
+        }
+    }
+
+    private func submitStateWrite(_ write: StateWrite) {
+        guard let stateWriter, stateWriter.submit(write) else {
+            // Only one write is ever queued, so the writer cannot be full; a stopped one writes at stop.
+            return
+        }
+        isStateWriteInFlight = true
+    }
+
+    /// The writer finished a write.
+    func stateWritesFinished() {
+        guard let stateWriter else { return }
+        for failure in stateWriter.takeOutcomes() {
+            isStateWriteInFlight = false
+            if let failure {
+                if !isStateSaveFailureLogged {
+                    isStateSaveFailureLogged = true
+                    logger.error(
+                        "cannot save the state to \(stateStore?.path ?? "?"): \(failure); a restart would lose it")
+                }
+            } else if isStateSaveFailureLogged {
+                isStateSaveFailureLogged = false
+                logger.notice("the state is saved again")
+            }
+        }
+        if !isStateWriteInFlight, let next = pendingStateWrite {
+            pendingStateWrite = nil
+            submitStateWrite(next)
+        }
+    }
+
+    /// Saves the state on the spot, after the writer's last write: the daemon is stopping, with every stopped app
+    /// already continued. Once only (the exit handler runs the release again, with nothing left to save).
+    func saveFinalState() {
+        guard let stateStore, !isFinalStateSaved else { return }
+        isFinalStateSaved = true
+        stateWriter?.stop(timeout: .seconds(10))
+        do {
+            try stateStore.save(currentState())
+        } catch {
+            logger.error("cannot save the state to \(stateStore.path) on stopping: \(error)")
+        }
+    }
+
+    // MARK: Restoring
+
+    /// Restores what the last daemon saved: the policy's state, the history, and the processes, each adopted only
+    /// if its pid still names the process that registered (same start time); an app whose process is gone ends
+    /// `exited`. Suspended apps are suspended again, and a deadline that passed meanwhile is acted on at once.
+    /// A file that cannot be used is set aside and logged; the daemon starts empty then.
+    func restoreState() {
+        guard let stateStore else { return }
+        let state: DaemonState
+        switch stateStore.load(bootID: bootID, now: clock.freshNow) {
+        case .none:
+            return
+        case .unusable(let reason):
+            setAsideState(stateStore, because: reason)
+            return
+        case .state(let loaded):
+            state = loaded
+        }
+        let restored: Lifecycle
+        do {
+            restored = try Lifecycle(restoring: state.lifecycle, policy: configuration.core)
+        } catch {
+            setAsideState(stateStore, because: "its apps contradict themselves: \(error)")
+            return
+        }
+        core = restored
+        trail.restore(state.history)
+        var adopted = 0
+        var gone = 0
+        var exitedApps: [AppID] = []
+        for saved in state.processes {
+            let apps = saved.apps.filter { core.isWatchingProcess(of: $0) && processOfApp[$0] == nil }
+            guard !apps.isEmpty else { continue }
+            guard let pidFD = adoptableProcess(saved) else {
+                gone += 1
+                exitedApps += apps
+                continue
+            }
+            let process = TrackedProcess(
+                serial: nextProcessSerial, pidFD: pidFD, uid: saved.uid, startTime: saved.startTime)
+            nextProcessSerial += 1
+            // The old daemon's stop, if the process is still stopped (the service's clean-up continues it).
+            if (try? procFS.stat(saved.pid).state) == .stopped { process.adoptStop(of: saved) }
+            process.memoryBytes = saved.memoryBytes
+            guard watchExit(of: process) else {
+                gone += 1
+                exitedApps += apps
+                continue
+            }
+            process.apps = Set(apps)
+            processes[process.serial] = process
+            for app in apps { processOfApp[app] = process }
+            adopted += 1
+        }
+        // A registration the policy watches a process for that no saved process names: nothing vouches for it.
+        exitedApps += core.appsWatchingProcesses.filter { processOfApp[$0] == nil && !exitedApps.contains($0) }
+        for app in exitedApps {
+            logger.notice("\(appName(app))'s process ended while bgtaskd was not running", [.app(appName(app))])
+            perform(core.processExited(app, how: .exited, now: now))
+        }
+        perform(core.restarted(now: now))
+        // A process the last daemon left stopped whose apps are no longer all suspended must run.
+        for process in processes.values where process.isStopped {
+            guard process.apps.contains(where: { core.state(of: $0) != .suspended }) else { continue }
+            do {
+                try process.resume()
+            } catch {
+                if error != .noSuchProcess { logger.error("cannot resume pid \(process.pid): \(error)") }
+            }
+        }
+        memoryMonitor?.appsChanged()
+        logger.notice(
+            "restored \(state.lifecycle.appCount) registrations (\(core.liveAppCount) live, \(core.openTaskCount) "
+                + "tasks) from \(stateStore.path): \(adopted) processes adopted, \(gone) gone meanwhile")
+        stateChanged()
+    }
+
+    /// The pidfd of a saved process if its pid still names it: alive, with the saved start time.
+    private func adoptableProcess(_ saved: SavedProcess) -> PidFD? {
+        guard let pidFD = try? PidFD.open(pid: saved.pid) else { return nil }
+        if let stat = try? procFS.stat(saved.pid), stat.startTime == saved.startTime, (try? pidFD.hasExited) == false {
+            return pidFD
+        }
+        try? pidFD.close()
+        return nil
+    }
+
+    private func setAsideState(_ store: StateStore, because reason: String) {
+        let destination = store.setAside()
+        logger.warning(
+            "not restoring \(store.path): \(reason); "
+                + (destination.map { "set aside as \($0)" } ?? "removing it")
+                + ", starting with no apps")
+        if destination == nil { store.remove() }
+    }
+}

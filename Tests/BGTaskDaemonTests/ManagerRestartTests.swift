@@ -1,0 +1,221 @@
+// Restarting the daemon loses nothing: the state file carries leases, budgets, deadlines and suspensions over to
+// the next manager, which adopts only the processes that are still the ones that registered.
+
+import BGTaskBenchmarks
+import BGTaskCore
+import BGTaskProtocol
+import BGTaskSystem
+import BGTaskTestSupport
+import Foundation
+import Testing
+
+@testable import BGTaskDaemon
+
+@Suite("Restarts on a manual clock")
+struct ManagerRestartTests {
+    let policy = AppPolicy()
+
+    /// Sends `app` to the background and acknowledges `didEnterBackground`.
+    private func background(_ app: ManagerHarness.App, in harness: ManagerHarness) throws {
+        #expect(try harness.call("SetState", ["app": .string(app.name), "state": "background"]).errorName == nil)
+        let didEnter = try #require(try harness.events(of: app).first { $0.kind == "didEnterBackground" })
+        try harness.acknowledge(app, didEnter.id)
+    }
+
+    private func remaining(_ name: String, in harness: ManagerHarness) throws -> Double {
+        let reply = try harness.call("BackgroundTimeRemaining", ["app": .string(name)])
+        return try #require(reply.parameters["seconds"]?.doubleValue, "\(reply)")
+    }
+
+    @Test("an app in background keeps its task id and does not get its time back; it re-attaches from its process")
+    func leaseSurvives() async throws {
+        try await offThePool {
+            let harness = try ManagerHarness()
+            defer { harness.close() }
+            let mail = try harness.register("mail")
+            let begun = try harness.call("BeginBackgroundTask", ["app": "mail", "name": "upload"])
+            #expect(begun.parameters["taskId"] == 1)
+            try background(mail, in: harness)
+            try harness.advance(by: .seconds(100))
+            let before = try remaining("mail", in: harness)
+            try harness.restart(after: .seconds(5))
+            #expect(harness.log.contains("restored 1 registrations (1 live, 1 tasks)"), "\(harness.log)")
+            let app = try harness.app("mail")
+            #expect(app["state"] == "background")
+            #expect(app["tasks"]?.arrayValue?.count == 1)
+            let after = try remaining("mail", in: harness)
+            #expect(after <= before - 5, "remaining time went from \(before) s to \(after) s across the restart")
+            // The app registers again from the same process: it re-attaches, leases and all.
+            let (again, reply) = try harness.reattach(mail)
+            #expect(reply.errorName == nil, "\(reply)")
+            #expect(reply.parameters["app"]?.objectValue?["tasks"]?.arrayValue?.count == 1)
+            #expect(try harness.call("EndBackgroundTask", ["app": "mail", "taskId": 1]).errorName == nil)
+            // With no lease left it is suspended, through its new stream's process as before.
+            try harness.step(until: "mail to be stopped") { harness.processState(again) == .stopped }
+            // Task ids go on from where they were.
+            #expect(try harness.call("SetState", ["app": "mail", "state": "active"]).errorName == nil)
+            #expect(try harness.call("BeginBackgroundTask", ["app": "mail"]).parameters["taskId"] == 2)
+        }
+    }
+
+    @Test("a suspended app is continued when the daemon stops and suspended again when it is back")
+    func suspensionSurvives() async throws {
+        try await offThePool {
+            let harness = try ManagerHarness()
+            defer { harness.close() }
+            let game = try harness.register("game")
+            try background(game, in: harness)
+            try harness.step(until: "game to be stopped") { harness.processState(game) == .stopped }
+            var stateWhileDown: ProcessState?
+            try harness.restart(after: .seconds(2)) { stateWhileDown = harness.processState(game) }
+            #expect(stateWhileDown != .stopped, "the app stayed stopped while no daemon ran")
+            try harness.step(until: "game to be stopped again") { harness.processState(game) == .stopped }
+            #expect(try harness.app("game")["state"] == "suspended")
+            #expect(try harness.call("SetState", ["app": "game", "state": "active"]).errorName == nil)
+            try harness.step(until: "game to be continued") { harness.processState(game) != .stopped }
+        }
+    }
+
+    @Test("an app whose process died while the daemon was down ends exited; the others are adopted")
+    func deadWhileDown() async throws {
+        try await offThePool {
+            let harness = try ManagerHarness()
+            defer { harness.close() }
+            let doomed = try harness.register("doomed")
+            // Kept: dropping it would close its stream, and with it the registration.
+            let survivorApp = try harness.register("survivor")
+            try harness.restart(after: .seconds(1)) {
+                try doomed.standIn.process.sendSignal(.kill)
+                _ = try doomed.standIn.process.waitForExit(timeout: .seconds(10))
+            }
+            let app = try harness.app("doomed")
+            #expect(app["state"] == "terminated")
+            #expect(app["exitReason"] == "exited")
+            let survivor = try harness.app("survivor")
+            #expect(survivor["state"] == "active", "\(survivor)")
+            #expect(survivor["pid"] == .number(Double(survivorApp.pid)))
+            #expect(harness.log.contains("1 processes adopted, 1 gone meanwhile"), "\(harness.log)")
+            // The name is free for a new process.
+            _ = try harness.register("doomed")
+        }
+    }
+
+    @Test("deadlines that passed while the daemon was down are acted on as soon as it is back, in order")
+    func deadlinesPassedWhileDown() async throws {
+        try await offThePool {
+            let harness = try ManagerHarness()
+            defer { harness.close() }
+            let sync = try harness.register("sync")
+            #expect(try harness.call("BeginBackgroundTask", ["app": "sync"]).errorName == nil)
+            try background(sync, in: harness)
+            // Down for longer than the whole background time: the warning and the expiry both passed.
+            try harness.restart(after: policy.backgroundTime + .seconds(1))
+            let app = try harness.app("sync")
+            #expect(app["state"] == "terminated")
+            #expect(app["exitReason"] == "task-expired")
+            let log = harness.log
+            let warned = try #require(log.range(of: "sync's background time is nearly used up"))
+            let expired = try #require(log.range(of: "sync kept task 1"))
+            #expect(warned.lowerBound < expired.lowerBound)
+        }
+    }
+
+    @Test("a saved pid that names another process now is not adopted: the app ends, the process is left alone")
+    func reusedPID() async throws {
+        try await offThePool {
+            let harness = try ManagerHarness()
+            defer { harness.close() }
+            let app = try harness.register("app")
+            try background(app, in: harness)
+            try harness.step(until: "app to be stopped") { harness.processState(app) == .stopped }
+            try harness.restart(after: .seconds(1)) {
+                // The pid now names a process that started later (the fake /proc says so), stopped by its own
+                // owner; the state file says the old daemon had stopped the pid.
+                try app.standIn.process.sendSignal(.stop)
+                try harness.tree.addProcess(pid: app.pid, group: app.standIn.wrapper.pid, startTime: 99)
+                try editState(at: harness.statePath) { state in
+                    var processes = state["processes"] as? [[String: Any]] ?? []
+                    processes[0]["isStopped"] = true
+                    state["processes"] = processes
+                }
+            }
+            #expect(try harness.app("app")["exitReason"] == "exited")
+            try harness.advance(by: .seconds(10))
+            #expect(harness.processState(app) == .stopped, "the daemon continued a process that is not its app's")
+            #expect(!harness.log.contains("continued"), "\(harness.log)")
+            try app.standIn.process.sendSignal(.continue)
+        }
+    }
+
+    @Test(
+        "a state file that cannot be used is set aside and logged, and the daemon starts empty",
+        arguments: ["truncated", "garbage", "another version", "another boot", "contradictory"])
+    func unusableState(_ flaw: String) async throws {
+        try await offThePool {
+            let harness = try ManagerHarness()
+            defer { harness.close() }
+            let app = try harness.register("app")
+            #expect(try harness.call("BeginBackgroundTask", ["app": "app"]).errorName == nil)
+            try harness.restart(after: .seconds(1)) {
+                let data = try Data(contentsOf: URL(fileURLWithPath: harness.statePath))
+                switch flaw {
+                case "truncated":
+                    try data.prefix(data.count / 2).write(to: URL(fileURLWithPath: harness.statePath))
+                case "garbage":
+                    try Data("\u{1}not json".utf8).write(to: URL(fileURLWithPath: harness.statePath))
+                case "another version":
+                    try editState(at: harness.statePath) { $0["version"] = 99 }
+                case "another boot":
+                    try editState(at: harness.statePath) { $0["bootID"] = "00000000-0000-0000-0000-000000000000" }
+                default:
+                    try editState(at: harness.statePath) { state in
+                        var lifecycle = state["lifecycle"] as? [String: Any] ?? [:]
+                        lifecycle["nextTaskID"] = 1
+                        state["lifecycle"] = lifecycle
+                    }
+                }
+            }
+            #expect(harness.log.contains("not restoring \(harness.statePath)"), "\(harness.log)")
+            #expect(FileManager.default.fileExists(atPath: harness.statePath + ".bad"))
+            #expect(try harness.call("GetApp", ["app": "app"]).errorName == "io.bgtask.Lifecycle.NoSuchApp")
+            // A fresh registration works, and the new state saves.
+            _ = try harness.reattach(app)
+            try harness.step(until: "the new state to be saved") {
+                (try? String(contentsOfFile: harness.statePath, encoding: .utf8))?.contains("\"app\"") == true
+            }
+        }
+    }
+
+    @Test("--release-stopped continues what the state file says the daemon stopped, and records it")
+    func releaseStopped() async throws {
+        try await offThePool {
+            let harness = try ManagerHarness()
+            defer { harness.close() }
+            let app = try harness.register("app")
+            try background(app, in: harness)
+            try harness.step(until: "app to be stopped") { harness.processState(app) == .stopped }
+            // As after a kill -9: the last saved state says the process is stopped, and it still is.
+            try harness.step(until: "the stop to be saved") {
+                (try? String(contentsOfFile: harness.statePath, encoding: .utf8))?.contains("\"isStopped\":true")
+                    == true
+            }
+            let copy = harness.directory.path + "/crashed.json"
+            try FileManager.default.copyItem(atPath: harness.statePath, toPath: copy)
+            let status = StoppedRelease.run(
+                statePath: copy, logger: Logger(destination: .stream, threshold: .debug, stream: .standardError),
+                procFS: harness.tree.procFS)
+            #expect(status == 0)
+            try harness.step(until: "app to be continued") { harness.processState(app) != .stopped }
+            let saved = try String(contentsOfFile: copy, encoding: .utf8)
+            #expect(!saved.contains("\"isStopped\":true"), "the release was not recorded")
+        }
+    }
+}
+
+/// Rewrites the state file at `path` through `change`, as a JSON object.
+func editState(at path: String, _ change: (inout [String: Any]) -> Void) throws {
+    let url = URL(fileURLWithPath: path)
+    var object = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: url)) as? [String: Any])
+    change(&object)
+    try JSONSerialization.data(withJSONObject: object).write(to: url)
+}
