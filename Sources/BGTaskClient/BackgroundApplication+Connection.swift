@@ -115,24 +115,31 @@ extension BackgroundApplication {
     /// Makes the daemon's leases match the open tasks after registering again, then marks the link registered;
     /// false when the application was closed meanwhile. Called with `leaseOperations` held.
     ///
-    /// A re-attached registration keeps its leases: tasks whose lease it lists keep it, and listed leases no task
-    /// claims (tasks ended while the link was down) are ended. Every other open task has its lease begun again;
-    /// one the daemon refuses has its expiration handler run, since its work is no longer covered.
+    /// A re-attached registration keeps its leases (the daemon saves them across its restarts): tasks whose
+    /// lease it lists keep it, with the same id, and listed leases no task claims (tasks ended while the link was
+    /// down) are ended. A task whose lease the daemon no longer lists (it lost its state) is never begun again,
+    /// which would hand the app a fresh budget: its expiration handler runs, as when time runs out. Tasks begun
+    /// while the link was down have their leases begun now; one the daemon refuses has its expiration handler
+    /// run, since its work is not covered.
     func carryLeasesOver(to registration: Registration) throws(ClientError) -> Bool {
         let kept = Set(registration.app.tasks.map(\.id))
-        let unclaimed = state.withLock { (state: inout State) -> [Int] in
+        let (unclaimed, lostHandlers) = state.withLock { (state: inout State) -> ([Int], [@Sendable () -> Void]) in
             var claimed = Set<Int>()
+            var lostHandlers: [@Sendable () -> Void] = []
             for (identifier, lease) in state.leases {
                 guard let taskId = lease.taskId else { continue }
                 if kept.contains(taskId) {
                     claimed.insert(taskId)
                 } else {
                     state.leases[identifier]?.taskId = nil
+                    state.leases[identifier]?.isLost = true
+                    if let handler = state.takeExpirationHandler(identifier) { lostHandlers.append(handler) }
                 }
             }
             state.expiringUnclaimed = []
-            return kept.subtracting(claimed).sorted()
+            return (kept.subtracting(claimed).sorted(), lostHandlers)
         }
+        for handler in lostHandlers { queue.async { handler() } }
         for taskId in unclaimed {
             do throws(ClientError) {
                 try client.endBackgroundTask(app: name, taskId: taskId)
@@ -145,7 +152,9 @@ extension BackgroundApplication {
             enum Step { case begin(BackgroundTaskIdentifier, String?), registered, closed }
             let step = state.withLock { (state: inout State) -> Step in
                 guard state.link.isAlive else { return .closed }
-                let pending = state.leases.filter { $0.value.taskId == nil && !attempted.contains($0.key) }
+                let pending = state.leases.filter {
+                    $0.value.taskId == nil && !$0.value.isLost && !attempted.contains($0.key)
+                }
                 if let (identifier, lease) = pending.min(by: { $0.key.rawValue < $1.key.rawValue }) {
                     return .begin(identifier, lease.name)
                 }

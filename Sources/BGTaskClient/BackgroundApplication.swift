@@ -13,8 +13,9 @@ import Synchronization
 /// whichever thread makes them. Every method may be called from any thread.
 ///
 /// When the event stream ends without `close()` (the daemon restarted), the app registers again with bounded
-/// exponential backoff and carries its open tasks over: the daemon re-attaches the process with its leases if it
-/// kept its state, and any lease it does not know any more is begun again. Task identifiers do not change.
+/// exponential backoff and carries its open tasks over: the daemon re-attaches the process with its leases (it
+/// keeps them across restarts); a task whose lease it lost expires instead of being begun again, which would be a
+/// fresh budget. Task identifiers do not change.
 public final class BackgroundApplication: Sendable {
     /// How the application talks to the daemon, beyond the UIApplication-like parameters.
     public struct Options: Sendable {

@@ -9,8 +9,11 @@ import Synchronization
 struct Lease {
     /// The name given when it began.
     var name: String?
-    /// The daemon's task id; nil while the lease is not held (being begun, or to be begun after a reconnect).
+    /// The daemon's task id; nil while the lease is not held (being begun, or begun while reconnecting).
     var taskId: Int?
+    /// The daemon no longer has the lease it held (it lost its state across a restart): the task's work is no
+    /// longer covered, and it is never begun again, which would grant a fresh budget the daemon never gave.
+    var isLost = false
     /// Taken (set to nil) when it runs, so it runs at most once.
     var expirationHandler: (@Sendable () -> Void)?
 }

@@ -211,7 +211,7 @@ struct EndToEndTests {
         }
     }
 
-    @Test("the daemon restarts: the app registers again and its open lease is begun again, same identifier")
+    @Test("the daemon restarts: the app re-attaches from the same process and keeps its lease and task id")
     func reconnectsToARestartedDaemon() async throws {
         try await offThePool {
             let scratch = try ScratchDirectory(prefix: "bgtask-client-restart")
@@ -234,9 +234,10 @@ struct EndToEndTests {
                 defer { control.close() }
                 let after = try control.getApp("mail")
                 #expect(after.pid == Int(app.pid))
-                #expect(after.tasks.map(\.name) == ["sync"], "the open lease was begun again")
+                #expect(after.tasks.map(\.name) == ["sync"], "the open lease was lost")
+                #expect(after.tasks.map(\.id) == leaseBefore.map(\.id), "the lease changed its task id")
 
-                // The identifier from before the restart ends the new lease.
+                // The identifier from before the restart ends the lease it always named.
                 #expect(try app.run("end 1", expecting: "ended") == "ended 1")
                 #expect(try control.getApp("mail").tasks.isEmpty)
                 try app.send("exit 0")
