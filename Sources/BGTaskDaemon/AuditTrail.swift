@@ -8,6 +8,8 @@ import Foundation
 /// Stable journal message ids (`MESSAGE_ID=`), so `journalctl MESSAGE_ID=...` finds every event of a kind
 /// across versions. Never change a value once released.
 enum MessageID {
+    /// An app registered (a new registration; a re-attach logs without it).
+    static let registered = "e2447215fdee45da9a26e1f3dcce598d"
     /// The policy ended an app (any reason), or saw it end.
     static let terminated = "e988254e4d8f4f88bfb51e5f7384e969"
     /// SIGKILL was sent to an app.
@@ -95,7 +97,7 @@ final class AuditTrail {
         if let reason = record.reason { fields.append(.reason(reason.rawValue)) }
         switch record.kind {
         case .registered:
-            logger.info("\(app) registered", fields)
+            logger.info("\(app) registered", fields + [.messageID(MessageID.registered)])
         case .reattached:
             logger.info("\(app) re-attached to its registration", fields)
         case .unregistered:

@@ -313,7 +313,11 @@ public final class Manager {
         processOfApp = [:]
     }
 
+    /// SIGHUP: reads the configuration again. systemd hears `RELOADING=1` (with the time, as `Type=notify-reload`
+    /// wants it) before and `READY=1` after, so `systemctl reload` returns once the new configuration is in force.
     func reloadConfiguration() {
+        _ = try? notifier.notify("RELOADING=1\nMONOTONIC_USEC=\(MonotonicClock.now() / 1000)")
+        defer { _ = try? notifier.ready() }
         let result = ConfigurationLoader(path: configurationPath).load()
         for diagnostic in result.diagnostics {
             logger.log(diagnostic.severity == .error ? .error : .warning, "\(diagnostic)")

@@ -49,10 +49,13 @@ public final class DaemonHarness {
     /// `files` are written beside the configuration first, by relative path (`apps.d/NAME.conf`, drop-ins).
     ///
     /// `launchPrefix` goes between `timeout` and the daemon (for example `["prlimit", "--nofile=64:64"]`): it
-    /// must exec the daemon, so that the daemon stays the only child of `timeout`.
+    /// must exec the daemon, so that the daemon stays the only child of `timeout`. With
+    /// `standardErrorIsJournalStream`, `JOURNAL_STREAM` names the daemon's standard error, as systemd sets it for a
+    /// service whose output goes to the journal: the daemon then logs through the journal's socket.
     public init(
         configuration: String = DaemonHarness.fastPolicy, files: [String: String] = [:], arguments: [String] = [],
-        environment: [String: String] = [:], launchPrefix: [String] = [], readyTimeout: Duration = .seconds(30)
+        environment: [String: String] = [:], launchPrefix: [String] = [], readyTimeout: Duration = .seconds(30),
+        standardErrorIsJournalStream: Bool = false
     ) throws {
         directory = try ScratchDirectory(prefix: "bgtaskd-test")
         socketPath = directory.path + "/io.bgtask.Lifecycle"
@@ -68,6 +71,11 @@ public final class DaemonHarness {
             "NOTIFY_SOCKET": notifyPath, "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin",
             "BGTASKD_LOG_LEVEL": "debug",
         ]
+        if standardErrorIsJournalStream {
+            var status = stat()
+            guard fstat(log.rawValue, &status) == 0 else { throw Errno(rawValue: errno, operation: "fstat(log)") }
+            variables["JOURNAL_STREAM"] = "\(status.st_dev):\(status.st_ino)"
+        }
         for (key, value) in environment { variables[key] = value }
         var options = SpawnOptions(flags: .newProcessGroup, standardError: .fileDescriptor(log))
         options.environment = variables.map { "\($0.key)=\($0.value)" }

@@ -137,6 +137,16 @@ struct CommandLineTests {
                 _ = try daemon.daemonPidFD.waitForExit(timeout: .milliseconds(20))
             }
             #expect(daemon.log.contains("configuration reloaded"))
+            // systemd hears the reload begin and end: RELOADING=1 (with the time), then READY=1 again.
+            try daemon.waitForNotification("RELOADING=1")
+            try daemon.waitForNotification("MONOTONIC_USEC=")
+            let reloading = try #require(daemon.notifications.lastIndex { $0.contains("RELOADING=1") })
+            let readyAgain = { daemon.notifications[(reloading + 1)...].contains { $0.contains("READY=1") } }
+            let readyDeadline = MonotonicClock.now() + 10_000_000_000
+            while !readyAgain() && MonotonicClock.now() < readyDeadline {
+                _ = try daemon.daemonPidFD.waitForExit(timeout: .milliseconds(20))
+            }
+            #expect(readyAgain(), "\(daemon.notifications)")
             let after = try pythonApp(daemon, name: "after")
             try after.send("begin work")
             try after.waitForLine(startingWith: "began")
