@@ -125,6 +125,13 @@ let package = Package(
                 "BGTaskBenchmarks", "BGTaskDaemon", "BGTaskTestSupport", "BGTaskProtocol", "BGTaskConfig", "BGTaskCore",
                 "BGTaskSystem", "bgtaskd", "BGTaskRawCall", "bgtask-bench",
             ]),
+        // bgtaskd installed with scripts/install and run by a contained systemd user manager; depends on the
+        // executables it installs and runs.
+        .testTarget(
+            name: "BGTaskServiceTests",
+            dependencies: [
+                "BGTaskProtocol", "BGTaskSystem", "BGTaskTestSupport", "bgtaskd", "bgtask", "BGTaskFixtureApp",
+            ]),
         // Hostile peers against the real daemon: every bound of DESIGN §7, each with the daemon's vitals checked.
         // Depends on the executables it runs as processes (the daemon, the hostile client), so they are built
         // before the tests.

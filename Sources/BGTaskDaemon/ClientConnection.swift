@@ -107,18 +107,22 @@ final class ClientConnection {
     }
 
     private var bufferedOutput: Int { output.count - outputStart }
+    /// Bytes of replies and events for this client the manager holds until the state they reflect is saved
+    /// (`Manager.transmit`): they count against the read pause like unsent output.
+    var heldOutputBytes = 0
+    private var pendingOutput: Int { bufferedOutput + heldOutputBytes }
 
     /// Whether the client's calls may be processed now: no stream holds the connection and its replies are
     /// being read (or can no longer be).
     private var mayProcessCalls: Bool {
-        !isClosed && stream == nil && (isPeerGone || bufferedOutput <= Self.readPauseThreshold)
+        !isClosed && stream == nil && (isPeerGone || pendingOutput <= Self.readPauseThreshold)
     }
 
     /// Whether to read now: input not finished, room for a whole message, and replies not piling up (a streaming
     /// connection is still read, so its close is seen, up to the input bound).
     private var mayRead: Bool {
         guard !isClosed, !isInputFinished else { return false }
-        if !isPeerGone && bufferedOutput > Self.readPauseThreshold { return false }
+        if !isPeerGone && pendingOutput > Self.readPauseThreshold { return false }
         return decoder.bufferedByteCount <= decoder.maximumMessageSize
     }
 

@@ -198,14 +198,26 @@ extension Manager {
             }
         }
         guard mayStop else { return }
-        // What is stopped is part of the state: the service's clean-up continues it from there after a crash.
-        defer { stateChanged() }
         do {
             try process.stop()
         } catch {
             // Gone already: its pidfd reports the exit and the core hears of it then.
             if error != .noSuchProcess {
                 logger.error("cannot suspend pid \(process.pid): \(error)", process.apps.map { .app(appName($0)) })
+            }
+            return
+        }
+        // The stop goes in the state first; the signal follows once that is saved (DESIGN §8: nothing stranded).
+        stateChanged()
+        whenStateSaved { [weak self, weak process] in
+            guard let self, let process else { return }
+            do throws(Errno) {
+                try process.sendPendingStop()
+            } catch {
+                if error != .noSuchProcess {
+                    self.logger.error(
+                        "cannot suspend pid \(process.pid): \(error)", process.apps.map { .app(self.appName($0)) })
+                }
             }
         }
     }

@@ -3,12 +3,21 @@
 
 import BGTaskCore
 import BGTaskSystem
+import Foundation
 import Glibc
 
 /// A state write for the writer thread, and what came of it.
 struct StateWrite: Sendable {
     let store: StateStore
     let state: DaemonState
+    /// The change it covers (`Manager.stateGeneration` when it was taken).
+    let generation: Int
+}
+
+/// What came of a state write: the change it covered, and why it failed, if it did.
+struct StateWriteOutcome: Sendable {
+    let generation: Int
+    let failure: String?
 }
 
 extension Manager {
@@ -27,6 +36,7 @@ extension Manager {
     /// loop; writes never overlap, and the last state always gets written.
     func stateChanged() {
         guard stateStore != nil, !isStopping else { return }
+        stateGeneration += 1
         isStateDirty = true
         guard stateSaveSource == nil else { return }
         do {
@@ -44,7 +54,7 @@ extension Manager {
     private func saveState() {
         guard isStateDirty, let stateStore, !isStopping else { return }
         isStateDirty = false
-        let write = StateWrite(store: stateStore, state: currentState())
+        let write = StateWrite(store: stateStore, state: currentState(), generation: stateGeneration)
         if isStateWriteInFlight {
             pendingStateWrite = write
         } else {
@@ -63,9 +73,12 @@ extension Manager {
     /// The writer finished a write.
     func stateWritesFinished() {
         guard let stateWriter else { return }
-        for failure in stateWriter.takeOutcomes() {
+        for outcome in stateWriter.takeOutcomes() {
             isStateWriteInFlight = false
-            if let failure {
+            // A failed write releases what waited on it too: held forever, clients would hang on a full disk;
+            // the failure is logged, and a restart would lose that change.
+            savedGeneration = max(savedGeneration, outcome.generation)
+            if let failure = outcome.failure {
                 if !isStateSaveFailureLogged {
                     isStateSaveFailureLogged = true
                     logger.error(
@@ -80,19 +93,75 @@ extension Manager {
             pendingStateWrite = nil
             submitStateWrite(next)
         }
+        releaseHeld()
+    }
+
+    // MARK: Nothing acknowledged before it is saved
+
+    /// Runs `action` once the state as it is now is saved: at once when nothing is waiting to be saved.
+    ///
+    /// Replies, events and `Watch` entries go out this way (`transmit`), and so do the stops of processes: a
+    /// client never learns of a change (a task id, a state) that a crash right after could lose, and no process
+    /// is stopped before the state file says so, since after a crash that file is how the service's clean-up
+    /// finds what to continue. Writes are coalesced, so a burst of calls waits for one write.
+    func whenStateSaved(_ action: @escaping () -> Void) {
+        guard stateStore != nil, savedGeneration < stateGeneration, !isFinalStateSaved else {
+            action()
+            return
+        }
+        heldUntilSaved.append((stateGeneration, action))
+    }
+
+    /// Sends a reply, event or entry to a client once the state it reflects is saved, in order with what went
+    /// before it.
+    func transmit(_ message: Data, on connection: ClientConnection) {
+        guard stateStore != nil, savedGeneration < stateGeneration || !heldUntilSaved.isEmpty, !isFinalStateSaved
+        else {
+            connection.send(message)
+            return
+        }
+        connection.heldOutputBytes += message.count
+        heldUntilSaved.append(
+            (
+                stateGeneration,
+                {
+                    connection.heldOutputBytes -= message.count
+                    connection.send(message)
+                    connection.updateInterest()
+                }
+            ))
+    }
+
+    /// Runs what waited for writes that have finished, in order.
+    func releaseHeld() {
+        var released = 0
+        while released < heldUntilSaved.count, heldUntilSaved[released].generation <= savedGeneration {
+            released += 1
+        }
+        guard released > 0 else { return }
+        let ready = heldUntilSaved.prefix(released)
+        heldUntilSaved.removeFirst(released)
+        for (_, action) in ready { action() }
+    }
+
+    /// Whether every change is saved and nothing waits for a write (for tests stepping the manager).
+    public var isStateSettled: Bool {
+        !isStateDirty && !isStateWriteInFlight && pendingStateWrite == nil && heldUntilSaved.isEmpty
     }
 
     /// Saves the state on the spot, after the writer's last write: the daemon is stopping, with every stopped app
     /// already continued. Once only (the exit handler runs the release again, with nothing left to save).
     func saveFinalState() {
         guard let stateStore, !isFinalStateSaved else { return }
-        isFinalStateSaved = true
         stateWriter?.stop(timeout: .seconds(10))
         do {
             try stateStore.save(currentState())
         } catch {
             logger.error("cannot save the state to \(stateStore.path) on stopping: \(error)")
         }
+        isFinalStateSaved = true
+        savedGeneration = stateGeneration
+        releaseHeld()
     }
 
     // MARK: Restoring

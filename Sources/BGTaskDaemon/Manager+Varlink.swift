@@ -34,7 +34,7 @@ extension Manager {
                         + "\(error) (further ones from this connection are not logged)")
             }
             do {
-                connection.send(try codec.encodeError(.invalidMessage(reason: error.description)))
+                transmit(try codec.encodeError(.invalidMessage(reason: error.description)), on: connection)
             } catch {
                 connection.close(because: "internal error encoding an error")
             }
@@ -62,8 +62,10 @@ extension Manager {
             fail(call, .expectedMore())
             return
         }
-        method.handler.serve(self, call)
+        // Marked before the handler runs: its reply, and the events it causes, are held until the state they
+        // reflect is saved.
         if !method.isReadOnly { stateChanged() }
+        method.handler.serve(self, call)
         updateStatus()
     }
 
@@ -72,7 +74,7 @@ extension Manager {
     func reply<Reply: Encodable>(_ call: IncomingCall, _ reply: Reply) {
         guard !call.header.oneway else { return }
         do {
-            call.connection.send(try codec.encodeReply(reply, continues: false))
+            transmit(try codec.encodeReply(reply, continues: false), on: call.connection)
         } catch {
             logger.error("cannot encode the reply to \(call.header.method): \(error)")
             call.connection.close(because: "internal error encoding a reply")
@@ -82,7 +84,7 @@ extension Manager {
     func fail(_ call: IncomingCall, _ error: VarlinkError) {
         guard !call.header.oneway else { return }
         do {
-            call.connection.send(try codec.encodeError(error))
+            transmit(try codec.encodeError(error), on: call.connection)
         } catch {
             call.connection.close(because: "internal error encoding an error")
         }

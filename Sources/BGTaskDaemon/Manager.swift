@@ -49,12 +49,17 @@ public final class Manager {
     var isStateDirty = false
     var stateSaveSource: EventSource?
     /// The thread that encodes and writes the state file, one write at a time.
-    var stateWriter: BackgroundWorker<StateWrite, String?>?
+    var stateWriter: BackgroundWorker<StateWrite, StateWriteOutcome>?
     var isStateWriteInFlight = false
     /// The newest state, waiting for the write in flight.
     var pendingStateWrite: StateWrite?
     var isStateSaveFailureLogged = false
     var isFinalStateSaved = false
+    /// Counts changes of the saved state, and the change the last finished write covers: output and stops of a
+    /// newer change wait in `heldUntilSaved` (see `whenStateSaved`).
+    var stateGeneration = 0
+    var savedGeneration = 0
+    var heldUntilSaved: [(generation: Int, action: () -> Void)] = []
 
     let readBuffer = ReadBuffer()
     /// Made in `start()`: it needs the manager.
@@ -167,6 +172,7 @@ public final class Manager {
             // 1 µs accuracy: deadlines are what apps see (a warning, a kill), so no coalescing delay is added to them.
             policyTimer = try clock.makeTimer(name: "policy-deadline", accuracy: .microseconds(1)) {
                 [unowned self] in
+                self.logger.debug("policy deadline reached at \(self.now)")
                 self.perform(self.core.deadlineReached(now: self.now))
                 self.updateStatus()
             }
@@ -197,12 +203,13 @@ public final class Manager {
         }
         if stateStore != nil {
             do {
-                let writer = try BackgroundWorker<StateWrite, String?>(name: "bgtaskd-state", capacity: 2) { write in
+                let writer = try BackgroundWorker<StateWrite, StateWriteOutcome>(name: "bgtaskd-state", capacity: 2) {
+                    write in
                     do {
                         try write.store.save(write.state)
-                        return nil
+                        return StateWriteOutcome(generation: write.generation, failure: nil)
                     } catch {
-                        return "\(error)"
+                        return StateWriteOutcome(generation: write.generation, failure: "\(error)")
                     }
                 }
                 stateWriter = writer
@@ -452,6 +459,7 @@ public final class Manager {
         do {
             // Made in start(), before any input can reach the core.
             try policyTimer?.rearm(at: instant)
+            logger.debug("policy timer armed at \(instant) (now \(now))")
         } catch {
             // Without its timer the policy would miss deadlines: that is fatal for a supervised daemon.
             logger.error("cannot arm the policy timer: \(error)")
@@ -467,7 +475,7 @@ public final class Manager {
     /// Sends one reply of a stream (`continues: true`).
     func sendStreamed<Reply: Encodable>(_ reply: Reply, on connection: ClientConnection) {
         do {
-            connection.send(try codec.encodeReply(reply, continues: true))
+            transmit(try codec.encodeReply(reply, continues: true), on: connection)
         } catch {
             logger.error("cannot encode a reply: \(error)")
         }

@@ -32,8 +32,12 @@ final class TrackedProcess {
     var exitSource: IOSource?
     /// Registrations of this process the policy still tracks.
     var apps: Set<AppID> = []
-    /// What the daemon has stopped, if anything.
+    /// What the daemon has stopped, if anything (or decided to stop: see `isStopPending`).
     private(set) var stopped: StopTarget?
+    /// The stop is decided (and in the state to be saved) but its signal waits for the save: no process is
+    /// stopped before the state file says so, since after a crash that file is what continues it.
+    private(set) var isStopPending = false
+    private var isReleased = false
     /// The last memory reading in bytes, kept when a later read fails (DESIGN §7: fail closed).
     var memoryBytes: UInt64?
     /// Whether the latest memory read failed (`memoryBytes` is then the reading before it).
@@ -65,18 +69,40 @@ final class TrackedProcess {
         }
     }
 
-    /// SIGSTOP to the process, or to its group if it leads one now.
+    /// Decides to stop the process, or its group if it leads one now; `sendPendingStop()` sends the SIGSTOP.
     func stop() throws(Errno) {
         var target = StopTarget.process
         if let group = try ledGroup() { target = .group(group) }
-        try send(.stop, to: target)
         stopped = target
+        isStopPending = true
     }
 
-    /// SIGCONT to whatever `stop()` stopped; nothing when nothing is stopped.
+    /// Sends the SIGSTOP `stop()` decided, unless it was undone meanwhile (resumed, killed, released).
+    func sendPendingStop() throws(Errno) {
+        guard isStopPending, !isReleased, let target = stopped else { return }
+        isStopPending = false
+        do {
+            // The decision was made on the world as it was; the group must still be the one the process leads.
+            if case .group = target, try ledGroup() == nil {
+                stopped = .process
+                try send(.stop, to: .process)
+            } else {
+                try send(.stop, to: target)
+            }
+        } catch {
+            stopped = nil
+            throw error
+        }
+    }
+
+    /// SIGCONT to whatever `stop()` stopped; nothing when nothing is stopped (a stop still pending is dropped).
     func resume() throws(Errno) {
         guard let target = stopped else { return }
         stopped = nil
+        if isStopPending {
+            isStopPending = false
+            return
+        }
         try send(.continue, to: target)
     }
 
@@ -90,6 +116,7 @@ final class TrackedProcess {
             target = .group(group)
         }
         stopped = nil
+        isStopPending = false
         try send(.kill, to: target)
         // The kill already happened; releasing early is an optimisation the kernel may decline (EINVAL while
         // the exit has not started, ESRCH once it finished).
@@ -131,6 +158,8 @@ final class TrackedProcess {
 
     /// Stops watching and closes the pidfd.
     func release() {
+        isReleased = true
+        isStopPending = false
         exitSource?.cancel()
         exitSource = nil
         try? pidFD.close()

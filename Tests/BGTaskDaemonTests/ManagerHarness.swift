@@ -122,10 +122,17 @@ final class ManagerHarness {
 
     // MARK: Stepping
 
-    /// Dispatches everything ready, without waiting, and fires timers already due.
+    /// Dispatches everything ready and fires timers already due, then waits for the state writes under way (the
+    /// replies and events they hold go out once they are done).
     func settle() throws {
-        manager.advanceTime(by: .zero)
-        while try manager.runIteration(timeout: .zero) {}
+        let deadline = MonotonicClock.now() + Duration.seconds(20).nanosecondCount
+        while true {
+            manager.advanceTime(by: .zero)
+            while try manager.runIteration(timeout: .zero) {}
+            if manager.isStateSettled { return }
+            guard MonotonicClock.now() < deadline else { throw HarnessError("the state writes never settled") }
+            try manager.runIteration(timeout: .milliseconds(20))
+        }
     }
 
     /// Moves the manual clock forward by `duration` (firing what falls due on the way), then settles.

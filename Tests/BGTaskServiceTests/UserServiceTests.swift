@@ -1,0 +1,208 @@
+// bgtaskd as a real systemd user service, installed with scripts/install and run by a contained systemd manager:
+// socket activation, readiness, status, the watchdog, and restarts that lose nothing.
+
+import BGTaskProtocol
+import BGTaskSystem
+import BGTaskTestSupport
+import Foundation
+import Glibc
+import Testing
+
+/// Whether the host can run a contained systemd manager; prints why not when it cannot.
+func systemdAvailable(_ test: String) -> Bool {
+    if let reason = ContainedSystemd.unavailableReason {
+        print("\(test): skipped: \(reason)")
+        return false
+    }
+    return true
+}
+
+/// The state letter of `pid` in /proc, nil once it is gone.
+func processState(_ pid: pid_t) -> ProcessState? {
+    try? ProcFS().stat(pid).state
+}
+
+extension ChildProcess {
+    /// Sends `command` and returns the next line starting with `prefix` (or with "error").
+    func run(_ command: String, _ prefix: String) throws -> String {
+        try send(command)
+        return try waitForLine { $0.hasPrefix(prefix) || $0.hasPrefix("error") }
+    }
+}
+
+/// Waits at most `timeout` for `condition`, checking every 50 ms; whether it came true.
+func eventually(timeout: Duration = .seconds(20), _ condition: () throws -> Bool) rethrows -> Bool {
+    let deadline = MonotonicClock.now() + timeout.nanosecondCount
+    while try !condition() {
+        guard MonotonicClock.now() < deadline else { return false }
+        usleep(50_000)
+    }
+    return true
+}
+
+@Suite("bgtaskd as a systemd user service", .serialized)
+struct UserServiceTests {
+    @Test("socket activation, start after READY=1, live STATUS=, the watchdog's restart, and a clean exit")
+    func serviceLifecycle() async throws {
+        guard systemdAvailable("serviceLifecycle") else { return }
+        try await offThePool {
+            let service = try InstalledUserService()
+            var isClosed = false
+            defer { if !isClosed { service.close() } }
+            #expect(try service.service(["ActiveState"])["ActiveState"] == "inactive")
+
+            // The first connection starts the daemon, and is answered.
+            let client = try service.connect()
+            let info = try client.call("org.varlink.service.GetInfo")
+            #expect(info.parameters["product"] == "bgtaskd", "\(info)")
+            #expect(try service.service(["ActiveState"])["ActiveState"] == "active")
+            client.close()
+
+            // `systemctl start` of a Type=notify service returns once READY=1 came: active, and serving.
+            try service.systemd.systemctlSucceeding(["stop", "bgtaskd.service"])
+            try service.systemd.systemctlSucceeding(["start", "bgtaskd.service"])
+            let started = try service.service(["ActiveState", "SubState"])
+            #expect(started["ActiveState"] == "active" && started["SubState"] == "running", "\(started)")
+            #expect(try service.connect().call("io.bgtask.Lifecycle.GetStatus").errorName == nil)
+
+            // STATUS= carries live counts.
+            let app = try service.app("counted")
+            defer { app.terminate() }
+            try service.systemd.waitFor("bgtaskd.service", ["StatusText"], what: "a status with the app") {
+                $0["StatusText"]?.hasPrefix("1 apps") == true
+            }
+
+            // A hung daemon: the watchdog (WatchdogSec=2s) aborts it, TimeoutAbortSec=3s later kills it, and the
+            // service restarts it with its apps.
+            let before = try service.service(["NRestarts"])["NRestarts"].flatMap(Int.init) ?? 0
+            let hung = try #require(try service.mainPID())
+            let hungPidFD = try PidFD.open(pid: hung)
+            defer { try? hungPidFD.close() }
+            let stoppedAt = MonotonicClock.now()
+            try hungPidFD.sendSignal(.stop)
+            try service.waitForNewDaemon(replacing: hung, restarts: before)
+            let took = Double(MonotonicClock.now() - stoppedAt) / 1e9
+            #expect(took < 2 + 3 + 0.5 + 6, "the watchdog took \(took) s to replace a hung daemon")
+            #expect(try hungPidFD.hasExited)
+            try app.waitForLine(startingWith: "connection reconnected")
+            let control = try service.connect()
+            #expect(
+                try control.lifecycle("GetApp", ["app": "counted"]).parameters["app"]?.objectValue?["state"] == "active"
+            )
+            control.close()
+
+            // Shutting the manager down leaves nothing of it: no process, no cgroup, no directory.
+            let cgroups = service.systemd.cgroups
+            let processes = service.systemd.processesInCgroups()
+            #expect(!processes.isEmpty)
+            let scratch = service.systemd.directory.path
+            let managerPID = service.systemd.manager.pid
+            service.close()
+            isClosed = true
+            #expect(processState(managerPID) == nil, "the manager is left")
+            for cgroup in cgroups { #expect(!FileManager.default.fileExists(atPath: cgroup), "\(cgroup) is left") }
+            for pid in processes {
+                #expect(processState(pid) == nil || processState(pid) == .zombie, "pid \(pid) is left")
+            }
+            #expect(!FileManager.default.fileExists(atPath: scratch))
+        }
+    }
+
+    /// How the daemon goes down in `restartSurvival`.
+    enum Outage: String, CaseIterable, Sendable, CustomTestStringConvertible {
+        case kill = "kill -9"
+        case watchdog = "a watchdog abort"
+        case restart = "systemctl restart"
+        var testDescription: String { rawValue }
+    }
+
+    /// Leases and remaining time kept, suspended apps suspended again, dead apps exited, passed deadlines acted on;
+    /// stopping the service for good leaves nothing stopped.
+    @Test("a restart loses nothing, and stopping the service leaves nothing stopped", arguments: Outage.allCases)
+    func restartSurvival(_ outage: Outage) async throws {
+        guard systemdAvailable("restartSurvival") else { return }
+        try await offThePool {
+            // A daemon slow to come back (ExecStartPre= waits 4 s: a loaded device), so that the deadline app's
+            // whole background time passes while none runs. Connections made meanwhile wait in the socket. A hung
+            // daemon still runs for a moment when the watchdog aborts it (systemd sends SIGCONT with SIGABRT, and
+            // the Swift runtime's backtracer takes its time): there the deadline comes later, past the abort.
+            let budget = outage == .watchdog ? 7 : 3
+            let service = try InstalledUserService(
+                configuration: "[Policy]\nBackgroundTimeSec=60s\n",
+                files: ["apps.d/deadline.conf": "[Policy]\nBackgroundTimeSec=\(budget)s\nExpirationWarningSec=1s\n"],
+                serviceSettings: "ExecStartPre=/bin/sleep 4")
+            defer { service.close() }
+            let worker = try service.app("worker")
+            let idle = try service.app("idle")
+            let doomed = try service.app("doomed")
+            let deadline = try service.app("deadline")
+            defer { for app in [worker, idle, doomed, deadline] { app.terminate() } }
+            let control = try service.connect()
+            #expect(try worker.run("begin upload", "began") == "began 1")
+            #expect(try deadline.run("begin short", "began").hasPrefix("began"))
+            for app in ["worker", "idle"] {
+                #expect(
+                    try control.lifecycle("SetState", ["app": .string(app), "state": "background"]).errorName == nil)
+            }
+            #expect(eventually { processState(idle.pid) == .stopped }, "idle was never suspended")
+            let remainingBefore = try #require(
+                try control.lifecycle("BackgroundTimeRemaining", ["app": "worker"]).parameters["seconds"]?.doubleValue)
+            let restarts = try service.service(["NRestarts"])["NRestarts"].flatMap(Int.init) ?? 0
+            let oldPID = try #require(try service.mainPID())
+            let oldDaemon = try PidFD.open(pid: oldPID)
+            defer { try? oldDaemon.close() }
+            // The outage follows at once: the deadline app's warning must not come before it.
+            #expect(try control.lifecycle("SetState", ["app": "deadline", "state": "background"]).errorName == nil)
+            let deadlineDue = MonotonicClock.now() + Duration.seconds(Int64(budget)).nanosecondCount
+            control.close()
+            switch outage {
+            case .kill:
+                try oldDaemon.sendSignal(.kill)
+                try doomed.process.pidFD.sendSignal(.kill)
+                try service.waitForNewDaemon(replacing: oldPID, restarts: restarts)
+            case .watchdog:
+                try oldDaemon.sendSignal(.stop)
+                try doomed.process.pidFD.sendSignal(.kill)
+                try service.waitForNewDaemon(replacing: oldPID, restarts: restarts)
+            case .restart:
+                // The app dies once the old daemon is gone and before the new one runs.
+                try service.systemd.systemctlSucceeding(["restart", "--no-block", "bgtaskd.service"])
+                #expect(try oldDaemon.waitForExit(timeout: .seconds(20)), "the old daemon did not stop")
+                try doomed.process.pidFD.sendSignal(.kill)
+                try service.waitForNewDaemon(replacing: oldPID)
+            }
+            #expect(MonotonicClock.now() > deadlineDue, "the daemon came back before the deadline passed")
+            let after = try service.connect()
+            defer { after.close() }
+
+            // The lease is the same task, and the time left did not grow.
+            let workerApp = try after.app("worker")
+            #expect(workerApp["tasks"]?.arrayValue?.first?.objectValue?["id"] == 1, "\(workerApp)")
+            let remainingAfter = try #require(
+                try after.lifecycle("BackgroundTimeRemaining", ["app": "worker"]).parameters["seconds"]?.doubleValue)
+            #expect(remainingAfter <= remainingBefore, "remaining went from \(remainingBefore) to \(remainingAfter)")
+            // The suspended app is suspended again, and runs again in the foreground.
+            #expect(
+                eventually { processState(idle.pid) == .stopped && (try? after.app("idle")["state"]) == "suspended" },
+                "idle was not suspended again: \(service.log)")
+            #expect(try after.lifecycle("SetState", ["app": "idle", "state": "active"]).errorName == nil)
+            #expect(eventually { processState(idle.pid) != .stopped }, "idle stayed stopped in the foreground")
+            // The app that died meanwhile ended exited.
+            #expect(try after.app("doomed")["exitReason"] == "exited")
+            // The deadline that passed meanwhile was acted on at once: its lease expired, the app was terminated.
+            let history = try after.lifecycle("History").parameters["entries"]?.arrayValue ?? []
+            #expect(
+                history.contains {
+                    $0.objectValue?["app"] == "deadline" && $0.objectValue?["kind"] == "terminated"
+                        && $0.objectValue?["reason"] == "task-expired"
+                }, "no expiry of the deadline app; the daemon logged:\n\(service.log)")
+
+            // Stopping the service for good with an app suspended leaves no process stopped.
+            #expect(try after.lifecycle("SetState", ["app": "idle", "state": "background"]).errorName == nil)
+            #expect(eventually { processState(idle.pid) == .stopped }, "idle was not suspended")
+            try service.systemd.systemctlSucceeding(["stop", "bgtaskd.socket", "bgtaskd.service"])
+            #expect(processState(idle.pid) != .stopped, "stopping the service left idle stopped")
+            #expect(processState(worker.pid) != .stopped)
+        }
+    }
+}
