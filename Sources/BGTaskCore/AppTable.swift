@@ -13,6 +13,10 @@ struct AppTable: Sendable {
     private var identities: [Int64] = []
     private var freeSlots: [Int] = []
     private var nextSerial: Int64 = 1
+    /// Each slot's revision: a number no other change of any slot had, given at every insert and in-place change,
+    /// so an app with an unchanged identity and revision is unchanged (the state writer reuses its encoding).
+    private var revisions: [UInt64] = []
+    private var lastRevision: UInt64 = 0
 
     /// Number of apps.
     private(set) var count = 0
@@ -27,10 +31,13 @@ struct AppTable: Sendable {
         guard slotCount < 1 << AppID.slotBits else { return nil }
         slots = Array(repeating: nil, count: slotCount)
         identities = Array(repeating: 0, count: slotCount)
+        revisions = Array(repeating: 0, count: slotCount)
         for app in apps {
             guard app.id.rawValue > 0, app.id.serial < nextSerial, slots[app.id.slot] == nil else { return nil }
             slots[app.id.slot] = app
             identities[app.id.slot] = app.id.rawValue
+            lastRevision += 1
+            revisions[app.id.slot] = lastRevision
         }
         count = apps.count
         freeSlots = slots.indices.filter { slots[$0] == nil }.reversed()
@@ -48,6 +55,7 @@ struct AppTable: Sendable {
         }
         slots.append(nil)
         identities.append(0)
+        revisions.append(0)
         precondition(slots.count < 1 << AppID.slotBits, "more than 16 million apps at once")
         return AppID(serial: nextSerial, slot: slots.count - 1)
     }
@@ -57,6 +65,8 @@ struct AppTable: Sendable {
         precondition(slots[record.id.slot] == nil, "slot of \(record.id) is taken")
         slots[record.id.slot] = record
         identities[record.id.slot] = record.id.rawValue
+        lastRevision += 1
+        revisions[record.id.slot] = lastRevision
         count += 1
     }
 
@@ -82,6 +92,8 @@ struct AppTable: Sendable {
         }
         _modify {
             precondition(contains(id), "no app for \(id)")
+            lastRevision += 1
+            revisions[id.slot] = lastRevision
             yield &slots[id.slot]
             precondition(slots[id.slot] != nil, "the app of \(id) was removed in place")
         }
@@ -97,5 +109,19 @@ struct AppTable: Sendable {
     /// Every app, in slot order.
     var values: [TrackedApp] {
         slots.compactMap { $0 }
+    }
+
+    /// Every app with its revision, in slot order.
+    var valuesWithRevisions: (apps: [TrackedApp], revisions: [UInt64]) {
+        var apps: [TrackedApp] = []
+        var appRevisions: [UInt64] = []
+        apps.reserveCapacity(count)
+        appRevisions.reserveCapacity(count)
+        for index in slots.indices {
+            guard let app = slots[index] else { continue }
+            apps.append(app)
+            appRevisions.append(revisions[index])
+        }
+        return (apps, appRevisions)
     }
 }

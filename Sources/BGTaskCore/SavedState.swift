@@ -18,9 +18,45 @@ public struct SavedLifecycle: Codable, Sendable {
     var nextTaskID: Int64
     var nextEventID: Int64
     var nextSequence: UInt64
+    /// Each app's revision (see `SavedApp`), not saved: only meaningful within the `Lifecycle` it came from.
+    var revisions: [UInt64] = []
+
+    private enum CodingKeys: String, CodingKey {
+        case apps, nextSerial, liveNames, detachedNames, endedNames, endedOrder, detachedOrder, ledgers, nextTaskID
+        case nextEventID, nextSequence
+    }
 
     /// How many registrations it holds.
     public var appCount: Int { apps.count }
+
+    /// The registrations one by one, each with what identifies its content, for an encoder that keeps each app's
+    /// encoding until the app changes: encoding `withoutApps` and these (as the array `apps`) is encoding the
+    /// whole.
+    public var savedApps: [SavedApp] {
+        apps.indices.map { SavedApp(app: apps[$0], revision: $0 < revisions.count ? revisions[$0] : nil) }
+    }
+
+    /// The same state with no registrations: everything but `apps`.
+    public var withoutApps: SavedLifecycle {
+        var copy = self
+        copy.apps = []
+        copy.revisions = []
+        return copy
+    }
+}
+
+/// One registration of a saved state (`SavedLifecycle.savedApps`): encodes as the app does within the state.
+public struct SavedApp: Encodable, Sendable {
+    let app: TrackedApp
+    /// Its content's revision: the same identity with the same revision, from one `Lifecycle`, is the same app
+    /// unchanged; nil when unknown (a state that was not taken from a running `Lifecycle`).
+    public let revision: UInt64?
+    /// The registration's identity.
+    public var id: AppID { app.id }
+
+    public func encode(to encoder: any Encoder) throws {
+        try app.encode(to: encoder)
+    }
 }
 
 /// Why a saved state cannot be restored: it contradicts itself, so nothing in it can be trusted.
@@ -34,11 +70,12 @@ public struct SavedStateError: Error, Hashable, Sendable, CustomStringConvertibl
 extension Lifecycle {
     /// The state to save.
     public var saved: SavedLifecycle {
-        SavedLifecycle(
-            apps: apps.values, nextSerial: apps.upcomingSerial, liveNames: liveNames, detachedNames: detachedNames,
+        let (values, revisions) = apps.valuesWithRevisions
+        return SavedLifecycle(
+            apps: values, nextSerial: apps.upcomingSerial, liveNames: liveNames, detachedNames: detachedNames,
             endedNames: endedNames, endedOrder: Array(endedOrder[endedOrderStart...]),
             detachedOrder: Array(detachedOrder[detachedOrderStart...]), ledgers: ledgers, nextTaskID: nextTaskID,
-            nextEventID: nextEventID, nextSequence: nextSequence)
+            nextEventID: nextEventID, nextSequence: nextSequence, revisions: revisions)
     }
 
     /// The policy state `saved` describes, under `policy`. Every cross-reference is checked (identities,

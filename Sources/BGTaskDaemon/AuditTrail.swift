@@ -29,10 +29,16 @@ enum MessageID {
 /// The audit trail: every record the policy emits goes to the journal (or stderr), to live watchers, and,
 /// when it explains an app's end or a warning, to the bounded history `History()` serves.
 final class AuditTrail {
-    private(set) var entries: [(record: AuditEntry, entry: HistoryEntry)] = []
+    private(set) var entries: [(record: AuditEntry, entry: HistoryEntry, serial: Int)] = []
     private var start = 0
     var capacity: Int
     let logger: Logger
+    /// The serial of the newest kept entry: each kept entry gets the next one, across restarts.
+    private(set) var lastSerial = 0
+    /// Whether kept entries are gathered for the state file's history (only when there is a state file).
+    var gathersUnsaved = false
+    /// Kept entries not yet handed to the state writer, oldest first.
+    private var unsaved: [SavedHistoryEntry] = []
 
     init(capacity: Int, logger: Logger) {
         self.capacity = capacity
@@ -41,13 +47,22 @@ final class AuditTrail {
 
     /// The kept entries, oldest first, as the state file keeps them.
     var savedEntries: [SavedHistoryEntry] {
-        entries[start...].map { SavedHistoryEntry(record: $0.record, entry: $0.entry) }
+        entries[start...].map { SavedHistoryEntry(serial: $0.serial, record: $0.record, entry: $0.entry) }
     }
 
-    /// Takes back the entries a previous daemon saved (the newest `capacity` of them), before any new one.
-    func restore(_ saved: [SavedHistoryEntry]) {
-        entries = saved.suffix(capacity).map { ($0.record, $0.entry) }
+    /// The entries kept since the last call, for the state file's history to append.
+    func takeUnsaved() -> [SavedHistoryEntry] {
+        defer { unsaved = [] }
+        return unsaved
+    }
+
+    /// Takes back the entries a previous daemon saved (the newest `capacity` of them), before any new one;
+    /// serials go on from `lastSerial`.
+    func restore(_ saved: [SavedHistoryEntry], lastSerial: Int) {
+        entries = saved.suffix(capacity).map { ($0.record, $0.entry, $0.serial) }
         start = 0
+        self.lastSerial = max(lastSerial, saved.last?.serial ?? 0)
+        unsaved = []
     }
 
     /// Whether `History()` keeps this kind of record (Watch streams them all).
@@ -69,7 +84,9 @@ final class AuditTrail {
         guard isKept || isWatched else { return nil }
         let entry = HistoryEntry(record, wallClockSeconds: Date().timeIntervalSince1970)
         if isKept {
-            entries.append((record, entry))
+            lastSerial += 1
+            entries.append((record, entry, lastSerial))
+            if gathersUnsaved { unsaved.append(SavedHistoryEntry(serial: lastSerial, record: record, entry: entry)) }
             let overflow = entries.count - start - capacity
             if overflow > 0 { start += overflow }
             if start > 1024 && start * 2 > entries.count {
@@ -83,7 +100,7 @@ final class AuditTrail {
     /// The newest `limit` kept entries, oldest first, that `isVisible` allows.
     func history(limit: Int?, isVisible: (AuditEntry) -> Bool) -> [HistoryEntry] {
         var result: [HistoryEntry] = []
-        for (record, entry) in entries[start...].reversed() where isVisible(record) {
+        for (record, entry, _) in entries[start...].reversed() where isVisible(record) {
             if let limit, result.count >= limit { break }
             result.append(entry)
         }
@@ -135,8 +152,10 @@ final class AuditTrail {
         case .terminated:
             let reason = record.reason?.rawValue ?? "?"
             let initiated = record.reason?.isDaemonInitiated ?? false
+            // An app with ExitsOnSuspend asked to be ended once its work is done: news, not a warning.
+            let chosen = record.reason == .exitsOnSuspend
             logger.log(
-                initiated ? .warning : .info,
+                initiated && !chosen ? .warning : .info,
                 initiated ? "terminating \(app): \(explanation(record.reason))" : "\(app) ended (\(reason))",
                 fields + [.messageID(MessageID.terminated)])
         case .killed:

@@ -10,6 +10,8 @@ import Glibc
 struct StateWrite: Sendable {
     let store: StateStore
     let state: DaemonState
+    /// The history entries kept since the last write, or the whole history (added when it is handed over).
+    var history: HistoryUpdate = .none
     /// The change it covers (`Manager.stateGeneration` when it was taken).
     let generation: Int
 }
@@ -25,14 +27,15 @@ extension Manager {
     func currentState() -> DaemonState {
         DaemonState(
             bootID: bootID, savedAt: clock.freshNow, lifecycle: core.saved,
-            processes: processes.values.sorted { $0.serial < $1.serial }.map(\.saved), history: trail.savedEntries)
+            processes: processes.values.sorted { $0.serial < $1.serial }.map(\.saved),
+            historySerial: trail.lastSerial)
     }
 
     // MARK: Saving
 
     /// Something the state file holds changed: it is saved soon, once for everything that changes meanwhile (one
     /// write per loop iteration at most, however many calls the iteration served). The write itself (encoding,
-    /// `fsync`, `rename`) happens on the writer thread, so its cost, which grows with the apps, never blocks the
+    /// `rename`) happens on the writer thread, so its cost, which grows with the apps, never blocks the
     /// loop; writes never overlap, and the last state always gets written.
     func stateChanged() {
         guard stateStore != nil, !isStopping else { return }
@@ -63,6 +66,8 @@ extension Manager {
     }
 
     private func submitStateWrite(_ write: StateWrite) {
+        var write = write
+        write.history = takeHistoryUpdate()
         guard let stateWriter, stateWriter.submit(write) else {
             // Only one write is ever queued, so the writer cannot be full; a stopped one writes at stop.
             return
@@ -79,6 +84,8 @@ extension Manager {
             // the failure is logged, and a restart would lose that change.
             savedGeneration = max(savedGeneration, outcome.generation)
             if let failure = outcome.failure {
+                // The lines it was to append may be missing: the next write rewrites the history whole.
+                historyNeedsRewrite = true
                 if !isStateSaveFailureLogged {
                     isStateSaveFailureLogged = true
                     logger.error(
@@ -94,6 +101,21 @@ extension Manager {
             submitStateWrite(next)
         }
         releaseHeld()
+    }
+
+    /// What the next write does to the history file: appends the entries kept since the last write, or rewrites
+    /// the file whole when it must (see `historyNeedsRewrite`) or has grown to twice the history kept, so it
+    /// stays bounded.
+    private func takeHistoryUpdate() -> HistoryUpdate {
+        let appended = trail.takeUnsaved()
+        guard historyNeedsRewrite || historyLinesInFile + appended.count > 2 * trail.capacity + 64 else {
+            historyLinesInFile += appended.count
+            return .append(appended)
+        }
+        historyNeedsRewrite = false
+        let entries = trail.savedEntries
+        historyLinesInFile = entries.count
+        return .rewrite(entries)
     }
 
     // MARK: Nothing acknowledged before it is saved
@@ -113,10 +135,11 @@ extension Manager {
     }
 
     /// Sends a reply, event or entry to a client once the state it reflects is saved, in order with what went
-    /// before it.
-    func transmit(_ message: Data, on connection: ClientConnection) {
-        guard stateStore != nil, savedGeneration < stateGeneration || !heldUntilSaved.isEmpty, !isFinalStateSaved
-        else {
+    /// before it on that connection. A reply that reflects no change (`reflectsChange` false: a read, an invalid
+    /// message) waits only for what went before it.
+    func transmit(_ message: Data, on connection: ClientConnection, reflectsChange: Bool = true) {
+        let isBehindUnsaved = reflectsChange && (savedGeneration < stateGeneration || !heldUntilSaved.isEmpty)
+        guard stateStore != nil, isBehindUnsaved || connection.heldOutputBytes > 0, !isFinalStateSaved else {
             connection.send(message)
             return
         }
@@ -155,7 +178,7 @@ extension Manager {
         guard let stateStore, !isFinalStateSaved else { return }
         stateWriter?.stop(timeout: .seconds(10))
         do {
-            try stateStore.save(currentState())
+            try stateStore.save(currentState(), history: takeHistoryUpdate())
         } catch {
             logger.error("cannot save the state to \(stateStore.path) on stopping: \(error)")
         }
@@ -190,7 +213,13 @@ extension Manager {
             return
         }
         core = restored
-        trail.restore(state.history)
+        let history = stateStore.loadHistory(upTo: state.historySerial)
+        if history.skipped > 0 {
+            logger.warning(
+                "skipped \(history.skipped) unreadable lines of \(stateStore.historyPath); the rest of the history "
+                    + "is restored")
+        }
+        trail.restore(history.entries, lastSerial: state.historySerial)
         var adopted = 0
         var gone = 0
         var exitedApps: [AppID] = []

@@ -11,6 +11,8 @@ struct IncomingCall {
     /// The call, parsed once: its header, and its parameters as a JSON tree the method's type is decoded from.
     let decoded: DecodedCall
     let connection: ClientConnection
+    /// Whether the method changes what the state file holds: its reply waits until that is saved.
+    var changesState = false
     var header: VarlinkCallHeader { decoded.header }
     var credentials: PeerCredentials { connection.credentials }
 }
@@ -34,13 +36,15 @@ extension Manager {
                         + "\(error) (further ones from this connection are not logged)")
             }
             do {
-                transmit(try codec.encodeError(.invalidMessage(reason: error.description)), on: connection)
+                transmit(
+                    try codec.encodeError(.invalidMessage(reason: error.description)), on: connection,
+                    reflectsChange: false)
             } catch {
                 connection.close(because: "internal error encoding an error")
             }
             return
         }
-        let call = IncomingCall(decoded: decoded, connection: connection)
+        var call = IncomingCall(decoded: decoded, connection: connection)
         let header = decoded.header
         logger.debug(
             "call \(header.method.qualified) from pid \(connection.credentials.pid) uid \(connection.credentials.uid)"
@@ -64,7 +68,10 @@ extension Manager {
         }
         // Marked before the handler runs: its reply, and the events it causes, are held until the state they
         // reflect is saved.
-        if !method.isReadOnly { stateChanged() }
+        if !method.isReadOnly {
+            call.changesState = true
+            stateChanged()
+        }
         method.handler.serve(self, call)
         updateStatus()
     }
@@ -74,7 +81,9 @@ extension Manager {
     func reply<Reply: Encodable>(_ call: IncomingCall, _ reply: Reply) {
         guard !call.header.oneway else { return }
         do {
-            transmit(try codec.encodeReply(reply, continues: false), on: call.connection)
+            transmit(
+                try codec.encodeReply(reply, continues: false), on: call.connection,
+                reflectsChange: call.changesState)
         } catch {
             logger.error("cannot encode the reply to \(call.header.method): \(error)")
             call.connection.close(because: "internal error encoding a reply")
@@ -84,7 +93,7 @@ extension Manager {
     func fail(_ call: IncomingCall, _ error: VarlinkError) {
         guard !call.header.oneway else { return }
         do {
-            transmit(try codec.encodeError(error), on: call.connection)
+            transmit(try codec.encodeError(error), on: call.connection, reflectsChange: call.changesState)
         } catch {
             call.connection.close(because: "internal error encoding an error")
         }

@@ -60,6 +60,10 @@ public final class Manager {
     var stateGeneration = 0
     var savedGeneration = 0
     var heldUntilSaved: [(generation: Int, action: () -> Void)] = []
+    /// Lines in the history file, and whether it must be rewritten whole at the next write (at first: it may hold
+    /// a previous daemon's entries past the state it restored).
+    var historyLinesInFile = 0
+    var historyNeedsRewrite = true
 
     let readBuffer = ReadBuffer()
     /// Made in `start()`: it needs the manager.
@@ -141,6 +145,7 @@ public final class Manager {
         trail = AuditTrail(capacity: configuration.core.historySize, logger: logger)
         startedAt = self.clock.freshNow
         stateStore = statePath.map(StateStore.init(path:))
+        trail.gathersUnsaved = stateStore != nil
         bootID = StateStore.bootID(procFS: procFS)
     }
 
@@ -206,7 +211,7 @@ public final class Manager {
                 let writer = try BackgroundWorker<StateWrite, StateWriteOutcome>(name: "bgtaskd-state", capacity: 2) {
                     write in
                     do {
-                        try write.store.save(write.state)
+                        try write.store.save(write.state, history: write.history)
                         return StateWriteOutcome(generation: write.generation, failure: nil)
                     } catch {
                         return StateWriteOutcome(generation: write.generation, failure: "\(error)")

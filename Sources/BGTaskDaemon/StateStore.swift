@@ -8,12 +8,14 @@ import Glibc
 
 /// Everything a restarted daemon needs to carry on where the last one stopped (DESIGN §8): the policy's state,
 /// the processes behind the registrations (pid and start time, so a reused pid is never adopted, and what the
-/// daemon had stopped of each), and the history.
+/// daemon had stopped of each), and how far the history goes. The history itself lives in a file of its own that
+/// each write appends to (`StateStore.historyPath`): rewriting hundreds of entries on every change would cost
+/// more than everything else together.
 struct DaemonState: Codable, Sendable {
     /// What the file is, so a foreign file is never read as state.
     static let formatName = "bgtaskd-state"
     /// The layout's version: a file of another version is set aside, never guessed at.
-    static let currentVersion = 1
+    static let currentVersion = 2
 
     var format = DaemonState.formatName
     var version = DaemonState.currentVersion
@@ -23,7 +25,76 @@ struct DaemonState: Codable, Sendable {
     var savedAt: MonotonicInstant
     var lifecycle: SavedLifecycle
     var processes: [SavedProcess]
-    var history: [SavedHistoryEntry]
+    /// The serial of the newest history entry this state covers: entries past it in the history file belong to a
+    /// state that was never saved, and are not restored.
+    var historySerial: Int
+}
+
+/// The state's fields but the policy's and the processes (see `StateEncoder`).
+private struct DaemonStateHead: Encodable {
+    var format: String
+    var version: Int
+    var bootID: String
+    var savedAt: MonotonicInstant
+    var historySerial: Int
+}
+
+/// Encodes states one after another, keeping each app's and each process's encoding until it changes: a write
+/// after one call encodes what that call changed, not every app (the JSON encoder is the bulk of a write's cost).
+/// Used by one thread at a time (the state writer's).
+final class StateEncoder: @unchecked Sendable {
+    private let encoder: JSONEncoder
+    private var cache: [AppID: (revision: UInt64, bytes: [UInt8])] = [:]
+    private var processCache: [SavedProcess: [UInt8]] = [:]
+
+    init() {
+        encoder = JSONEncoder()
+        // "apps" then sorts first in the policy's object, where the apps are put.
+        encoder.outputFormatting = .sortedKeys
+    }
+
+    /// The state as JSON, equal to what `JSONEncoder` makes of it (as a JSON value; the key order differs).
+    func encode(_ state: DaemonState) throws -> [UInt8] {
+        let head = Array(
+            try encoder.encode(
+                DaemonStateHead(
+                    format: state.format, version: state.version, bootID: state.bootID, savedAt: state.savedAt,
+                    historySerial: state.historySerial)))
+        let rest = Array(try encoder.encode(state.lifecycle.withoutApps))
+        let emptyApps = Array(#"{"apps":[]"#.utf8)
+        guard head.last == UInt8(ascii: "}"), rest.starts(with: emptyApps) else {
+            return Array(try encoder.encode(state))
+        }
+        var bytes = head.dropLast() + Array(#","processes":["#.utf8)
+        var keptProcesses: [SavedProcess: [UInt8]] = [:]
+        keptProcesses.reserveCapacity(state.processes.count)
+        for (index, process) in state.processes.enumerated() {
+            if index > 0 { bytes.append(UInt8(ascii: ",")) }
+            let encoded = try processCache[process] ?? Array(encoder.encode(process))
+            keptProcesses[process] = encoded
+            bytes += encoded
+        }
+        processCache = keptProcesses
+        bytes += Array(#"],"lifecycle":{"apps":["#.utf8)
+        var kept: [AppID: (revision: UInt64, bytes: [UInt8])] = [:]
+        kept.reserveCapacity(state.lifecycle.appCount)
+        for (index, app) in state.lifecycle.savedApps.enumerated() {
+            if index > 0 { bytes.append(UInt8(ascii: ",")) }
+            let encoded: [UInt8]
+            if let revision = app.revision, let cached = cache[app.id], cached.revision == revision {
+                encoded = cached.bytes
+            } else {
+                encoded = Array(try encoder.encode(app))
+            }
+            if let revision = app.revision { kept[app.id] = (revision, encoded) }
+            bytes += encoded
+        }
+        cache = kept
+        bytes.append(UInt8(ascii: "]"))
+        bytes += rest[emptyApps.count...]
+        bytes.append(UInt8(ascii: "}"))
+        return Array(bytes)
+    }
 }
 
 /// The first fields of the file, read before the rest so a file of another format or version is named as such.
@@ -48,10 +119,23 @@ struct SavedProcess: Codable, Sendable, Hashable {
     var memoryBytes: UInt64?
 }
 
-/// One history entry, as saved: the record (for who may see it) and what `History()` shows.
+/// One history entry, as saved (a line of the history file): its serial, the record (for who may see it) and what
+/// `History()` shows.
 struct SavedHistoryEntry: Codable, Sendable {
+    var serial: Int
     var record: AuditEntry
     var entry: HistoryEntry
+}
+
+/// What a state write does to the history file.
+enum HistoryUpdate: Sendable {
+    /// Leaves it as it is.
+    case none
+    /// Appends these entries, a line each.
+    case append([SavedHistoryEntry])
+    /// Replaces it with these entries (after a restore, a failed write, or once it has grown to twice the history
+    /// it keeps).
+    case rewrite([SavedHistoryEntry])
 }
 
 /// What reading the state file found.
@@ -63,11 +147,14 @@ enum LoadedState {
     case state(DaemonState)
 }
 
-/// The state file: `save` replaces it atomically (a temporary file in the same directory, `fsync`, `rename`,
-/// `fsync` of the directory), so a crash at any moment leaves the old state or the new one, never half of one.
+/// The state file and its history file: `save` replaces the state atomically (a temporary file in the same
+/// directory, then `rename`), so a crash at any moment leaves the old state or the new one, never half of one;
+/// the history file is appended to, and replaced the same way now and then.
 struct StateStore: Sendable {
     /// Where the state lives.
     let path: String
+    /// Keeps the apps' encodings from one save to the next.
+    let encoder = StateEncoder()
     /// The largest file read back: far above the state of thousands of apps, a bound on a corrupted one.
     static let sizeLimit = 256 << 20
 
@@ -126,39 +213,101 @@ struct StateStore: Sendable {
     /// destroy the evidence and the next start does not trip over it again. Returns where it went.
     func setAside() -> String? {
         let destination = path + ".bad"
+        _ = rename(historyPath, historyPath + ".bad")
         return rename(path, destination) == 0 ? destination : nil
     }
 
-    /// Writes `state` atomically.
-    func save(_ state: DaemonState) throws {
-        let data = try JSONEncoder().encode(state)
-        let temporary = path + ".tmp"
+    /// The history file: `state.history.jsonl` next to `state.json`.
+    var historyPath: String {
+        (path.hasSuffix(".json") ? String(path.dropLast(5)) : path) + ".history.jsonl"
+    }
+
+    /// Updates the history file, then writes `state` atomically. The history goes first: a crash between the two
+    /// leaves entries past the state's `historySerial`, which loading ignores.
+    func save(_ state: DaemonState, history: HistoryUpdate = .none) throws {
+        switch history {
+        case .none:
+            break
+        case .append(let entries):
+            guard !entries.isEmpty else { break }
+            let descriptor = try FileDescriptor.open(
+                historyPath, .writeOnly, options: [.create, .append, .noFollow], permissions: 0o600)
+            defer { try? descriptor.close() }
+            try descriptor.writeAll(try Self.lines(entries))
+        case .rewrite(let entries):
+            try replace(historyPath, with: try Self.lines(entries))
+        }
+        try replace(path, with: try encoder.encode(state))
+    }
+
+    /// The entries as JSON lines.
+    private static func lines(_ entries: [SavedHistoryEntry]) throws -> [UInt8] {
+        let encoder = JSONEncoder()
+        var bytes: [UInt8] = []
+        for entry in entries {
+            bytes += try encoder.encode(entry)
+            bytes.append(UInt8(ascii: "\n"))
+        }
+        return bytes
+    }
+
+    /// Replaces the file at `target` with `bytes` atomically: a temporary file in the same directory, then
+    /// `rename`.
+    ///
+    /// No `fsync`: the state guards against the daemon's end, not the kernel's. Written data is in the page cache
+    /// the moment `write` returns, which a crash, a `kill -9` or a watchdog abort of the daemon does not touch;
+    /// only a kernel crash or a power cut loses it, and after either the machine boots again, so the state (of
+    /// another boot) would be set aside anyway. The runtime directory is a tmpfs besides, where `fsync` does
+    /// nothing. Syncing a file on disk (`--state-file` elsewhere) would cost each write milliseconds for nothing.
+    private func replace(_ target: String, with bytes: [UInt8]) throws {
+        let temporary = target + ".tmp"
         let descriptor = try FileDescriptor.open(
             temporary, .writeOnly, options: [.create, .truncate, .noFollow], permissions: 0o600)
         do {
-            try descriptor.writeAll(Array(data))
-            try descriptor.synchronize()
+            try descriptor.writeAll(bytes)
             try descriptor.close()
         } catch {
             try? descriptor.close()
             unlink(temporary)
             throw error
         }
-        guard rename(temporary, path) == 0 else {
-            let error = Errno(rawValue: errno, operation: "rename(\(temporary), \(path))")
+        guard rename(temporary, target) == 0 else {
+            let error = Errno(rawValue: errno, operation: "rename(\(temporary), \(target))")
             unlink(temporary)
             throw error
         }
-        // The rename is durable once the directory is; on tmpfs (the runtime directory) this costs nothing.
-        if let directory = try? FileDescriptor.open(Self.directory(of: path), .readOnly, options: [.directory]) {
-            try? directory.synchronize()
-            try? directory.close()
-        }
     }
 
-    /// Removes the file (nothing is left to restore).
+    /// The history entries up to `serial` (the state's `historySerial`), oldest first, and how many lines could
+    /// not be read (a line torn by a crash, or damage): those are skipped, never fatal. No file is no history.
+    func loadHistory(upTo serial: Int) -> (entries: [SavedHistoryEntry], skipped: Int) {
+        let data: [UInt8]
+        do {
+            let descriptor = try FileDescriptor.open(historyPath, .readOnly)
+            defer { try? descriptor.close() }
+            data = try descriptor.readToEnd(limit: Self.sizeLimit)
+        } catch {
+            return ([], error == .noSuchFileOrDirectory ? 0 : 1)
+        }
+        let decoder = JSONDecoder()
+        var entries: [SavedHistoryEntry] = []
+        var skipped = 0
+        for line in data.split(separator: UInt8(ascii: "\n")) {
+            guard let entry = try? decoder.decode(SavedHistoryEntry.self, from: Data(line)) else {
+                skipped += 1
+                continue
+            }
+            // In order, each once: anything else is not this state's history.
+            guard entry.serial <= serial, entry.serial > (entries.last?.serial ?? 0) else { continue }
+            entries.append(entry)
+        }
+        return (entries, skipped)
+    }
+
+    /// Removes the files (nothing is left to restore).
     func remove() {
         unlink(path)
+        unlink(historyPath)
     }
 
     static func directory(of path: String) -> String {

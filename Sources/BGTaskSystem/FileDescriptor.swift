@@ -77,11 +77,6 @@ public struct FileDescriptor: RawRepresentable, Hashable, Sendable, CustomString
         return FileDescriptor(rawValue: fd)
     }
 
-    /// `fsync(2)`: the file's data and metadata reach the storage before this returns.
-    public func synchronize() throws(Errno) {
-        _ = try systemCall("fsync(fd \(rawValue))") { fsync(rawValue) }
-    }
-
     /// `pipe2(O_CLOEXEC)`: a unidirectional channel, both ends close-on-exec.
     public static func pipe() throws(Errno) -> (readEnd: FileDescriptor, writeEnd: FileDescriptor) {
         var fds: [Int32] = [-1, -1]

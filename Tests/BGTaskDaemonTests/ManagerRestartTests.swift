@@ -186,6 +186,71 @@ struct ManagerRestartTests {
         }
     }
 
+    @Test("the history survives restarts from a file of its own; a torn line and entries past the state are skipped")
+    func historySurvives() async throws {
+        try await offThePool {
+            let harness = try ManagerHarness(configuration: "[Limits]\nHistorySize=4\n")
+            defer { harness.close() }
+            var apps: [ManagerHarness.App] = []
+            for index in 0..<6 { apps.append(try harness.register("app\(index)")) }
+            func registered() throws -> [String] {
+                let entries = try #require(harness.call("History").parameters["entries"]?.arrayValue)
+                return entries.compactMap { $0.objectValue?["app"]?.stringValue }
+            }
+            // The newest HistorySize entries.
+            #expect(try registered() == ["app2", "app3", "app4", "app5"])
+            let historyPath = harness.directory.path + "/state.history.jsonl"
+            try harness.restart(after: .seconds(1))
+            #expect(try registered() == ["app2", "app3", "app4", "app5"], "\(harness.log)")
+            // A line torn by a crash, and an entry the saved state does not cover (written, then the crash came
+            // before the state): neither comes back.
+            try harness.restart(after: .seconds(1)) {
+                let lines = try String(contentsOfFile: historyPath, encoding: .utf8).split(separator: "\n")
+                let last = try #require(lines.last)
+                let unsaved = last.replacingOccurrences(of: "\"serial\":", with: "\"serial\":1000")
+                    .replacingOccurrences(
+                        of: "app5", with: "ghost")
+                let torn = String(last.prefix(last.count / 2))
+                try (lines.joined(separator: "\n") + "\n" + torn + "\n" + unsaved + "\n").write(
+                    toFile: historyPath, atomically: true, encoding: .utf8)
+            }
+            #expect(try registered() == ["app2", "app3", "app4", "app5"], "\(harness.log)")
+            #expect(harness.log.contains("skipped 1 unreadable lines"), "\(harness.log)")
+            // New entries go on after the restored ones, and the next restart keeps them in order.
+            apps.append(try harness.register("app6"))
+            try harness.restart(after: .seconds(1))
+            #expect(try registered() == ["app3", "app4", "app5", "app6"], "\(harness.log)")
+        }
+    }
+
+    @Test("the state file holds the state as it is, though the writer re-encodes only the apps that changed")
+    func encoderKeepsUnchangedApps() async throws {
+        try await offThePool {
+            let harness = try ManagerHarness()
+            defer { harness.close() }
+            var apps: [ManagerHarness.App] = []
+            for name in ["a", "b", "c"] { apps.append(try harness.register(name)) }
+            let store = try #require(harness.manager.stateStore)
+            func matches(_ step: String) throws {
+                try harness.settle()
+                let state = harness.manager.currentState()
+                // The writer's encoder, cache and all, against a plain encoding of the same state.
+                let cached = try JSONSerialization.jsonObject(with: Data(store.encoder.encode(state))) as? NSDictionary
+                let plain = try JSONSerialization.jsonObject(with: JSONEncoder().encode(state)) as? NSDictionary
+                #expect(cached != nil && cached == plain, "after \(step)")
+            }
+            try matches("registering")
+            #expect(try harness.call("BeginBackgroundTask", ["app": "b", "name": "sync"]).errorName == nil)
+            try matches("a task of b")
+            try background(apps[2], in: harness)
+            try matches("c in background")
+            #expect(try harness.call("Terminate", ["app": "a"]).errorName == nil)
+            try matches("terminating a")
+            apps.append(try harness.register("d"))
+            try matches("d registering")
+        }
+    }
+
     @Test("--release-stopped continues what the state file says the daemon stopped, and records it")
     func releaseStopped() async throws {
         try await offThePool {
