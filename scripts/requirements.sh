@@ -42,6 +42,8 @@ ensure_packages() {
     missing="$(missing_build_packages)"
     command -v setpriv >/dev/null 2>&1 || missing="$missing util-linux"
     command -v systemd-notify >/dev/null 2>&1 || missing="$missing systemd"
+    # systemd-analyze verify looks the units' Documentation= man pages up with man(1).
+    command -v man >/dev/null 2>&1 || missing="$missing man-db"
     command -v python3 >/dev/null 2>&1 || missing="$missing python3"
     install_packages "$missing"
 }

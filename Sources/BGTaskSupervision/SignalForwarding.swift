@@ -20,12 +20,16 @@ enum SignalForwarding {
     /// A signal that arrived while `target` was 0, or 0; delivered exactly once by whichever of the handler and
     /// `forward(to:)` exchanges it for 0 first.
     static let pending = Atomic<Int32>(0)
+    /// The last request to stop (SIGHUP, SIGINT, SIGQUIT or SIGTERM) bgtask received since `install()`, or 0:
+    /// whether the command was stopped before it was done.
+    static let stopRequest = Atomic<Int32>(0)
 
     /// Installs the handler, with no target yet (the statics are initialized here first, since a global's lazy
     /// initialization is not async-signal-safe).
     static func install() {
         target.store(0, ordering: .sequentiallyConsistent)
         pending.store(0, ordering: .sequentiallyConsistent)
+        stopRequest.store(0, ordering: .sequentiallyConsistent)
         for number in signals {
             var action = sigaction()
             // A non-capturing closure: it reads only the statics, as a C handler must.
@@ -35,6 +39,9 @@ enum SignalForwarding {
                 let isFromKernel = (info?.pointee.si_code ?? 0) > 0
                 // bgtask's own copy of a signal it sent to its group (see `CommandGroup.send`): not an order.
                 if !isFromKernel, info?.pointee._sifields._kill.si_pid == getpid() { return }
+                if number != SIGUSR1 && number != SIGUSR2 {
+                    SignalForwarding.stopRequest.store(number, ordering: .sequentiallyConsistent)
+                }
                 if isFromKernel && SignalForwarding.target.load(ordering: .sequentiallyConsistent) > 0 { return }
                 SignalForwarding.pending.store(number, ordering: .sequentiallyConsistent)
                 let pid = SignalForwarding.target.load(ordering: .sequentiallyConsistent)

@@ -61,6 +61,13 @@ public final class SupervisedCommand: Sendable {
         SignalForwarding.forward(to: process.pid)
     }
 
+    /// The request to stop (SIGHUP, SIGINT, SIGQUIT or SIGTERM, from another process or the terminal) the caller
+    /// received while the command ran, if any: the command was stopped before it was done.
+    public var stopRequest: Signal? {
+        let number = SignalForwarding.stopRequest.load(ordering: .sequentiallyConsistent)
+        return number == 0 ? nil : Signal(rawValue: number)
+    }
+
     /// Sends `signal` to the command's whole group (the caller's own copy is dropped); false when `kill` failed.
     @discardableResult
     public func send(_ signal: Signal) -> Bool {

@@ -250,6 +250,8 @@ func trappingCommand(_ signal: String, exitStatus status: Int) -> [String] {
                     environment: ["BGTASK_SOCKET": server.socketPath])
                 let register = try #require(server.waitForCall("Register"))
                 #expect(register.parameters["state"] == "background")
+                // ExitsOnSuspend: once its task is ended, bgtask is let go, not stopped on its way out.
+                #expect(register.parameters["exitsOnSuspend"] == true)
                 let name = try #require(register.parameters["name"]?.stringValue)
                 #expect(name == "bgtask-run.sh.\(run.process.pid)")
                 #expect(server.waitForCall("BeginBackgroundTask")?.parameters == ["app": .string(name), "name": "sh"])
@@ -266,8 +268,31 @@ func trappingCommand(_ signal: String, exitStatus status: Int) -> [String] {
                 #expect(lines.first == "bgtask: registered app \(name); task 1 began with 10m of background time")
                 #expect(
                     lines.last?.hasPrefix("bgtask: background time is running out: sent SIGTERM to 'sh' (pid ") == true)
-                // The registration, and with it the lease, ended by closing its stream, not by EndBackgroundTask.
+                // CMD is done: its task is ended (`ended`), then the registration closed.
                 server.waitUntil("the Register stream closed") { $0.closedConnections.contains(register.connection) }
+                #expect(server.calls("EndBackgroundTask").map(\.parameters) == [["app": .string(name), "taskId": 1]])
+            }
+        }
+    }
+
+    @Test func stoppedBeforeCommandIsDoneClosesTheRegistrationWithTheTaskOpen() async throws {
+        try await offThePool {
+            try withServer { server throws in
+                let run = try BGTaskProcess(
+                    ["run", "--"] + trappingCommand("TERM", exitStatus: 0),
+                    environment: ["BGTASK_SOCKET": server.socketPath])
+                let register = try #require(server.waitForCall("Register"))
+                _ = try #require(server.waitForCall("BeginBackgroundTask"))
+                try run.waitForOutput(containing: "ready")
+                // As systemctl stop does: SIGTERM to bgtask, which forwards it; CMD exits, cut short.
+                try run.process.pidFD.sendSignal(.terminate)
+                let result = try run.finish()
+                #expect(result.output == "ready\ngot TERM\n")
+                #expect(
+                    result.errors.contains("bgtask: stopped by SIGTERM before 'sh' (pid "),
+                    "\(result.errors)")
+                server.waitUntil("the Register stream closed") { $0.closedConnections.contains(register.connection) }
+                // The task ends with the registration (app-ended), not as done.
                 #expect(server.calls("EndBackgroundTask").isEmpty)
             }
         }

@@ -59,7 +59,10 @@ final class LeasedCommand: Sendable {
     ) throws(CommandFailure) -> LeasedCommand {
         var registration: Registration?
         do {
-            registration = try client.register(name: app, state: .background, backgroundTime: budget)
+            // ExitsOnSuspend: once CMD is done and the task ended, the daemon lets bgtask exit instead of stopping
+            // it before it closes its registration.
+            registration = try client.register(
+                name: app, exitsOnSuspend: true, state: .background, backgroundTime: budget)
         } catch {
             guard joining, case .lifecycle(.appExists) = error else { throw failure(error) }
         }
@@ -115,17 +118,27 @@ final class LeasedCommand: Sendable {
             end()
             throw CommandFailure("lost track of \(target): \(error)")
         }
-        end()
+        if let request = supervised.stopRequest, registration != nil {
+            context.progress(
+                "stopped by \(request.name) before \(target) was done: closing the registration, so task \(taskId) "
+                    + "ends with it (app-ended)")
+            end(isDone: false)
+        } else {
+            end()
+        }
         watcherDone.wait()
         return ExitCode(rawValue: status)
     }
 
-    /// Ends the lease: closing a registration ends it with every lease of the app (an explicit end would let the
-    /// daemon suspend bgtask, now in background without a lease, before it closes); a joined app's task is ended.
-    private func end() {
+    /// Ends the lease. When CMD is done (`isDone`), the task is ended (`ended`), and for a registration of
+    /// bgtask's own the registration is closed after it: that registration has ExitsOnSuspend, so the daemon,
+    /// seeing the app in background without a lease, does not stop bgtask on its way out but sends it
+    /// `willTerminate`, which bgtask no longer forwards (CMD is done). When bgtask was stopped before CMD was done,
+    /// its registration is closed with the task open, which ends it `app-ended`: the work was cut short.
+    private func end(isDone: Bool = true) {
         isStopping.store(true, ordering: .sequentiallyConsistent)
         stopping.signal()
-        if let registration {
+        if !isDone, let registration {
             registration.close()
             return
         }
@@ -135,6 +148,7 @@ final class LeasedCommand: Sendable {
             context.progress(
                 "could not end task \(taskId) of app \(Formatting.printable(app)): \(failure(error).message)")
         }
+        registration?.close()
     }
 
     /// Sends `signal` to the command, once per notice, saying why; `target` names the command in the progress
@@ -178,6 +192,8 @@ final class LeasedCommand: Sendable {
             case .backgroundTaskExpiring:
                 warn(command, target: target, signal: signal, because: "background time is running out")
             case .willTerminate:
+                // After CMD exited, the daemon ending the app is bgtask's own way out.
+                guard !isStopping.load(ordering: .sequentiallyConsistent) else { continue }
                 warn(
                     command, target: target, signal: signal, notice: .termination,
                     because: "bgtaskd is terminating app \(Formatting.printable(app))")
