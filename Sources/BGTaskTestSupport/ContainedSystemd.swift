@@ -41,14 +41,22 @@ public final class ContainedSystemd {
     public let cgroups: [String]
     /// The manager's process (the test's child).
     public let manager: SpawnedProcess
+    /// The manager's `XDG_CONFIG_HOME` and `XDG_DATA_HOME`, in the scratch directory: `systemctl --user enable`
+    /// writes its links under the first, and unit files in `DATA_HOME/systemd/user` are found as a user's are.
+    public let configHome: String
+    public let dataHome: String
     private var isClosed = false
 
-    /// Starts a manager and waits (at most 30 s) until `systemctl --user` reaches it.
-    public init() throws {
+    /// Starts a manager and waits (at most 30 s) until `systemctl --user` reaches it. `dataHome` is its
+    /// `XDG_DATA_HOME` within the scratch directory (`prefix/lib` makes the units a `scripts/install --prefix
+    /// DIRECTORY/prefix` installs its user's own).
+    public init(dataHome: String = "data") throws {
         if let reason = Self.unavailableReason { throw HarnessError(reason) }
         directory = try ScratchDirectory(prefix: "bgtask-systemd")
         runtimeDirectory = directory.path + "/run"
         unitDirectory = runtimeDirectory + "/systemd/user"
+        configHome = directory.path + "/config"
+        self.dataHome = directory.path + "/" + dataHome
         try FileManager.default.createDirectory(
             atPath: unitDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         chmod(runtimeDirectory, 0o700)
@@ -67,6 +75,9 @@ public final class ContainedSystemd {
             if [ -d /run/systemd ]; then mount -t tmpfs tmpfs /run/systemd; else mount -t tmpfs tmpfs /run; fi
             mkdir -p /run/systemd/system
             export XDG_RUNTIME_DIR='\(runtimeDirectory)'
+            # The user's configuration and data directories are the test's too: nothing under $HOME is read or
+            # written.
+            export XDG_CONFIG_HOME='\(configHome)' XDG_DATA_HOME='\(self.dataHome)'
             exec /lib/systemd/systemd --user
             """
         let scriptPath = try directory.write("start-manager", script)
@@ -102,6 +113,8 @@ public final class ContainedSystemd {
     public var environment: [String: String] {
         var environment = ProcessInfo.processInfo.environment
         environment["XDG_RUNTIME_DIR"] = runtimeDirectory
+        environment["XDG_CONFIG_HOME"] = configHome
+        environment["XDG_DATA_HOME"] = dataHome
         environment["DBUS_SESSION_BUS_ADDRESS"] = nil
         return environment
     }
