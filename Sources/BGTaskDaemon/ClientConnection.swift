@@ -63,6 +63,12 @@ final class ClientConnection {
     var decoder: VarlinkFrameDecoder
     /// What this connection streams, once a streaming call was accepted; later calls wait until it ends.
     var stream: StreamRole?
+    /// The name this connection is kept under in systemd's fd store (an app's event stream), or nil.
+    var storedName: String?
+    /// Whether closing shuts the socket down for both ends first: a copy of it in the fd store would otherwise
+    /// keep it open, and the client would never see it closed. Off while the daemon stops, so the copy carries
+    /// the stream to the next daemon.
+    var shutsDownOnClose = false
     /// Limits already logged for this peer, so a client hammering one is logged once.
     var loggedLimits: Set<String> = []
     /// Whether the manager's backlog holds this connection (complete calls wait for a later turn).
@@ -310,6 +316,7 @@ final class ClientConnection {
         isClosed = true
         source?.cancel()
         source = nil
+        if shutsDownOnClose { _ = Glibc.shutdown(descriptor.rawValue, Int32(SHUT_RDWR)) }
         // A failed close still releases the descriptor (close(2) never leaves it open on Linux).
         try? descriptor.close()
         output = []

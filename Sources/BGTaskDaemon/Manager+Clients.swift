@@ -11,12 +11,7 @@ extension Manager {
     static let acceptRetryDelay: Duration = .seconds(1)
 
     func openListeners() throws(StartupError) {
-        var descriptors: [FileDescriptor] = []
-        do {
-            descriptors = try ServiceNotifier.listenedDescriptors().map(\.fileDescriptor)
-        } catch {
-            throw StartupError(description: "cannot read the sockets passed by systemd: \(error)")
-        }
+        var descriptors = listenedSockets
         if descriptors.isEmpty {
             let directory = (socketPath as NSString).deletingLastPathComponent
             if !directory.isEmpty && !FileManager.default.fileExists(atPath: directory) {
@@ -106,14 +101,16 @@ extension Manager {
         logger.debug("accepting connections again after: \(reason)")
     }
 
-    private func admit(_ descriptor: FileDescriptor) {
+    /// Serves a new client within the connection limits; the connection, or nil when it was refused (and closed).
+    @discardableResult
+    func admit(_ descriptor: FileDescriptor) -> ClientConnection? {
         let credentials: PeerCredentials
         do {
             credentials = try UnixSocket.peerCredentials(of: descriptor)
         } catch {
             logger.warning("dropping a client whose credentials cannot be read: \(error)")
             try? descriptor.close()
-            return
+            return nil
         }
         let totalLimit = configuration.limits.connectionsMax
         if connections.count >= totalLimit {
@@ -124,7 +121,7 @@ extension Manager {
                         + "\(credentials.uid), pid \(credentials.pid))")
             }
             try? descriptor.close()
-            return
+            return nil
         }
         let userLimit = configuration.limits.connectionsPerUserMax
         if connectionsPerUser[credentials.uid, default: 0] >= userLimit {
@@ -134,7 +131,7 @@ extension Manager {
                         + "ConnectionsPerUserMax=\(userLimit) reached")
             }
             try? descriptor.close()
-            return
+            return nil
         }
         let connection = ClientConnection(
             serial: nextConnectionSerial, descriptor: descriptor, credentials: credentials,
@@ -154,10 +151,11 @@ extension Manager {
         } catch {
             logger.error("cannot watch a client socket: \(error)")
             connection.close(because: "cannot watch it")
-            return
+            return nil
         }
         connections[connection.serial] = connection
         connectionsPerUser[credentials.uid, default: 0] += 1
+        return connection
     }
 
     private func connectionClosed(_ connection: ClientConnection, _ reason: String) {
@@ -170,6 +168,7 @@ extension Manager {
         }
         if connections.count < configuration.limits.connectionsMax { isTotalConnectionRefusalLogged = false }
         logger.debug("connection \(connection.serial) of pid \(connection.credentials.pid) closed: \(reason)")
+        unstoreStream(connection)
         switch connection.stream {
         case .registration(let app) where eventStreams[app] === connection:
             eventStreams[app] = nil

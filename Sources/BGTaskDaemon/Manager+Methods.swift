@@ -214,6 +214,7 @@ extension Manager {
             call.connection.close(because: "the registering process cannot be watched")
             return CallOutcome()
         }
+        storeStream(call.connection, of: app)
         // The first reply of the stream, so sent here with `continues` rather than as a final reply.
         if !call.header.oneway, let info = appInfo(app) {
             sendStreamed(RegisterReply(app: info, event: nil), on: call.connection)

@@ -253,6 +253,8 @@ extension Manager {
             logger.notice("\(appName(app))'s process ended while bgtaskd was not running", [.app(appName(app))])
             perform(core.processExited(app, how: .exited, now: now))
         }
+        // The streams come back before the policy catches up: what it sends now reaches the apps.
+        adoptStoredStreams()
         perform(core.restarted(now: now))
         // A process the last daemon left stopped whose apps are no longer all suspended must run.
         for process in processes.values where process.isStopped {

@@ -64,6 +64,14 @@ public final class Manager {
     /// a previous daemon's entries past the state it restored).
     var historyLinesInFile = 0
     var historyNeedsRewrite = true
+    /// The listening sockets systemd passed, and the apps' event streams a previous daemon kept in the fd store
+    /// (taken back while restoring); see `Manager+FileDescriptorStore.swift`.
+    var listenedSockets: [FileDescriptor] = []
+    var storedStreamDescriptors: [(name: String, descriptor: FileDescriptor)] = []
+    /// How many event streams this daemon keeps in the fd store, out of `fileDescriptorStoreLimit` (0: none).
+    var storedStreamCount = 0
+    var fileDescriptorStoreLimit = 0
+    var isStoreFullLogged = false
 
     let readBuffer = ReadBuffer()
     /// Made in `start()`: it needs the manager.
@@ -228,7 +236,10 @@ public final class Manager {
         }
         resolveAccessSettings()
         memoryMonitor = MemoryMonitor(manager: self, settings: configuration.memory)
+        fileDescriptorStoreLimit = notifier.fileDescriptorStoreLimit
+        try takeListenedDescriptors()
         restoreState()
+        discardStoredStreams()
         try openListeners()
         let appsLimit = configuration.memory.appsMemoryMaxBytes.map { "\($0) bytes" } ?? "infinity"
         logger.notice(
@@ -301,6 +312,8 @@ public final class Manager {
         }
         listeners = []
         if ownsSocketFile { unlink(socketPath) }
+        // The fd store's copies of the event streams stay open, for the next daemon to take them back.
+        for connection in connections.values { connection.shutsDownOnClose = false }
         for connection in Array(connections.values) { connection.close(because: "the daemon is stopping") }
         releaseAllApps()
         try? loop.exit(code: 0)

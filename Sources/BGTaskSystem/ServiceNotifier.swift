@@ -49,12 +49,7 @@ public struct ServiceNotifier: Sendable {
     /// (they come back through `listenedDescriptors`). Returns whether a message was sent.
     @discardableResult
     public func storeFileDescriptors(_ descriptors: [FileDescriptor], name: String) throws(Errno) -> Bool {
-        // FDNAME: at most 255 printable characters, no ':' (the separator of LISTEN_FDNAMES).
-        let cleanName = String(
-            name.map { character -> Character in
-                let code = character.asciiValue ?? 0  // Non-ASCII counts as unprintable here.
-                return code < 0x20 || code == 0x7f || character == ":" ? "_" : character
-            }.prefix(255))
+        let cleanName = Self.descriptorName(name)
         let raw = descriptors.map(\.rawValue)
         return try systemCall("sd_pid_notify_with_fds(FDSTORE)", convention: .returnsNegativeErrno) {
             raw.withUnsafeBufferPointer { buffer in
@@ -63,6 +58,29 @@ public struct ServiceNotifier: Sendable {
                     UInt32(buffer.count))
             }
         } > 0
+    }
+
+    /// `FDSTOREREMOVE=1` with `FDNAME=name`: the manager closes its copies of the descriptors stored as `name`.
+    @discardableResult
+    public func removeStoredFileDescriptors(name: String) throws(Errno) -> Bool {
+        try notify("FDSTOREREMOVE=1\nFDNAME=\(Self.descriptorName(name))")
+    }
+
+    /// How many descriptors the manager keeps for this service (`$FDSTORE`, which systemd 254 and later set from
+    /// `FileDescriptorStoreMax=`, and the units set for older ones); 0 when there is no fd store.
+    public var fileDescriptorStoreLimit: Int {
+        guard isSupervised, let text = getenv("FDSTORE") else { return 0 }
+        return max(0, Int(String(cString: text)) ?? 0)
+    }
+
+    /// A name as `FDNAME=` takes it: at most 255 printable ASCII characters, no ':' (the separator of
+    /// LISTEN_FDNAMES); anything else becomes '_'.
+    static func descriptorName(_ name: String) -> String {
+        String(
+            name.map { character -> Character in
+                let code = character.asciiValue ?? 0  // Non-ASCII counts as unprintable here.
+                return code < 0x20 || code == 0x7f || character == ":" ? "_" : character
+            }.prefix(255))
     }
 
     /// A descriptor passed by the service manager (socket activation or the fd store).

@@ -84,11 +84,17 @@ struct UserServiceTests {
             let took = Double(MonotonicClock.now() - stoppedAt) / 1e9
             #expect(took < 2 + 3 + 0.5 + 6, "the watchdog took \(took) s to replace a hung daemon")
             #expect(try hungPidFD.hasExited)
-            try app.waitForLine(startingWith: "connection reconnected")
+            // The app's event stream came back from the fd store: the app never saw the daemon go, and events
+            // reach it on the same stream.
+            #expect(
+                service.log.contains("took 1 of 1 apps' event streams back from the fd store"), "\(service.log)")
             let control = try service.connect()
             #expect(
                 try control.lifecycle("GetApp", ["app": "counted"]).parameters["app"]?.objectValue?["state"] == "active"
             )
+            #expect(try control.lifecycle("SetState", ["app": "counted", "state": "background"]).errorName == nil)
+            let seen = try app.waitForLine { $0.hasPrefix("event didEnterBackground") || $0.hasPrefix("connection") }
+            #expect(seen.hasPrefix("event didEnterBackground"), "the app saw the restart: \(seen)")
             control.close()
 
             // Shutting the manager down leaves nothing of it: no process, no cgroup, no directory.
@@ -196,6 +202,18 @@ struct UserServiceTests {
                     $0.objectValue?["app"] == "deadline" && $0.objectValue?["kind"] == "terminated"
                         && $0.objectValue?["reason"] == "task-expired"
                 }, "no expiry of the deadline app; the daemon logged:\n\(service.log)")
+
+            // After a crash or a watchdog abort the apps' event streams came back from the fd store: worker never
+            // saw the daemon go. (A `systemctl restart` stops the service, and systemd 252 empties the fd store
+            // then: those apps re-attached.)
+            if outage != .restart {
+                #expect(service.log.contains("apps' event streams back from the fd store"), "\(service.log)")
+                #expect(try after.lifecycle("SetState", ["app": "worker", "state": "active"]).errorName == nil)
+                let seen = try worker.waitForLine {
+                    $0.hasPrefix("event willEnterForeground") || $0.hasPrefix("connection")
+                }
+                #expect(seen.hasPrefix("event willEnterForeground"), "worker saw the restart: \(seen)")
+            }
 
             // Stopping the service for good with an app suspended leaves no process stopped.
             #expect(try after.lifecycle("SetState", ["app": "idle", "state": "background"]).errorName == nil)
