@@ -68,6 +68,10 @@ public struct SavedStateError: Error, Hashable, Sendable, CustomStringConvertibl
 }
 
 extension Lifecycle {
+    /// Room above the registrations and remembered ones for the slots of a restored table: live registrations
+    /// that ended and were forgotten since their slots were taken.
+    static let restoredSlotSlack = 16_384
+
     /// The state to save.
     public var saved: SavedLifecycle {
         let (values, revisions) = apps.valuesWithRevisions
@@ -86,6 +90,15 @@ extension Lifecycle {
     public init(restoring saved: SavedLifecycle, policy: CorePolicy) throws(SavedStateError) {
         self.init(policy: policy)
         func fail(_ reason: String) -> SavedStateError { SavedStateError(reason: reason) }
+        // Slots are reused, so a running policy's highest slot stays near the most registrations it held at
+        // once: the live ones (bounded by the daemon's connections) and the remembered ended and detached ones
+        // (`historySize` each). A state whose identities spread far past that would have the table allocate
+        // millions of empty slots; it is refused.
+        let remembered = min(policy.historySize, 1 << AppID.slotBits)
+        let slotLimit = saved.apps.count + 2 * remembered + Self.restoredSlotSlack
+        guard saved.apps.allSatisfy({ $0.id.slot < slotLimit }) else {
+            throw fail("identities spread over more than \(slotLimit) slots for \(saved.apps.count) registrations")
+        }
         guard let table = AppTable(restoring: saved.apps, nextSerial: saved.nextSerial) else {
             throw fail("two registrations share a slot, or an identity is out of range")
         }

@@ -81,7 +81,7 @@ struct SavedStateTests {
         arguments: [
             "two apps in one slot", "a live name naming another app", "a task id not below the next",
             "an unknown serial",
-            "an event id not below the next",
+            "an event id not below the next", "an identity in a slot millions past the registrations",
         ])
     func contradictions(_ flaw: String) throws {
         let h = try busyHarness()
@@ -99,6 +99,9 @@ struct SavedStateTests {
                     object["nextTaskID"] = 1
                 case "an unknown serial":
                     object["nextSerial"] = 1
+                case "an identity in a slot millions past the registrations":
+                    // Serial 1 in slot 10,000,000: the table would allocate ten million slots.
+                    apps[0]["id"] = ["rawValue": (1 << 24) | 10_000_000]
                 default:
                     object["nextEventID"] = 1
                 }
@@ -106,6 +109,9 @@ struct SavedStateTests {
             }
         }
         #expect(error != nil, "\(flaw) was restored")
+        if flaw.hasPrefix("an identity in a slot") {
+            #expect(error?.reason.contains("slots") == true, "\(String(describing: error))")
+        }
     }
 
     @Test("restoring the same state twice gives the same policy")
