@@ -82,6 +82,11 @@ public final class SupervisedCommand: Sendable {
     /// Waits for the command to exit and reaps it: its exit status, or 128+N when signal N killed it (as shells
     /// report it). Forwarding stops first, since reaping frees the command's pid for reuse. Call it once.
     public func finish() throws(Errno) -> Int32 {
+        try finishWithCause().status
+    }
+
+    /// `finish()`, also saying which signal killed the command, if one did.
+    public func finishWithCause() throws(Errno) -> (status: Int32, killer: Signal?) {
         do {
             _ = try process.pidFD.waitForExit(timeout: nil)
         } catch {
@@ -90,8 +95,8 @@ public final class SupervisedCommand: Sendable {
         }
         SignalForwarding.uninstall()
         switch try process.waitForExit() {
-        case .exited(let code): return code
-        case .signaled(let killer): return 128 + killer.rawValue
+        case .exited(let code): return (code, nil)
+        case .signaled(let killer): return (128 + killer.rawValue, killer)
         }
     }
 }

@@ -289,7 +289,7 @@ func trappingCommand(_ signal: String, exitStatus status: Int) -> [String] {
                 let result = try run.finish()
                 #expect(result.output == "ready\ngot TERM\n")
                 #expect(
-                    result.errors.contains("bgtask: stopped by SIGTERM before 'sh' (pid "),
+                    result.errors.contains("was cut short by SIGTERM: closing the registration"),
                     "\(result.errors)")
                 server.waitUntil("the Register stream closed") { $0.closedConnections.contains(register.connection) }
                 // The task ends with the registration (app-ended), not as done.

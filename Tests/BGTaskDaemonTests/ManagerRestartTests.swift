@@ -22,6 +22,14 @@ struct ManagerRestartTests {
         try harness.acknowledge(app, didEnter.id)
     }
 
+    /// Registers `name`, sends it to the background and waits until the manager has stopped its process.
+    private func suspended(_ name: String, in harness: ManagerHarness) throws -> ManagerHarness.App {
+        let app = try harness.register(name)
+        try background(app, in: harness)
+        try harness.step(until: "\(name) to be stopped") { harness.processState(app) == .stopped }
+        return app
+    }
+
     private func remaining(_ name: String, in harness: ManagerHarness) throws -> Double {
         let reply = try harness.call("BackgroundTimeRemaining", ["app": .string(name)])
         return try #require(reply.parameters["seconds"]?.doubleValue, "\(reply)")
@@ -63,9 +71,7 @@ struct ManagerRestartTests {
         try await offThePool {
             let harness = try ManagerHarness()
             defer { harness.close() }
-            let game = try harness.register("game")
-            try background(game, in: harness)
-            try harness.step(until: "game to be stopped") { harness.processState(game) == .stopped }
+            let game = try suspended("game", in: harness)
             var stateWhileDown: ProcessState?
             try harness.restart(after: .seconds(2)) { stateWhileDown = harness.processState(game) }
             #expect(stateWhileDown != .stopped, "the app stayed stopped while no daemon ran")
@@ -125,9 +131,7 @@ struct ManagerRestartTests {
         try await offThePool {
             let harness = try ManagerHarness()
             defer { harness.close() }
-            let app = try harness.register("app")
-            try background(app, in: harness)
-            try harness.step(until: "app to be stopped") { harness.processState(app) == .stopped }
+            let app = try suspended("app", in: harness)
             try harness.restart(after: .seconds(1)) {
                 // The pid now names a process that started later (the fake /proc says so), stopped by its own
                 // owner; the state file says the old daemon had stopped the pid.
@@ -256,9 +260,7 @@ struct ManagerRestartTests {
         try await offThePool {
             let harness = try ManagerHarness()
             defer { harness.close() }
-            let app = try harness.register("app")
-            try background(app, in: harness)
-            try harness.step(until: "app to be stopped") { harness.processState(app) == .stopped }
+            let app = try suspended("app", in: harness)
             // As after a kill -9: the last saved state says the process is stopped, and it still is.
             try harness.step(until: "the stop to be saved") {
                 (try? String(contentsOfFile: harness.statePath, encoding: .utf8))?.contains("\"isStopped\":true")

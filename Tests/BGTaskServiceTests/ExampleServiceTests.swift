@@ -68,18 +68,11 @@ struct ExampleServiceTests {
 
     /// The apps `bgtask apps --json` (the installed CLI, through the socket unit) lists.
     private func apps(of service: InstalledUserService, all: Bool) throws -> [[String: Any]] {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: service.prefix + "/bin/bgtask")
-        process.arguments = ["--socket", service.socketPath, "apps", "--json"] + (all ? ["--all"] : [])
-        let output = Pipe()
-        process.standardOutput = output
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0,
-            let reply = try JSONSerialization.jsonObject(with: data) as? [String: Any],
+        let (status, output) = try runProgram(
+            [service.prefix + "/bin/bgtask", "--socket", service.socketPath, "apps", "--json"] + (all ? ["--all"] : []))
+        guard status == 0, let reply = try JSONSerialization.jsonObject(with: Data(output.utf8)) as? [String: Any],
             let apps = reply["apps"] as? [[String: Any]]
-        else { throw HarnessError("bgtask apps failed: \(String(decoding: data, as: UTF8.self))") }
+        else { throw HarnessError("bgtask apps failed: \(output)") }
         return apps
     }
 

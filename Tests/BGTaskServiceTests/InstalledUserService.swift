@@ -24,7 +24,7 @@ final class InstalledUserService {
         systemd = try ContainedSystemd()
         do {
             prefix = systemd.directory.path + "/prefix"
-            try Self.run([Products.packageRoot + "/scripts/install", "--prefix", prefix, "--from", Products.directory])
+            try Self.install(prefix: prefix)
             let configHome = systemd.directory.path + "/config"
             _ = try systemd.directory.write("config/bgtaskd/bgtaskd.conf", configuration)
             for (name, text) in files { _ = try systemd.directory.write("config/bgtaskd/" + name, text) }
@@ -54,18 +54,15 @@ final class InstalledUserService {
 
     /// Runs a program to completion; fails with its output unless it exits 0.
     static func run(_ arguments: [String]) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: arguments[0])
-        process.arguments = Array(arguments.dropFirst())
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            throw HarnessError("\(arguments.joined(separator: " ")) failed (\(process.terminationStatus)):\n\(text)")
+        let (status, text) = try runProgram(arguments)
+        guard status == 0 else {
+            throw HarnessError("\(arguments.joined(separator: " ")) failed (\(status)):\n\(text)")
         }
+    }
+
+    /// `scripts/install --prefix PREFIX` of the binaries built for the tests.
+    static func install(prefix: String) throws {
+        try run([Products.packageRoot + "/scripts/install", "--prefix", prefix, "--from", Products.directory])
     }
 
     /// The daemon's log so far.
@@ -115,4 +112,20 @@ final class InstalledUserService {
     func close() {
         systemd.close()
     }
+}
+
+/// Runs a program to completion (with `environment` added to the test's), its standard output and error together;
+/// its exit status and what it printed.
+func runProgram(_ arguments: [String], environment: [String: String] = [:]) throws -> (status: Int32, output: String) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: arguments[0])
+    process.arguments = Array(arguments.dropFirst())
+    process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+    let output = Pipe()
+    process.standardOutput = output
+    process.standardError = output
+    try process.run()
+    let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    process.waitUntilExit()
+    return (process.terminationStatus, text)
 }

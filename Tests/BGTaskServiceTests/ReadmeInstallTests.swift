@@ -18,9 +18,7 @@ struct ReadmeInstallTests {
             // `./scripts/install`, into a prefix whose lib/systemd/user is on this manager's search path, from the
             // binaries built for the tests (the README's command builds them first).
             let prefix = systemd.directory.path + "/prefix"
-            try InstalledUserService.run([
-                Products.packageRoot + "/scripts/install", "--prefix", prefix, "--from", Products.directory,
-            ])
+            try InstalledUserService.install(prefix: prefix)
             // The README's systemctl commands, as written.
             try systemd.systemctlSucceeding(["daemon-reload"])
             try systemd.systemctlSucceeding(["enable", "--now", "bgtaskd.socket"])
@@ -31,19 +29,10 @@ struct ReadmeInstallTests {
             #expect(try systemd.show("bgtaskd.socket", ["ActiveState"])["ActiveState"] == "active")
             #expect(try systemd.show("bgtaskd.service", ["ActiveState"])["ActiveState"] == "inactive")
             // `bgtask --user status`: the first connection starts the daemon, which answers.
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: prefix + "/bin/bgtask")
-            process.arguments = ["--user", "status"]
             var environment = systemd.environment
-            environment["BGTASK_SOCKET"] = nil
-            process.environment = environment
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = output
-            try process.run()
-            let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            process.waitUntilExit()
-            #expect(process.terminationStatus == 0, "\(text)")
+            environment["BGTASK_SOCKET"] = ""
+            let (status, text) = try runProgram([prefix + "/bin/bgtask", "--user", "status"], environment: environment)
+            #expect(status == 0, "\(text)")
             #expect(text.contains("bgtaskd"), "\(text)")
             #expect(try systemd.show("bgtaskd.service", ["ActiveState"])["ActiveState"] == "active")
             // Uninstalling removes what the install put there.

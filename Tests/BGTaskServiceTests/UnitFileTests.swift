@@ -9,17 +9,15 @@ import Testing
 struct UnitFileTests {
     /// Runs systemd-analyze with `arguments`; its status and everything it printed.
     private func analyze(_ arguments: [String], environment: [String: String]) throws -> (Int32, String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["systemd-analyze"] + arguments
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        return (process.terminationStatus, text)
+        try runProgram(["/usr/bin/env", "systemd-analyze"] + arguments, environment: environment)
+    }
+
+    /// A scratch directory with the units installed under its `prefix`, and that prefix.
+    private func installed() throws -> (ScratchDirectory, String) {
+        let scratch = try ScratchDirectory(prefix: "bgtask-units")
+        let prefix = scratch.path + "/prefix"
+        try InstalledUserService.install(prefix: prefix)
+        return (scratch, prefix)
     }
 
     /// Why the host cannot run systemd-analyze and man, if it cannot.
@@ -39,11 +37,7 @@ struct UnitFileTests {
             print("verify: skipped: \(reason)")
             return
         }
-        let scratch = try ScratchDirectory(prefix: "bgtask-units")
-        let prefix = scratch.path + "/prefix"
-        try InstalledUserService.run([
-            Products.packageRoot + "/scripts/install", "--prefix", prefix, "--from", Products.directory,
-        ])
+        let (scratch, prefix) = try installed()
         let runtime = scratch.path + "/run"
         try FileManager.default.createDirectory(
             atPath: runtime, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
@@ -68,11 +62,8 @@ struct UnitFileTests {
             print("exposure: skipped: \(reason)")
             return
         }
-        let scratch = try ScratchDirectory(prefix: "bgtask-units")
-        let prefix = scratch.path + "/prefix"
-        try InstalledUserService.run([
-            Products.packageRoot + "/scripts/install", "--prefix", prefix, "--from", Products.directory,
-        ])
+        let (scratch, prefix) = try installed()
+        defer { _ = scratch }
         let (status, output) = try analyze(
             ["security", "--offline=true", prefix + "/lib/systemd/system/bgtaskd.service"], environment: [:])
         #expect(status == 0, "\(output)")

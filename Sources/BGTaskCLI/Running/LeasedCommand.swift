@@ -108,20 +108,23 @@ final class LeasedCommand: Sendable {
             watcherDone.signal()
         }
         let status: Int32
+        let killer: Signal?
         do {
             if registration == nil, let budget, try !supervised.waitForExit(timeout: budget) {
                 let limit = Formatting.duration(seconds: budget.seconds)
                 warn(supervised, target: target, signal: signal, because: "the budget of \(limit) is used up")
             }
-            status = try supervised.finish()
+            (status, killer) = try supervised.finishWithCause()
         } catch {
             end()
             throw CommandFailure("lost track of \(target): \(error)")
         }
-        if let request = supervised.stopRequest, registration != nil {
+        // Cut short: bgtask was asked to stop (its stop request may come after CMD died of the same one, as
+        // `systemctl stop` signals the unit's processes one by one), or a signal killed CMD.
+        if let cause = supervised.stopRequest ?? killer, registration != nil {
             context.progress(
-                "stopped by \(request.name) before \(target) was done: closing the registration, so task \(taskId) "
-                    + "ends with it (app-ended)")
+                "\(target) was cut short by \(cause.name): closing the registration, so task \(taskId) ends with it "
+                    + "(app-ended)")
             end(isDone: false)
         } else {
             end()

@@ -32,9 +32,9 @@ public struct Run: Subcommand {
             background task, and runs CMD. The task ends when CMD exits (ended, in the history), and bgtask exits \
             with CMD's status, or 128+N when CMD was killed by signal N. A registration of bgtask's own has \
             ExitsOnSuspend: with its task ended, the daemon ends the app rather than stopping bgtask on its way \
-            out. When bgtask is asked to stop (SIGHUP, SIGINT, SIGQUIT or SIGTERM, which it forwards to CMD; \
-            systemctl stop sends SIGTERM), the work was cut short: once CMD exits, bgtask closes its registration \
-            with the task open, which ends it app-ended.
+            out. When CMD is cut short, killed by a signal or stopped because bgtask was asked to stop (SIGHUP, \
+            SIGINT, SIGQUIT or SIGTERM, which bgtask forwards to CMD; systemctl stop sends SIGTERM), bgtask closes \
+            its registration with the task open, which ends it app-ended.
 
             When the background time is about to run out, bgtask forwards the daemon's warning to CMD as \
             SIGNAL, so CMD can save its work and exit. If CMD is still running when the time is up, the daemon \
