@@ -83,6 +83,7 @@ struct UserServiceTests {
             try service.waitForNewDaemon(replacing: hung, restarts: before)
             let took = Double(MonotonicClock.now() - stoppedAt) / 1e9
             #expect(took < 2 + 3 + 0.5 + 6, "the watchdog took \(took) s to replace a hung daemon")
+            print("serviceLifecycle: the watchdog replaced the hung daemon in \(took) s")
             #expect(try hungPidFD.hasExited)
             // The app's event stream came back from the fd store: the app never saw the daemon go, and events
             // reach it on the same stream.
