@@ -5,7 +5,9 @@
 // lock ranges that end after they start, available memory within the total, averages within 0–100. Stat lines,
 // lock rows and meminfo figures written back in the kernel's format parse to the same values, and the stat line of
 // a process named with the input's first bytes parses to that name. The line splitter behind `ProcFS.scanLines`,
-// fed the input in chunks whose sizes come from the input, yields exactly the input's lines or refuses it.
+// fed the input in chunks whose sizes come from the input, yields exactly the input's lines or refuses it. The
+// cgroup files (`/proc/PID/cgroup`, whose paths hold names a user may choose, `cgroup.events`, `cgroup.procs`, a
+// number, `freezer.state`) parse to values the kernel could print, and those written back parse the same.
 import BGTaskSystem
 import Glibc
 
@@ -21,6 +23,7 @@ public func fuzzProcFiles(_ start: UnsafePointer<UInt8>, _ count: Int) -> CInt {
     checkLineSplitter(bytes)
     checkMemoryInfo(text)
     checkPressure(text)
+    checkCgroupFiles(text)
     return 0
 }
 
@@ -101,6 +104,36 @@ private func checkPressure(_ text: String) {
         for average in [stall.average10, stall.average60, stall.average300] {
             precondition(average.isFinite && (0...100).contains(average), "pressure average \(average)")
         }
+    }
+}
+
+private func checkCgroupFiles(_ text: String) {
+    if let lines = attempt({ () throws(ProcParseError) in try ProcessCgroup.parse(text) }) {
+        precondition(!lines.isEmpty, "no cgroup line")
+        for line in lines {
+            precondition(line.hierarchyID >= 0 && line.path.hasPrefix("/"), "cgroup line \(line)")
+            precondition(!line.path.contains("\n") && !line.controllers.contains(where: \.isEmpty), "\(line)")
+        }
+        let written = lines.map { "\($0.hierarchyID):\($0.controllers.joined(separator: ",")):\($0.path)\n" }
+        let again = attempt { () throws(ProcParseError) in try ProcessCgroup.parse(written.joined()) }
+        precondition(again == lines, "cgroup lines \(lines) read back as \(String(describing: again))")
+    }
+    if let events = attempt({ () throws(ProcParseError) in try CgroupKeyedValues.parse(text, file: "events") }) {
+        let written = events.values.map { "\($0.key) \($0.value)\n" }.joined()
+        let again = attempt { () throws(ProcParseError) in try CgroupKeyedValues.parse(written, file: "events") }
+        precondition(again == events, "keyed values \(events) read back as \(String(describing: again))")
+    }
+    if let pids = attempt({ () throws(ProcParseError) in try CgroupProcesses.parse(text) }) {
+        precondition(pids.allSatisfy { $0 > 0 }, "cgroup.procs \(pids)")
+        let again = attempt { () throws(ProcParseError) in try CgroupProcesses.parse(pids.map { "\($0)\n" }.joined()) }
+        precondition(again == pids, "cgroup.procs \(pids) read back as \(String(describing: again))")
+    }
+    if let number = attempt({ () throws(ProcParseError) in try CgroupNumber.parse(text, file: "number") }) {
+        let again = attempt { () throws(ProcParseError) in try CgroupNumber.parse("\(number)\n", file: "number") }
+        precondition(again == number, "number \(number) read back as \(String(describing: again))")
+    }
+    if let state = attempt({ () throws(ProcParseError) in try FreezerState.parse(text) }) {
+        precondition(text == state.rawValue + "\n", "freezer state \(state) from \(text.debugDescription)")
     }
 }
 

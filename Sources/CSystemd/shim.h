@@ -17,6 +17,7 @@
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -48,6 +49,14 @@
 
 /// P_PIDFD (Linux 5.4): waitid() selects the child by a pidfd.
 #define BGTASK_P_PIDFD 3
+
+/// statfs(2)'s filesystem type of `path` (such as CGROUP2_SUPER_MAGIC), or -1 with errno set. <sys/statfs.h> is
+/// not part of Swift's Glibc module.
+static inline long bgtask_filesystem_type(const char *path) {
+    struct statfs info;
+    if (statfs(path, &info) != 0) return -1;
+    return (long)info.f_type;
+}
 
 /// eventfd(2) with EFD_CLOEXEC, non-blocking when asked: a counter one thread adds to and another reads (and
 /// polls) to learn that work is waiting. <sys/eventfd.h> is not part of Swift's Glibc module.
