@@ -392,7 +392,7 @@ extension Manager {
         return CallOutcome(
             reply: GetStatusReply(
                 version: Self.version, uptimeSec: (now - startedAt).secondsValue,
-                backends: ["freeze": "sigstop", "memory": "pss", "kill": "pidfd"], apps: core.liveAppCount,
+                backends: backendNames.mapValues { .string($0) }, apps: core.liveAppCount,
                 suspended: core.suspendedAppCount, tasks: core.openTaskCount, memory: memory, loop: loopStatus))
     }
 }

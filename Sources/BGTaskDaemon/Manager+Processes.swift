@@ -199,7 +199,7 @@ extension Manager {
         }
         guard mayStop else { return }
         do {
-            try process.stop()
+            try process.stop(freezing: ownCgroup(of: process))
         } catch {
             // Gone already: its pidfd reports the exit and the core hears of it then.
             if error != .noSuchProcess {
@@ -213,11 +213,14 @@ extension Manager {
             guard let self, let process else { return }
             do throws(Errno) {
                 try process.sendPendingStop()
+                if process.frozenCgroup != nil { self.confirmFreeze(of: process) }
             } catch {
                 if error != .noSuchProcess {
                     self.logger.error(
                         "cannot suspend pid \(process.pid): \(error)", process.apps.map { .app(self.appName($0)) })
                 }
+                // Not stopped after all: the state must say so.
+                self.stateChanged()
             }
         }
     }

@@ -234,8 +234,15 @@ extension Manager {
             let process = TrackedProcess(
                 serial: nextProcessSerial, pidFD: pidFD, uid: saved.uid, startTime: saved.startTime)
             nextProcessSerial += 1
-            // The old daemon's stop, if the process is still stopped (the service's clean-up continues it).
-            if (try? procFS.stat(saved.pid).state) == .stopped { process.adoptStop(of: saved) }
+            // The old daemon's stop, if the process is still stopped or its cgroup still frozen (the service's
+            // clean-up continues and thaws them).
+            let isStillStopped =
+                if let path = saved.frozenCgroup {
+                    (try? CgroupDirectory(path: path).events())?["frozen"] == 1
+                } else {
+                    (try? procFS.stat(saved.pid).state) == .stopped
+                }
+            if isStillStopped { process.adoptStop(of: saved) }
             process.memoryBytes = saved.memoryBytes
             guard watchExit(of: process) else {
                 gone += 1

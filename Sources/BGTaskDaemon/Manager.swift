@@ -72,6 +72,13 @@ public final class Manager {
     var storedStreamCount = 0
     var fileDescriptorStoreLimit = 0
     var isStoreFullLogged = false
+    /// The cgroup hierarchies of the host, and the daemon's own cgroup2 cgroup (never frozen); see
+    /// `Manager+Cgroups.swift`.
+    let cgroupHierarchies = CgroupHierarchies.probe()
+    var daemonCgroup: CgroupDirectory?
+    /// Freezes awaiting confirmation from `cgroup.events`, by process serial, with the moment SIGSTOP replaces them.
+    var freezeConfirmations: [Int: MonotonicInstant] = [:]
+    var freezeConfirmationTimer: ManagerTimer?
 
     let readBuffer = ReadBuffer()
     /// Made in `start()`: it needs the manager.
@@ -237,14 +244,16 @@ public final class Manager {
         resolveAccessSettings()
         memoryMonitor = MemoryMonitor(manager: self, settings: configuration.memory)
         fileDescriptorStoreLimit = notifier.fileDescriptorStoreLimit
+        daemonCgroup = try? cgroupHierarchies.cgroups(of: getpid(), procFS: procFS).unified
         try takeListenedDescriptors()
         restoreState()
         discardStoredStreams()
         try openListeners()
         let appsLimit = configuration.memory.appsMemoryMaxBytes.map { "\($0) bytes" } ?? "infinity"
         logger.notice(
-            "bgtaskd \(Self.version) listening on \(socketPath); backends: freeze=sigstop memory=pss kill=pidfd "
-                + "(self-registered apps); memory trigger: polling, AppsMemoryMax=\(appsLimit)"
+            "bgtaskd \(Self.version) listening on \(socketPath); backends: "
+                + backendNames.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
+                + " (self-registered apps); memory trigger: polling, AppsMemoryMax=\(appsLimit)"
                 + (configuration.memory.reclaimDryRun ? ", ReclaimDryRun" : ""))
         checkDescriptorBudget()
         _ = try? notifier.ready()

@@ -114,6 +114,8 @@ struct SavedProcess: Codable, Sendable, Hashable {
     /// What the daemon had stopped: nothing, the process (`stoppedGroup` nil), or the group `stoppedGroup`.
     var isStopped: Bool
     var stoppedGroup: pid_t?
+    /// The cgroup2 cgroup the daemon froze it through (its path), when it froze rather than stopped it.
+    var frozenCgroup: String?
     /// The registrations of it the policy tracks.
     var apps: [AppID]
     var memoryBytes: UInt64?

@@ -41,6 +41,7 @@ public enum StoppedRelease {
             if release(state.processes[index], procFS: procFS, logger: logger) { released += 1 }
             state.processes[index].isStopped = false
             state.processes[index].stoppedGroup = nil
+            state.processes[index].frozenCgroup = nil
         }
         logger.notice("continued \(released) of \(stopped.count) process(es) bgtaskd had stopped")
         do {
@@ -54,6 +55,17 @@ public enum StoppedRelease {
 
     /// Continues what the daemon stopped of one process; whether a signal went out.
     private static func release(_ saved: SavedProcess, procFS: ProcFS, logger: Logger) -> Bool {
+        if let path = saved.frozenCgroup {
+            // A cgroup of the app's own: whatever is still in it is the app's, and must run.
+            do {
+                try CgroupDirectory(path: path).requestFreeze(false)
+                logger.info("thawed \(path)")
+                return true
+            } catch {
+                if error.rawValue != ENOENT { logger.error("cannot thaw \(path): \(error)") }
+                return false
+            }
+        }
         let liveStat = try? procFS.stat(saved.pid)
         let isSameProcess = liveStat?.startTime == saved.startTime
         if let group = saved.stoppedGroup {

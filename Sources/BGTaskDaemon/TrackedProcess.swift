@@ -4,14 +4,16 @@ import BGTaskCore
 import BGTaskSystem
 import Glibc
 
-/// What the daemon stopped, decided at the moment it stopped it and undone exactly: the process alone, or the
-/// process group the process led at that moment.
+/// What the daemon stopped, decided at the moment it stopped it and undone exactly: the process alone, the process
+/// group the process led at that moment (both with SIGSTOP), or the cgroup2 cgroup of its own it was in (frozen).
 enum StopTarget: Hashable {
     case process
     case group(pid_t)
+    case cgroup(CgroupDirectory)
 }
 
-/// The running process of self-registered apps (DESIGN §3: signal and PSS backends).
+/// The running process of self-registered apps (DESIGN §3: the cgroup2 freezer when the app has a cgroup of its
+/// own, else signals; PSS).
 ///
 /// One per distinct process, however many names it registered: the daemon holds one pidfd per process, and a
 /// process registered under two names is measured and stopped once. Identity is the pidfd, never the bare pid:
@@ -66,15 +68,53 @@ final class TrackedProcess {
         switch target {
         case .process: try pidFD.sendSignal(signal)
         case .group(let id): try ProcessGroup(id: id).send(signal)
+        case .cgroup(let cgroup):
+            do {
+                switch signal {
+                case .stop: try cgroup.requestFreeze(true)
+                case .continue: try cgroup.requestFreeze(false)
+                case .kill:
+                    // cgroup.kill (Linux 5.14) takes every process at once, frozen or not; without it, the
+                    // process itself (its pidfd), and a frozen cgroup2 task dies at once.
+                    if cgroup.has("cgroup.kill") { try cgroup.killAll() } else { try pidFD.sendSignal(.kill) }
+                default: try pidFD.sendSignal(signal)
+                }
+            } catch {
+                // The cgroup is gone: so is whatever was in it.
+                throw error.rawValue == ENOENT ? Errno.noSuchProcess : error
+            }
         }
     }
 
-    /// Decides to stop the process, or its group if it leads one now; `sendPendingStop()` sends the SIGSTOP.
-    func stop() throws(Errno) {
+    /// Decides to stop the process: freezing `cgroup` when it is given (a cgroup2 cgroup of the app's own), else
+    /// SIGSTOP to its group if it leads one now, or to it alone; `sendPendingStop()` carries it out.
+    func stop(freezing cgroup: CgroupDirectory? = nil) throws(Errno) {
         var target = StopTarget.process
-        if let group = try ledGroup() { target = .group(group) }
+        if let cgroup {
+            guard try !pidFD.hasExited else { throw Errno.noSuchProcess }
+            target = .cgroup(cgroup)
+        } else if let group = try ledGroup() {
+            target = .group(group)
+        }
         stopped = target
         isStopPending = true
+    }
+
+    /// Whether the daemon froze (or decided to freeze) it through a cgroup: the freeze is confirmed from
+    /// `cgroup.events`, and one that does not come falls back to SIGSTOP (`fallBackToSignals`).
+    var frozenCgroup: CgroupDirectory? {
+        if case .cgroup(let cgroup) = stopped { return cgroup }
+        return nil
+    }
+
+    /// A freeze that did not confirm: thaws the cgroup and decides a SIGSTOP instead, which
+    /// `sendPendingStop()` sends (after the state saying so is saved).
+    func fallBackToSignals() throws(Errno) {
+        guard case .cgroup(let cgroup) = stopped else { return }
+        try? cgroup.requestFreeze(false)
+        stopped = nil
+        isStopPending = false
+        try stop()
     }
 
     /// Sends the SIGSTOP `stop()` decided, unless it was undone meanwhile (resumed, killed, released).
@@ -127,8 +167,19 @@ final class TrackedProcess {
     /// killer, an operator), the rest of the group would stay stopped for good: continue it, or kill it when
     /// `killing` (the daemon was ending the app). The group id stays valid while any member lives (a pid number is
     /// not reused while a group still uses it); a process now holding the leader's pid with another start time
-    /// means the group is gone and the number reused, and then nothing is sent.
+    /// means the group is gone and the number reused, and then nothing is sent. A frozen cgroup is thawed (or
+    /// killed) the same way: the rest of its processes are the app's.
     func releaseGroupAfterExit(killing: Bool, procFS: ProcFS) throws(Errno) {
+        if case .cgroup(let cgroup) = stopped {
+            stopped = nil
+            do {
+                if killing, cgroup.has("cgroup.kill") { try cgroup.killAll() }
+                try cgroup.requestFreeze(false)
+            } catch {
+                if error.rawValue != ENOENT { throw error }
+            }
+            return
+        }
         guard case .group(let id) = stopped else { return }
         stopped = nil
         if let stat = try? procFS.stat(id), stat.startTime != startTime { return }
@@ -146,14 +197,18 @@ final class TrackedProcess {
         if case .group(let id) = stopped { groupID = id }
         return SavedProcess(
             pid: pid, uid: uid, startTime: startTime, isStopped: stopped != nil, stoppedGroup: groupID,
-            apps: apps.sorted(), memoryBytes: memoryBytes)
+            frozenCgroup: frozenCgroup?.path, apps: apps.sorted(), memoryBytes: memoryBytes)
     }
 
     /// Takes over what the previous daemon had stopped of this process, as its state file says: a restarted
     /// daemon must undo the stop on the same target the old one made it on.
     func adoptStop(of saved: SavedProcess) {
         guard saved.isStopped else { return }
-        stopped = saved.stoppedGroup.map { .group($0) } ?? .process
+        if let path = saved.frozenCgroup {
+            stopped = .cgroup(CgroupDirectory(path: path))
+        } else {
+            stopped = saved.stoppedGroup.map { .group($0) } ?? .process
+        }
     }
 
     /// Stops watching and closes the pidfd.

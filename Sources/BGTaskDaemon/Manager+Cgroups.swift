@@ -1,0 +1,139 @@
+// Freezing self-registered apps through a cgroup2 cgroup of their own (DESIGN §3), with the freeze confirmed from
+// cgroup.events and SIGSTOP as the fallback.
+
+import BGTaskCore
+import BGTaskSystem
+import Glibc
+
+extension Manager {
+    /// The most processes a cgroup may hold for the daemon to check that they are all the app's (each is a
+    /// `/proc` read on the loop); past it the app is stopped with signals.
+    static let ownCgroupProcessLimit = 64
+    /// How long a freeze may take to show in `cgroup.events` (5–7 ms here) before SIGSTOP replaces it.
+    static let freezeConfirmationTimeout: Duration = .seconds(1)
+    static let freezeConfirmationInterval: Duration = .milliseconds(20)
+
+    /// The cgroup2 cgroup `process` may be frozen through: one of its own (desktop shells and
+    /// `systemd-run --scope` give each app one) that holds only the process and its descendants, has no child
+    /// cgroups, is neither the root nor the daemon's own (or an ancestor of it), and that the daemon may freeze.
+    /// Nil for anything else, or anything that cannot be read: the app is then stopped with signals.
+    func ownCgroup(of process: TrackedProcess) -> CgroupDirectory? {
+        guard let root = cgroupHierarchies.unified,
+            let cgroup = try? cgroupHierarchies.cgroups(of: process.pid, procFS: procFS).unified,
+            cgroup.path != root, cgroup.path.hasPrefix(root + "/")
+        else { return nil }
+        if let own = daemonCgroup, own.path == cgroup.path || own.path.hasPrefix(cgroup.path + "/") { return nil }
+        guard access(cgroup.path + "/cgroup.freeze", W_OK) == 0, !hasChildCgroups(cgroup),
+            let pids = try? cgroup.processes(), pids.count <= Self.ownCgroupProcessLimit, pids.contains(process.pid),
+            pids.allSatisfy({ isDescendant($0, of: process) })
+        else { return nil }
+        return cgroup
+    }
+
+    /// Whether `cgroup` has a child cgroup (a subdirectory): freezing it would freeze that one's processes too.
+    private func hasChildCgroups(_ cgroup: CgroupDirectory) -> Bool {
+        guard let directory = opendir(cgroup.path) else { return true }
+        defer { closedir(directory) }
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) {
+                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if entry.pointee.d_type == UInt8(DT_DIR) && name != "." && name != ".." { return true }
+        }
+        return false
+    }
+
+    /// Whether `pid` is `process` or descends from it (parents followed through `/proc`, at most 64 steps).
+    private func isDescendant(_ pid: pid_t, of process: TrackedProcess) -> Bool {
+        var current = pid
+        for _ in 0..<64 {
+            guard let stat = try? procFS.stat(current) else { return false }
+            if current == process.pid { return stat.startTime == process.startTime }
+            guard stat.parentPID > 1 else { return false }
+            current = stat.parentPID
+        }
+        return false
+    }
+
+    /// The backends in use, by capability, as `GetStatus` and the startup log report them. Freezing is
+    /// `cgroup2+sigstop` where cgroup2 is mounted: an app in a cgroup of its own is frozen through it, the others
+    /// are stopped with SIGSTOP.
+    var backendNames: [String: String] {
+        ["freeze": cgroupHierarchies.unified == nil ? "sigstop" : "cgroup2+sigstop", "memory": "pss", "kill": "pidfd"]
+    }
+
+    // MARK: Confirming freezes
+
+    /// A freeze was requested for `process`: `cgroup.events` must say `frozen 1` within
+    /// `freezeConfirmationTimeout`, or the daemon thaws the cgroup and stops the process with SIGSTOP instead.
+    func confirmFreeze(of process: TrackedProcess) {
+        freezeConfirmations[process.serial] = now + Self.freezeConfirmationTimeout
+        armFreezeConfirmationTimer()
+    }
+
+    private func armFreezeConfirmationTimer() {
+        guard !freezeConfirmations.isEmpty else {
+            freezeConfirmationTimer?.disarm()
+            return
+        }
+        do {
+            if freezeConfirmationTimer == nil {
+                freezeConfirmationTimer = try clock.makeTimer(
+                    name: "freeze-confirmation", accuracy: .milliseconds(5)
+                ) { [unowned self] in
+                    self.checkFreezes()
+                }
+            }
+            try freezeConfirmationTimer?.rearm(at: now + Self.freezeConfirmationInterval)
+        } catch {
+            logger.warning("cannot schedule confirming freezes: \(error); falling back to SIGSTOP")
+            for serial in freezeConfirmations.keys { fallBack(processes[serial], because: "\(error)") }
+            freezeConfirmations = [:]
+        }
+    }
+
+    /// Reads `cgroup.events` of every freeze awaiting confirmation.
+    private func checkFreezes() {
+        let current = now
+        for (serial, deadline) in freezeConfirmations {
+            guard let process = processes[serial], let cgroup = process.frozenCgroup, !process.isStopPending else {
+                // Resumed, gone, or still waiting for the state write: nothing to confirm yet.
+                if processes[serial]?.isStopPending != true { freezeConfirmations[serial] = nil }
+                continue
+            }
+            if (try? cgroup.events())?["frozen"] == 1 {
+                freezeConfirmations[serial] = nil
+                logger.debug("froze pid \(process.pid) through \(cgroup)", process.apps.map { .app(appName($0)) })
+            } else if current >= deadline {
+                freezeConfirmations[serial] = nil
+                fallBack(process, because: "\(cgroup) did not report frozen within \(Self.freezeConfirmationTimeout)")
+            }
+        }
+        armFreezeConfirmationTimer()
+    }
+
+    /// Stops `process` with SIGSTOP instead of the freeze that did not confirm (after the state says so).
+    private func fallBack(_ process: TrackedProcess?, because reason: String) {
+        guard let process, process.frozenCgroup != nil else { return }
+        logger.warning(
+            "\(reason): thawing it and stopping pid \(process.pid) with SIGSTOP instead",
+            process.apps.map { .app(appName($0)) })
+        do {
+            try process.fallBackToSignals()
+        } catch {
+            if error != .noSuchProcess { logger.error("cannot stop pid \(process.pid): \(error)") }
+            stateChanged()
+            return
+        }
+        stateChanged()
+        whenStateSaved { [weak self, weak process] in
+            guard let self, let process else { return }
+            do throws(Errno) {
+                try process.sendPendingStop()
+            } catch {
+                if error != .noSuchProcess { self.logger.error("cannot suspend pid \(process.pid): \(error)") }
+                self.stateChanged()
+            }
+        }
+    }
+}
