@@ -125,15 +125,6 @@ extension Manager {
             stateChanged()
             return
         }
-        stateChanged()
-        whenStateSaved { [weak self, weak process] in
-            guard let self, let process else { return }
-            do throws(Errno) {
-                try process.sendPendingStop()
-            } catch {
-                if error != .noSuchProcess { self.logger.error("cannot suspend pid \(process.pid): \(error)") }
-                self.stateChanged()
-            }
-        }
+        sendStopOnceSaved(process)
     }
 }

@@ -207,7 +207,12 @@ extension Manager {
             }
             return
         }
-        // The stop goes in the state first; the signal follows once that is saved (DESIGN §8: nothing stranded).
+        sendStopOnceSaved(process)
+    }
+
+    /// Carries out the stop `process` has decided once the state saying so is saved (DESIGN §8: nothing
+    /// stranded), and has a freeze confirmed.
+    func sendStopOnceSaved(_ process: TrackedProcess) {
         stateChanged()
         whenStateSaved { [weak self, weak process] in
             guard let self, let process else { return }

@@ -17,21 +17,9 @@ struct CgroupFreezeTests {
 
     @Test("frozen through its cgroup (not SIGSTOPped), thawed in the foreground and when the daemon stops")
     func frozenThroughItsCgroup() async throws {
-        if let reason = ScratchCgroup.unavailableReason(.unified) {
-            print("frozenThroughItsCgroup: skipped: \(reason)")
-            return
-        }
-        try await offThePool {
-            let scratch = try ScratchCgroup(.unified)
-            defer { scratch.close() }
-            let daemon = try DaemonHarness()
-            defer { daemon.terminate() }
+        try await withDaemonAndScratchCgroup("frozenThroughItsCgroup") { daemon, scratch in
             let watch = try WatchStream(daemon)
-            let app = try pythonApp(daemon, name: "scoped")
-            // Like an app a desktop shell starts in a scope of its own.
-            try scratch.move(app.pid)
-            let control = try daemon.connect()
-            try control.lifecycle("SetState", ["app": "scoped", "state": "background"])
+            let (app, control) = try backgroundScopedApp(daemon, in: scratch)
             try watch.waitFor("stateChanged", app: "scoped", ["state": "suspended"])
             #expect(try waitUntil(scratch.cgroup, frozen: true), "the cgroup was never frozen:\n\(daemon.log)")
             #expect(try ProcFS().stat(app.pid).state != .stopped, "the app was SIGSTOPped, not frozen")
@@ -51,19 +39,8 @@ struct CgroupFreezeTests {
 
     @Test("after a kill -9 --release-stopped thaws the cgroup; the next daemon freezes it again, and thaws it")
     func releaseThawsAfterKill() async throws {
-        if let reason = ScratchCgroup.unavailableReason(.unified) {
-            print("releaseThawsAfterKill: skipped: \(reason)")
-            return
-        }
-        try await offThePool {
-            let scratch = try ScratchCgroup(.unified)
-            defer { scratch.close() }
-            let daemon = try DaemonHarness()
-            defer { daemon.terminate() }
-            let app = try pythonApp(daemon, name: "scoped")
-            try scratch.move(app.pid)
-            let control = try daemon.connect()
-            try control.lifecycle("SetState", ["app": "scoped", "state": "background"])
+        try await withDaemonAndScratchCgroup("releaseThawsAfterKill") { daemon, scratch in
+            let (app, _) = try backgroundScopedApp(daemon, in: scratch)
             #expect(try waitUntil(scratch.cgroup, frozen: true), "\(daemon.log)")
             try daemon.daemonPidFD.sendSignal(.kill)
             _ = try daemon.daemonPidFD.waitForExit(timeout: .seconds(10))
@@ -87,20 +64,42 @@ struct CgroupFreezeTests {
         }
     }
 
+    /// Runs `body` off the pool with a daemon and a cgroup2 cgroup of the test's own (both gone after); skips,
+    /// saying why, where the host cannot make the cgroup.
+    private func withDaemonAndScratchCgroup(
+        _ test: String, _ body: @escaping @Sendable (DaemonHarness, ScratchCgroup) throws -> Void
+    ) async throws {
+        if let reason = ScratchCgroup.unavailableReason(.unified) {
+            print("\(test): skipped: \(reason)")
+            return
+        }
+        try await offThePool {
+            let scratch = try ScratchCgroup(.unified)
+            defer { scratch.close() }
+            let daemon = try DaemonHarness()
+            defer { daemon.terminate() }
+            try body(daemon, scratch)
+        }
+    }
+
+    /// The python app `scoped`, registered with `daemon`, moved into `scratch` (as a desktop shell starts an app in a
+    /// scope of its own) and sent to the background; with the controller connection that sent it.
+    private func backgroundScopedApp(
+        _ daemon: DaemonHarness, in scratch: ScratchCgroup
+    ) throws -> (ChildProcess, RawVarlinkClient) {
+        let app = try pythonApp(daemon, name: "scoped")
+        try scratch.move(app.pid)
+        let control = try daemon.connect()
+        try control.lifecycle("SetState", ["app": "scoped", "state": "background"])
+        return (app, control)
+    }
+
     /// Runs `bgtaskd --release-stopped` on the state of `daemon`; its status and output.
     private func release(_ daemon: DaemonHarness) throws -> (Int32, String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: try Products.path("bgtaskd"))
-        process.arguments = [
-            "--release-stopped", "--socket", daemon.socketPath, "--config", daemon.configurationPath,
-        ]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        return (process.terminationStatus, text)
+        try runProgram([
+            try Products.path("bgtaskd"), "--release-stopped", "--socket", daemon.socketPath, "--config",
+            daemon.configurationPath,
+        ])
     }
 
     /// Waits at most 10 s for the daemon's log to contain `text`.

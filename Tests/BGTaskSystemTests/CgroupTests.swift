@@ -21,6 +21,22 @@ private func busyProcess() throws -> ChildProcess {
     try ChildProcess(["/bin/sh", "-c", "read go; exec timeout 60 sh -c 'while :; do :; done'"])
 }
 
+/// A busy process moved into `scratch` and started there: the process and its busy child, both in the cgroup.
+private func startBusyProcess(in scratch: ScratchCgroup) throws -> (ChildProcess, [pid_t]) {
+    let child = try busyProcess()
+    do {
+        try scratch.move(child.pid)
+        try child.send("go")
+        guard try within(.seconds(10), { try scratch.cgroup.processes().count == 2 }) else {
+            throw HarnessError("the busy loop did not start in \(scratch.cgroup)")
+        }
+        return (child, try scratch.cgroup.processes())
+    } catch {
+        child.terminate()
+        throw error
+    }
+}
+
 /// Waits at most `timeout` for `condition`, checking every millisecond; whether it came true.
 private func within(_ timeout: Duration, _ condition: () throws -> Bool) rethrows -> Bool {
     let deadline = MonotonicClock.now() + timeout.nanosecondCount
@@ -83,12 +99,8 @@ struct CgroupTests {
         let scratch = try ScratchCgroup(.unified)
         defer { scratch.close() }
         let cgroup = scratch.cgroup
-        let child = try busyProcess()
+        let (child, pids) = try startBusyProcess(in: scratch)
         defer { child.terminate() }
-        try scratch.move(child.pid)
-        try child.send("go")
-        #expect(try within(.seconds(10)) { try cgroup.processes().count == 2 }, "the busy loop did not start")
-        let pids = try cgroup.processes()
         #expect(within(.seconds(10)) { pids.contains { state($0) == .running } }, "nothing ran")
 
         try cgroup.requestFreeze(true)
@@ -132,12 +144,8 @@ struct CgroupTests {
         let scratch = try ScratchCgroup(.freezer)
         defer { scratch.close() }
         let cgroup = scratch.cgroup
-        let child = try busyProcess()
+        let (child, pids) = try startBusyProcess(in: scratch)
         defer { child.terminate() }
-        try scratch.move(child.pid)
-        try child.send("go")
-        #expect(try within(.seconds(10)) { try cgroup.processes().count == 2 }, "the busy loop did not start")
-        let pids = try cgroup.processes()
 
         try cgroup.requestFreezer(true)
         #expect(try cgroup.waitUntilFreezer(frozen: true, timeout: .seconds(5)), "never FROZEN")
