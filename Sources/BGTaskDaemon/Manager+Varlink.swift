@@ -195,7 +195,17 @@ extension Manager {
     /// read failed).
     func appInfo(_ id: AppID) -> AppInfo? {
         guard let snapshot = core.snapshot(of: id, now: now) else { return nil }
-        return AppInfo(snapshot, memoryBytes: memoryBytes(of: id), now: now)
+        var method: SuspensionMethod?
+        var cgroup: String?
+        switch processOfApp[id]?.lastStopTarget {
+        case .cgroup(let directory):
+            method = .cgroup2
+            cgroup = directory.path
+        case .group: method = .group
+        case .process: method = .process
+        case nil: break
+        }
+        return AppInfo(snapshot, memoryBytes: memoryBytes(of: id), now: now, suspendedWith: method, cgroup: cgroup)
     }
 
     func memoryBytes(of app: AppID) -> Int? {

@@ -39,6 +39,8 @@ final class TrackedProcess {
     /// The stop is decided (and in the state to be saved) but its signal waits for the save: no process is
     /// stopped before the state file says so, since after a crash that file is what continues it.
     private(set) var isStopPending = false
+    /// What the daemon stopped the last time it stopped it (shown in `GetApp`), kept after it resumes.
+    private(set) var lastStopTarget: StopTarget?
     private var isReleased = false
     /// The last memory reading in bytes, kept when a later read fails (DESIGN §7: fail closed).
     var memoryBytes: UInt64?
@@ -129,6 +131,7 @@ final class TrackedProcess {
             } else {
                 try send(.stop, to: target)
             }
+            lastStopTarget = stopped
         } catch {
             stopped = nil
             throw error
@@ -209,6 +212,7 @@ final class TrackedProcess {
         } else {
             stopped = saved.stoppedGroup.map { .group($0) } ?? .process
         }
+        lastStopTarget = stopped
     }
 
     /// Stops watching and closes the pidfd.

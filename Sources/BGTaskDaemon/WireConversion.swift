@@ -9,7 +9,10 @@ import Foundation
 
 extension AppInfo {
     /// The wire form of a snapshot; `memoryBytes` is measured by the shell.
-    init(_ snapshot: AppSnapshot, memoryBytes: Int?, now: MonotonicInstant) {
+    init(
+        _ snapshot: AppSnapshot, memoryBytes: Int?, now: MonotonicInstant, suspendedWith: SuspensionMethod? = nil,
+        cgroup: String? = nil
+    ) {
         self.init(
             name: snapshot.name, state: snapshot.state, pid: Int(snapshot.pid), uid: Int(snapshot.uid),
             managed: snapshot.isManaged,
@@ -18,7 +21,8 @@ extension AppInfo {
             },
             backgroundTimeRemaining: snapshot.backgroundTimeRemaining?.secondsValue,
             memoryBytes: snapshot.state == .terminated ? nil : memoryBytes, exitReason: snapshot.exitReason,
-            queuedEvents: snapshot.queuedEvents, droppedEvents: snapshot.droppedEvents)
+            queuedEvents: snapshot.queuedEvents, droppedEvents: snapshot.droppedEvents, suspendedWith: suspendedWith,
+            cgroup: cgroup)
     }
 }
 

@@ -48,12 +48,16 @@ public struct AppInfo: Codable, Hashable, Sendable {
     public var queuedEvents: Int
     /// Queued events dropped because the app's queue was full (`QueuedEventsPerAppMax`).
     public var droppedEvents: Int
+    /// How the daemon suspended the app the last time it did; nil until it first did.
+    public var suspendedWith: SuspensionMethod?
+    /// The cgroup the daemon froze the app through, with `.cgroup2`.
+    public var cgroup: String?
 
     /// An app description; optional fields default to nil.
     public init(
         name: String, state: AppState, pid: Int, uid: Int, managed: Bool, tasks: [TaskInfo] = [],
         backgroundTimeRemaining: Double? = nil, memoryBytes: Int? = nil, exitReason: TerminationReason? = nil,
-        queuedEvents: Int = 0, droppedEvents: Int = 0
+        queuedEvents: Int = 0, droppedEvents: Int = 0, suspendedWith: SuspensionMethod? = nil, cgroup: String? = nil
     ) {
         self.name = name
         self.state = state
@@ -66,7 +70,19 @@ public struct AppInfo: Codable, Hashable, Sendable {
         self.exitReason = exitReason
         self.queuedEvents = queuedEvents
         self.droppedEvents = droppedEvents
+        self.suspendedWith = suspendedWith
+        self.cgroup = cgroup
     }
+}
+
+/// How the daemon suspends an app (`App.suspendedWith`).
+public enum SuspensionMethod: String, Codable, Hashable, Sendable, CaseIterable {
+    /// Frozen through a cgroup2 cgroup of its own.
+    case cgroup2
+    /// SIGSTOP to the process group it leads.
+    case group
+    /// SIGSTOP to its process alone.
+    case process
 }
 
 /// A lifecycle event for an app (`Event` in the interface).

@@ -209,6 +209,13 @@ func idlReplyFields(of methodName: String) throws -> [String] {
         let ended = Rendering.app(Samples.terminatedApp)
         #expect(ended.contains("  exit:       memory-reclaim\n") && ended.contains("  remaining:  -\n"))
         #expect(!ended.contains("\u{1B}"))
+        #expect(!text.contains("suspended:"))
+        var frozen = Samples.backgroundApp
+        frozen.suspendedWith = .cgroup2
+        frozen.cgroup = "/sys/fs/cgroup/app.slice/photos.scope"
+        #expect(Rendering.app(frozen).contains("  suspended:  frozen through /sys/fs/cgroup/app.slice/photos.scope\n"))
+        frozen.suspendedWith = .group
+        #expect(Rendering.app(frozen).contains("  suspended:  SIGSTOP to its process group\n"))
     }
 
     @Test func rendersStatus() {

@@ -25,6 +25,9 @@ struct CgroupFreezeTests {
             #expect(try ProcFS().stat(app.pid).state != .stopped, "the app was SIGSTOPped, not frozen")
             #expect(
                 try waitForMessage(daemon, "froze pid \(app.pid) through \(scratch.cgroup.path)"), "\(daemon.log)")
+            // GetApp says how.
+            let shown = try control.app("scoped")
+            #expect(shown["suspendedWith"] == "cgroup2" && shown["cgroup"] == .string(scratch.cgroup.path), "\(shown)")
 
             try control.lifecycle("SetState", ["app": "scoped", "state": "active"])
             #expect(try waitUntil(scratch.cgroup, frozen: false), "the cgroup stayed frozen in the foreground")

@@ -30,6 +30,7 @@ struct LifecycleEndToEndTests {
             try watch.waitFor("stateChanged", app: "mail", ["state": "suspended"])
             #expect(try waitForProcessState(app.pid) { $0 == .stopped } == .stopped)
             #expect(try control.app("mail")["state"] == "suspended")
+            #expect(try control.app("mail")["suspendedWith"] == "process")
             // The test runner shares the app's process group: only the app may have been stopped.
             #expect(try ProcFS().stat(getpid()).state != .stopped)
 
@@ -53,6 +54,7 @@ struct LifecycleEndToEndTests {
             try control.lifecycle("SetState", ["app": "leader", "state": "background"])
             try watch.waitFor("stateChanged", app: "leader", ["state": "suspended"])
             #expect(try waitForProcessState(app.pid) { $0 == .stopped } == .stopped)
+            #expect(try control.app("leader")["suspendedWith"] == "group")
             try daemon.stop()
             // A final stop resumes every stopped app.
             #expect(try waitForProcessState(app.pid) { $0 != .stopped } != .stopped)

@@ -8,7 +8,8 @@ enum Samples {
     static let fullApp = AppInfo(
         name: "org.example.mail", state: .background, pid: 4242, uid: 1000, managed: true,
         tasks: [task, TaskInfo(id: 9, name: "", ageSec: 0)], backgroundTimeRemaining: 512.5,
-        memoryBytes: 73_400_320, exitReason: .memoryReclaim, queuedEvents: 3
+        memoryBytes: 73_400_320, exitReason: .memoryReclaim, queuedEvents: 3, droppedEvents: 2,
+        suspendedWith: .cgroup2, cgroup: "/sys/fs/cgroup/user.slice/app-mail.scope"
     )
 
     static let minimalApp = AppInfo(name: "org.example.clock", state: .active, pid: 17, uid: 0, managed: false)

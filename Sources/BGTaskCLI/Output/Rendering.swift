@@ -67,7 +67,8 @@ public enum Rendering {
 
     // MARK: Apps
 
-    /// One app in detail: state, process, time left, memory, queued events, exit reason, open tasks.
+    /// One app in detail: state, process, time left, memory, queued events, exit reason, how it was last suspended,
+    /// open tasks.
     public static func app(_ app: AppInfo) -> String {
         var lines = [Formatting.printable(app.name)]
         lines.append("  state:      \(app.state.rawValue)")
@@ -79,6 +80,12 @@ public enum Rendering {
             lines.append("  dropped:    \(app.droppedEvents) queued event(s), oldest first (QueuedEventsPerAppMax)")
         }
         if let reason = app.exitReason { lines.append("  exit:       \(reason.rawValue)") }
+        switch app.suspendedWith {
+        case .cgroup2: lines.append("  suspended:  frozen through \(Formatting.printable(app.cgroup ?? "its cgroup"))")
+        case .group: lines.append("  suspended:  SIGSTOP to its process group")
+        case .process: lines.append("  suspended:  SIGSTOP to its process")
+        case nil: break
+        }
         lines.append("  tasks:      \(app.tasks.count)")
         var text = lines.joined(separator: "\n") + "\n"
         if !app.tasks.isEmpty {
