@@ -26,6 +26,9 @@ public final class BenchmarkDaemon: Sendable {
     public let logPath: String
     /// The daemon under `timeout(1)`.
     private let service: PrivateService
+    /// Where the daemon saves its state: a directory of its own on a memory filesystem when there is one, as the
+    /// runtime directory (`/run`, `$XDG_RUNTIME_DIR`) of a real service is; removed by `stop()`.
+    public let stateDirectory: String
 
     /// The daemon's pid.
     public var pid: pid_t { service.pid }
@@ -37,16 +40,32 @@ public final class BenchmarkDaemon: Sendable {
         logPath = directory + "/bgtaskd.log"
         let configurationPath = directory + "/bgtaskd.conf"
         try configuration.write(toFile: configurationPath, atomically: true, encoding: .utf8)
+        stateDirectory = try makeScratchDirectory(prefix: "bgtask-bench-state", in: Self.memoryFileSystem)
         do {
             service = try PrivateService.start(
-                [executable, "--socket", socketPath, "--config", configurationPath], lifetime: lifetime,
+                [
+                    executable, "--socket", socketPath, "--config", configurationPath, "--state-file",
+                    stateDirectory + "/state.json",
+                ], lifetime: lifetime,
                 environment: [
                     "BGTASKD_LOG_LEVEL=notice",
                     "PATH=\(ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")",
                 ],
                 notifyPath: directory + "/notify", logPath: logPath, readyTimeout: .seconds(30))
         } catch {
+            try? FileManager.default.removeItem(atPath: stateDirectory)
             throw BenchmarkError("bgtaskd did not start: \(error); \(Self.tail(of: logPath))")
+        }
+    }
+
+    /// A directory on a memory filesystem, as a service's runtime directory is: `$XDG_RUNTIME_DIR`, else
+    /// `/dev/shm`; nil when neither exists (the state then goes beside the socket).
+    public static var memoryFileSystem: String? {
+        let candidates = [ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"], "/dev/shm"].compactMap { $0 }
+        return candidates.first { path in
+            var isDirectory: ObjCBool = false
+            return path.hasPrefix("/") && FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory)
+                && isDirectory.boolValue && access(path, W_OK) == 0
         }
     }
 
@@ -65,13 +84,14 @@ public final class BenchmarkDaemon: Sendable {
     /// throws: this is the clean-up. Call once.
     public func stop() {
         _ = service.stop(timeout: .seconds(10))
+        try? FileManager.default.removeItem(atPath: stateDirectory)
     }
 }
 
 /// A fresh directory under `$TMPDIR` (or `/tmp`), world-traversable (mode 0755) so that a process running as
 /// another user can reach the socket and the executable copied into it.
-func makeScratchDirectory(prefix: String) throws -> String {
-    let base = ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp"
+func makeScratchDirectory(prefix: String, in parent: String? = nil) throws -> String {
+    let base = parent ?? ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp"
     var template = Array("\(base)/\(prefix)-XXXXXX".utf8CString)
     guard let path = mkdtemp(&template) else {
         throw BenchmarkError("cannot create a directory in \(base): \(Errno(rawValue: errno, operation: "mkdtemp"))")

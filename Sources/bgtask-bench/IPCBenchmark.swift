@@ -59,6 +59,12 @@ struct IPCBenchmark {
                     + "p99 \(format(lease.percentile(0.99) / raw.percentile(0.99)))x raw")
         }
         return lines + ["bgtaskd vs raw ping-pong of the same sizes (same run):"] + ratios.map { "  " + $0 }
+            + [
+                "bgtaskd saved its state in \(daemon.stateDirectory)"
+                    + (BenchmarkDaemon.memoryFileSystem == nil
+                        ? " (no memory filesystem here: a service's /run is one, so calls there cost less)"
+                        : " (a memory filesystem, as a service's /run is)")
+            ]
     }
 
     /// Runs `clients` threads, each doing `pairsPerClient` begin+end pairs (or the same bytes against the echo
