@@ -70,9 +70,7 @@ extension Manager {
         var kept = 0
         for (name, descriptor) in stored {
             guard let app = storedStreamApp(name, descriptor) else {
-                _ = Glibc.shutdown(descriptor.rawValue, Int32(SHUT_RDWR))
-                try? descriptor.close()
-                _ = try? notifier.removeStoredFileDescriptors(name: name)
+                dropStoredStream(name, descriptor)
                 continue
             }
             guard let connection = admit(descriptor) else {
@@ -97,12 +95,16 @@ extension Manager {
         guard !storedStreamDescriptors.isEmpty else { return }
         logger.notice(
             "dropping \(storedStreamDescriptors.count) event streams from the fd store: no saved state claims them")
-        for (name, descriptor) in storedStreamDescriptors {
-            _ = Glibc.shutdown(descriptor.rawValue, Int32(SHUT_RDWR))
-            try? descriptor.close()
-            _ = try? notifier.removeStoredFileDescriptors(name: name)
-        }
+        for (name, descriptor) in storedStreamDescriptors { dropStoredStream(name, descriptor) }
         storedStreamDescriptors = []
+    }
+
+    /// Ends a stored stream no app takes back: shut for both ends (the client sees it closed, and systemd's copy
+    /// reports a hang-up), closed, and removed from the store.
+    private func dropStoredStream(_ name: String, _ descriptor: FileDescriptor) {
+        _ = Glibc.shutdown(descriptor.rawValue, Int32(SHUT_RDWR))
+        try? descriptor.close()
+        _ = try? notifier.removeStoredFileDescriptors(name: name)
     }
 
     /// The restored app a stored stream belongs to: named after it, with no stream yet, its process adopted and

@@ -78,13 +78,7 @@ public struct CgroupDirectory: Hashable, Sendable, CustomStringConvertible {
 
     /// The text of `name`, whole.
     public func read(_ name: String) throws(Errno) -> String {
-        let descriptor = try FileDescriptor.open(path + "/" + name, .readOnly)
-        defer { try? descriptor.close() }
-        let bytes = try descriptor.readToEnd(limit: Self.fileSizeLimit + 1)
-        guard bytes.count <= Self.fileSizeLimit else {
-            throw Errno.fileTooLarge.with(operation: "read(\(path)/\(name))")
-        }
-        return String(decoding: bytes, as: UTF8.self)
+        try FileDescriptor.readText(atPath: path + "/" + name, limit: Self.fileSizeLimit)
     }
 
     /// Writes `text` to `name` in one `write`, as cgroup files want.

@@ -116,6 +116,23 @@ public struct FileDescriptor: RawRepresentable, Hashable, Sendable, CustomString
         return result
     }
 
+    /// The whole file at `path` as text, read to its end: `.fileTooLarge` past `limit` bytes, so a hostile file
+    /// can neither exhaust memory nor be returned cut short.
+    public static func readText(atPath path: String, limit: Int) throws(Errno) -> String {
+        let descriptor = try open(path, .readOnly)
+        defer { try? descriptor.close() }  // Read-only: closing cannot lose data.
+        let bytes: [UInt8]
+        do {
+            bytes = try descriptor.readToEnd(limit: limit + 1)
+        } catch {
+            throw error.with(operation: "read(\(path))")
+        }
+        guard bytes.count <= limit else {
+            throw Errno.fileTooLarge.with(operation: "read(\(path)): larger than \(limit) bytes")
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
     /// `write(2)` of `buffer`; returns how many bytes were taken (possibly fewer than offered).
     public func write(_ buffer: UnsafeRawBufferPointer) throws(Errno) -> Int {
         try systemCall("write(fd \(rawValue))") { Glibc.write(rawValue, buffer.baseAddress, buffer.count) }

@@ -27,19 +27,7 @@ public struct ProcFS: Sendable {
     /// The text of `root/relativePath`, whole; `.fileTooLarge` past `fileSizeLimit` (bounded so a hostile file
     /// cannot exhaust memory, and never cut short).
     public func read(_ relativePath: String) throws(Errno) -> String {
-        let fd = try FileDescriptor.open(root + "/" + relativePath, .readOnly)
-        defer { try? fd.close() }  // Read-only: closing cannot lose data, and the read result is what matters.
-        let bytes: [UInt8]
-        do {
-            bytes = try fd.readToEnd(limit: fileSizeLimit + 1)
-        } catch {
-            throw error.with(operation: "read(\(root)/\(relativePath))")
-        }
-        guard bytes.count <= fileSizeLimit else {
-            throw Errno.fileTooLarge.with(
-                operation: "read(\(root)/\(relativePath)): larger than \(fileSizeLimit) bytes")
-        }
-        return String(decoding: bytes, as: UTF8.self)
+        try FileDescriptor.readText(atPath: root + "/" + relativePath, limit: fileSizeLimit)
     }
 
     /// The text of a line-oriented file, which must be empty or end in a newline.

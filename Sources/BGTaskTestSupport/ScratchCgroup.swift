@@ -14,6 +14,15 @@ public final class ScratchCgroup {
         case unified = "cgroup2"
         case freezer = "v1 freezer"
         case memory = "v1 memory"
+
+        /// Of three values given in the order cgroup2, v1 freezer, v1 memory, this hierarchy's.
+        func pick<Value>(_ unified: Value?, _ freezer: Value?, _ memory: Value?) -> Value? {
+            switch self {
+            case .unified: unified
+            case .freezer: freezer
+            case .memory: memory
+            }
+        }
     }
 
     public let hierarchy: Hierarchy
@@ -24,12 +33,7 @@ public final class ScratchCgroup {
     public static func unavailableReason(_ hierarchy: Hierarchy) -> String? {
         if getuid() != 0 { return "making cgroups needs root" }
         let hierarchies = CgroupHierarchies.probe()
-        let root: String? =
-            switch hierarchy {
-            case .unified: hierarchies.unified
-            case .freezer: hierarchies.freezer
-            case .memory: hierarchies.memory
-            }
+        let root = hierarchy.pick(hierarchies.unified, hierarchies.freezer, hierarchies.memory)
         return root == nil ? "this host has no \(hierarchy.rawValue) hierarchy mounted" : nil
     }
 
@@ -38,13 +42,9 @@ public final class ScratchCgroup {
         if let reason = Self.unavailableReason(hierarchy) { throw HarnessError(reason) }
         self.hierarchy = hierarchy
         let own = try CgroupHierarchies.probe().cgroups(of: getpid())
-        let parent: CgroupDirectory? =
-            switch hierarchy {
-            case .unified: own.unified
-            case .freezer: own.freezer
-            case .memory: own.memory
-            }
-        guard let parent else { throw HarnessError("the test process has no \(hierarchy.rawValue) cgroup") }
+        guard let parent = hierarchy.pick(own.unified, own.freezer, own.memory) else {
+            throw HarnessError("the test process has no \(hierarchy.rawValue) cgroup")
+        }
         cgroup = try parent.makeChild("bgtask-test-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
     }
 
