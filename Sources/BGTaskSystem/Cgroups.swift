@@ -166,18 +166,10 @@ public struct CgroupDirectory: Hashable, Sendable, CustomStringConvertible {
 
     /// Arms a PSI trigger on its `memory.pressure`: the returned descriptor reports `POLLPRI` when some task of it
     /// stalled on memory for `stall` within a `window` (unprivileged, the kernel takes only windows that are whole
-    /// multiples of 2 s here). The trigger lives as long as the descriptor.
+    /// multiples of 2 s here). The trigger lives as long as the descriptor. Exactly as asked, or an error;
+    /// `MemoryPressureWatch.armPSI(path:trigger:fallback:)` widens a refused window instead.
     public func armMemoryPressureTrigger(stall: Duration, window: Duration) throws(Errno) -> FileDescriptor {
-        let descriptor = try FileDescriptor.open(path + "/memory.pressure", .readWrite, options: [.nonBlocking])
-        let trigger = "some \(stall.nanosecondCount / 1000) \(window.nanosecondCount / 1000)"
-        do {
-            // The kernel wants the terminating NUL in the write.
-            try descriptor.writeAll(Array(trigger.utf8) + [0])
-        } catch {
-            try? descriptor.close()
-            throw error.with(operation: "arm a trigger '\(trigger)' on \(path)/memory.pressure")
-        }
-        return descriptor
+        try MemoryPressureTrigger(kind: .some, stall: stall, window: window).arm(atPath: path + "/memory.pressure")
     }
 
     // MARK: v1 freezer
