@@ -81,7 +81,8 @@ public enum Rendering {
         }
         if let reason = app.exitReason { lines.append("  exit:       \(reason.rawValue)") }
         switch app.suspendedWith {
-        case .cgroup2: lines.append("  suspended:  frozen through \(Formatting.printable(app.cgroup ?? "its cgroup"))")
+        case .cgroup2, .cgroup1:
+            lines.append("  suspended:  frozen through \(Formatting.printable(app.cgroup ?? "its cgroup"))")
         case .group: lines.append("  suspended:  SIGSTOP to its process group")
         case .process: lines.append("  suspended:  SIGSTOP to its process")
         case nil: break
