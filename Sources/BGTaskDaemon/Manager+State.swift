@@ -238,7 +238,7 @@ extension Manager {
             // clean-up continues and thaws them).
             let isStillStopped =
                 if let path = saved.frozenCgroup {
-                    (try? CgroupDirectory(path: path).events())?["frozen"] == 1
+                    (try? CgroupDirectory(path: path).isFrozen()) == true
                 } else {
                     (try? procFS.stat(saved.pid).state) == .stopped
                 }
