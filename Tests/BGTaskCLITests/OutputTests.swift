@@ -113,6 +113,10 @@ func idlReplyFields(of methodName: String) throws -> [String] {
                 try protocolEncoding(PostReply(delivered: 2, queued: 1))
             ),
             (
+                "Launch", try Rendering.json(LaunchReply(app: Samples.launchedApp)),
+                try protocolEncoding(LaunchReply(app: Samples.launchedApp))
+            ),
+            (
                 "BeginBackgroundTask", try Rendering.json(BeginBackgroundTaskReply(taskId: 7)),
                 try protocolEncoding(BeginBackgroundTaskReply(taskId: 7))
             ),
@@ -262,6 +266,17 @@ func idlReplyFields(of methodName: String) throws -> [String] {
         let escaped = Rendering.app(hostile)
         #expect(escaped.contains(#"  exit:       crashed (signal SIG\u{1b}[2J)"#))
         #expect(escaped.contains(#"  cgroup:     /sys/fs/cgroup/a\u{a}b"#))
+    }
+
+    @Test func rendersTheLaunchedApp() {
+        var launched = AppInfo(
+            name: "org.example.sync", state: .notRunning, pid: 5150, uid: 1000, managed: true,
+            cgroup: "/sys/fs/cgroup/bgtaskd.slice/org.example.sync")
+        #expect(
+            Rendering.launched(launched)
+                == "org.example.sync: notRunning, pid 5150, cgroup /sys/fs/cgroup/bgtaskd.slice/org.example.sync\n")
+        launched.cgroup = nil
+        #expect(Rendering.launched(launched) == "org.example.sync: notRunning, pid 5150\n")
     }
 
     @Test func rendersStatus() {

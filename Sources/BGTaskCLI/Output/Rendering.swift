@@ -144,6 +144,13 @@ public enum Rendering {
         "\(Formatting.printable(app.name)): \(app.state.rawValue)\n"
     }
 
+    /// `org.example.mail: notRunning, pid 4242, cgroup /sys/fs/cgroup/...`, after a launch: the state the app waits
+    /// in until it registers, its process, and its cgroup when it has one.
+    public static func launched(_ app: AppInfo) -> String {
+        let cgroup = app.cgroup.map { ", cgroup \(Formatting.printable($0))" } ?? ""
+        return "\(Formatting.printable(app.name)): \(app.state.rawValue), pid \(app.pid)\(cgroup)\n"
+    }
+
     /// What a post did: `delivered to 2 apps, queued for 1`.
     public static func postResult(_ reply: PostReply) -> String {
         "delivered to \(reply.delivered) app\(reply.delivered == 1 ? "" : "s"), queued for \(reply.queued)\n"
