@@ -14,10 +14,11 @@ public struct Status: Subcommand {
             for this host, how many apps it tracks and how many of them are suspended, the open background tasks, \
             and the memory readings behind reclamation.
 
-            With APP, shows that app: its state, the background time it has left (unlimited in the foreground), \
-            its open background tasks with their age, the memory charged to it, the events queued while it is \
-            suspended, and why it ended if it has. A terminated app stays visible, with its exit reason, until \
-            its name registers again.
+            With APP, shows that app: its state, its cgroup when the daemon handles it through one, the \
+            background time it has left (unlimited in the foreground), the memory charged to it and how that is \
+            measured, the events queued while it is suspended, how it was last suspended, its open background \
+            tasks with their age, and why it ended if it has, with its exit status or signal when the daemon \
+            launched it. A terminated app stays visible, with its exit reason, until its name registers again.
 
             With --json, prints the GetStatus reply, or the GetApp reply for APP, as the io.bgtask.Lifecycle \
             interface defines them.
