@@ -15,9 +15,10 @@ extension Lifecycle {
     /// records the final reason: the policy's, if the daemon was ending it, else `exited` or `crashed`.
     ///
     /// `exit` is how the process ended when the daemon launched it and reaped it (nil for a self-registered app,
-    /// whose status only its parent sees).
+    /// whose status only its parent sees); `sinceKill`, for an app the daemon killed, how long after the kill
+    /// the exit was seen (recorded as the entry's latency: the time for its memory to come back).
     public mutating func processExited(
-        _ id: AppID, how: ProcessEnd, exit: ProcessExit? = nil, now: MonotonicInstant
+        _ id: AppID, how: ProcessEnd, exit: ProcessExit? = nil, sinceKill: Duration? = nil, now: MonotonicInstant
     ) -> [Action] {
         guard let app = apps[id], !app.isProcessGone else { return [] }
         var actions: [Action] = []
@@ -32,7 +33,10 @@ extension Lifecycle {
             $0.processExit = exit
         }
         let finalReason = tracked(id).exitReason
-        audit(.processExited, id, now: now, into: &actions) { $0.reason = finalReason }
+        audit(.processExited, id, now: now, into: &actions) {
+            $0.reason = finalReason
+            $0.latency = sinceKill
+        }
         evictEnded()
         armTimerIfDeadlineMoved(&actions)
         return actions

@@ -147,8 +147,8 @@ extension Manager {
         for app in apps {
             processOfApp[app] = nil
             pendingSuspensions[app] = nil
-            perform(core.processExited(app, how: how, exit: exit, now: now))
-            memoryMonitor?.victimExited(app)
+            let sinceKill = memoryMonitor?.victimExited(app)
+            perform(core.processExited(app, how: how, exit: exit, sinceKill: sinceKill, now: now))
             if let stream = eventStreams.removeValue(forKey: app) {
                 stream.stream = nil
                 stream.close(because: "the app's process exited")

@@ -149,8 +149,11 @@ public struct HistoryEntry: Codable, Hashable, Sendable {
     public var band: ReclamationBand?
     /// For a memory reclaim: the app's memory in bytes when chosen.
     public var memoryBytes: Int?
-    /// For a memory reclaim: milliseconds from the pressure trigger to the kill.
+    /// For a memory reclaim: milliseconds from the pressure trigger to the kill; for `processExited` of an app the
+    /// daemon killed: milliseconds from the kill to the exit (its memory freed).
     public var latencyMs: Double?
+    /// For a memory reclaim: the reading that triggered it.
+    public var trigger: String?
     /// For `stateChanged`: the new state.
     public var state: AppState?
     /// For `taskBegan` and `taskEnded`: the task id.
@@ -168,7 +171,8 @@ public struct HistoryEntry: Codable, Hashable, Sendable {
     public init(
         time: Double, app: String, kind: AuditKind, reason: TerminationReason? = nil, band: ReclamationBand? = nil,
         memoryBytes: Int? = nil, latencyMs: Double? = nil, state: AppState? = nil, taskId: Int? = nil,
-        taskName: String? = nil, taskEnd: TaskEndCause? = nil, taskIds: [Int]? = nil, rank: Int? = nil
+        taskName: String? = nil, taskEnd: TaskEndCause? = nil, taskIds: [Int]? = nil, rank: Int? = nil,
+        trigger: String? = nil
     ) {
         self.time = time
         self.app = app
@@ -183,6 +187,7 @@ public struct HistoryEntry: Codable, Hashable, Sendable {
         self.taskEnd = taskEnd
         self.taskIds = taskIds
         self.rank = rank
+        self.trigger = trigger
     }
 
 }

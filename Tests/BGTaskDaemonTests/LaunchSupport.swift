@@ -10,24 +10,27 @@ import Glibc
 /// made, its launched apps' output in files (`--log-dir`). Everything is removed by `close()`: the daemon stopped,
 /// whatever is left in the scratch cgroups killed, the cgroups removed.
 final class LaunchFixture {
-    let control: ScratchCgroup
+    /// Nil for a daemon without `CgroupRoot=` (launched apps then run without a cgroup).
+    let control: ScratchCgroup?
     let memory: ScratchCgroup?
     let daemon: DaemonHarness
     let client: RawVarlinkClient
     let logDirectory: String
 
     /// Why this host cannot run launch tests with `control`'s hierarchy (and a v1 memory one when `withMemory`).
-    static func unavailableReason(_ control: ScratchCgroup.Hierarchy, withMemory: Bool = false) -> String? {
-        ScratchCgroup.unavailableReason(control) ?? (withMemory ? ScratchCgroup.unavailableReason(.memory) : nil)
+    static func unavailableReason(_ control: ScratchCgroup.Hierarchy?, withMemory: Bool = false) -> String? {
+        control.flatMap { ScratchCgroup.unavailableReason($0) }
+            ?? (withMemory ? ScratchCgroup.unavailableReason(.memory) : nil)
     }
 
     init(
-        _ hierarchy: ScratchCgroup.Hierarchy = .unified, withMemory: Bool = true, configuration: String = "",
+        _ hierarchy: ScratchCgroup.Hierarchy? = .unified, withMemory: Bool = true, configuration: String = "",
         policy: String = DaemonHarness.fastPolicy
     ) throws {
-        control = try ScratchCgroup(hierarchy)
+        control = try hierarchy.map { try ScratchCgroup($0) }
         memory = withMemory && ScratchCgroup.unavailableReason(.memory) == nil ? try ScratchCgroup(.memory) : nil
-        var memorySection = "[Memory]\nCgroupRoot=\(control.cgroup.path)\n"
+        var memorySection = "[Memory]\n"
+        if let control { memorySection += "CgroupRoot=\(control.cgroup.path)\n" }
         if let memory { memorySection += "MemoryCgroupRoot=\(memory.cgroup.path)\n" }
         let logs = try ScratchDirectory(prefix: "bgtaskd-launch-logs")
         logDirectory = logs.path
@@ -92,7 +95,7 @@ final class LaunchFixture {
 
     /// The child cgroups of the scratch cgroups (the daemon's apps' cgroups still there).
     var appCgroups: [String] {
-        [control.cgroup, memory?.cgroup].compactMap { $0 }.flatMap { cgroup in
+        [control?.cgroup, memory?.cgroup].compactMap { $0 }.flatMap { cgroup in
             ((try? FileManager.default.contentsOfDirectory(atPath: cgroup.path)) ?? [])
                 .filter { $0.hasPrefix("app-") }.map { cgroup.path + "/" + $0 }
         }
@@ -121,14 +124,14 @@ final class LaunchFixture {
             }
             while (try? cgroup.remove()) == nil, MonotonicClock.now() < deadline { usleep(10_000) }
         }
-        control.close()
+        control?.close()
         memory?.close()
     }
 }
 
 /// Runs `body` off the pool with a `LaunchFixture` (closed after); skips, saying why, where the host cannot.
 func withLaunchFixture(
-    _ test: String, _ hierarchy: ScratchCgroup.Hierarchy = .unified, withMemory: Bool = true,
+    _ test: String, _ hierarchy: ScratchCgroup.Hierarchy? = .unified, withMemory: Bool = true,
     configuration: String = "", policy: String = DaemonHarness.fastPolicy,
     _ body: @escaping @Sendable (LaunchFixture) throws -> Void
 ) async throws {

@@ -17,7 +17,7 @@ struct LaunchTests {
             let launched = try #require(reply.parameters["app"]?.objectValue, "\(reply)")
             #expect(launched["state"] == "notRunning" && launched["managed"] == true, "\(launched)")
             let cgroup = try #require(launched["cgroup"]?.stringValue)
-            #expect(cgroup.hasPrefix(fixture.control.cgroup.path + "/app-"), "\(cgroup)")
+            #expect(cgroup.hasPrefix(try #require(fixture.control).cgroup.path + "/app-"), "\(cgroup)")
             let pid = try #require(launched["pid"]?.intValue)
 
             // The app armed a trigger on its own cgroup's memory.pressure, as sd-event or GLib would.

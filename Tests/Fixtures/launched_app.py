@@ -7,6 +7,9 @@ its standard output (which the daemon sends to its log).
                          gives it back to the kernel at once), after registering; prints "allocated MIB"
     --state S            register in state S (active or background; default active)
     --task               begin a background task after registering; prints "began ID"
+    --alloc-delay S      allocate S seconds after registering rather than at once
+    --no-ack             never acknowledge events (an app in background then stays there, not suspended,
+                         until EnterBackgroundGraceSec ends)
     --free-on-warning    on memoryWarning, free the allocation; prints "freed MIB"
     --arm-pressure       arm the trigger $MEMORY_PRESSURE_WRITE names on $MEMORY_PRESSURE_WATCH; prints
                          "armed PATH" (or "error arm ...")
@@ -65,6 +68,8 @@ def main():
     parser.add_argument("--alloc", type=int, default=0)
     parser.add_argument("--state", choices=["active", "background"], default="active")
     parser.add_argument("--task", action="store_true")
+    parser.add_argument("--alloc-delay", type=float, default=0)
+    parser.add_argument("--no-ack", action="store_true")
     parser.add_argument("--free-on-warning", action="store_true")
     parser.add_argument("--arm-pressure", action="store_true")
     parser.add_argument("--no-register", action="store_true")
@@ -85,6 +90,9 @@ def main():
     acks = client.open(INTERFACE, namespaced=True)
     calls = client.open(INTERFACE, namespaced=True)
     registered = threading.Event()
+    # Events are acknowledged only once the start-up work (allocation, task) is done: acknowledging
+    # didEnterBackground lets the daemon suspend the app, which would freeze it halfway.
+    started = threading.Event()
 
     def read_events():
         try:
@@ -105,7 +113,9 @@ def main():
                     held["block"].close()
                     held["block"] = None
                     out("freed", args.alloc)
-                acks.Acknowledge(name, event.id)
+                if not args.no_ack:
+                    started.wait()
+                    acks.Acknowledge(name, event.id)
         except varlink.VarlinkError as error:
             out("error", error.error())
         except (BrokenPipeError, ConnectionError, OSError):
@@ -115,11 +125,15 @@ def main():
 
     threading.Thread(target=read_events, daemon=True).start()
     registered.wait()
+    if args.alloc_delay:
+        started.set()
+        time.sleep(args.alloc_delay)
     if args.alloc:
         held["block"] = allocate(args.alloc)
         out("allocated", args.alloc)
     if args.task:
         out("began", calls.BeginBackgroundTask(name, "work").taskId)
+    started.set()
     if args.exit is not None:
         os._exit(args.exit)
     if args.crash:
