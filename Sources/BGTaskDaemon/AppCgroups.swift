@@ -89,15 +89,26 @@ struct LaunchCgroupRoots: Hashable {
         return (try? root.write("cgroup.subtree_control", "+memory")) != nil
     }
 
+    /// Whether `cgroups` are of the kind `makeCgroups` makes: each an `app-*` child of the root of its hierarchy.
+    func made(_ cgroups: AppCgroups) -> Bool {
+        func isChild(_ cgroup: CgroupDirectory?, of root: CgroupDirectory?) -> Bool {
+            guard let cgroup else { return true }
+            guard let root, cgroup.path.hasPrefix(root.path + "/app-") else { return false }
+            return !cgroup.path.dropFirst(root.path.count + 1).contains("/")
+        }
+        return isChild(cgroups.control, of: control) && isChild(cgroups.memory, of: memory)
+    }
+
     /// The freeze backend managed apps get.
     var freezeBackend: String {
         guard control != nil else { return "sigstop" }
         return isUnified ? "cgroup2" : "cgroup1"
     }
 
-    /// Makes the cgroups of one managed app: `app-SERIAL-NAME` (the name reduced to safe characters) under each
-    /// root. On failure, whatever was made is removed again.
-    func makeCgroups(serial: Int, name: String) throws(Errno) -> AppCgroups {
+    /// Makes the cgroups of one managed app: `app-NAME-RANDOM` (the name reduced to safe characters, then 32
+    /// random bits, so a restarted daemon never meets a name an adopted app still uses) under each root. On
+    /// failure, whatever was made is removed again.
+    func makeCgroups(name: String) throws(Errno) -> AppCgroups {
         let safe = String(
             name.unicodeScalars.prefix(48).map { scalar -> Character in
                 switch scalar {
@@ -105,7 +116,8 @@ struct LaunchCgroupRoots: Hashable {
                 default: "_"
                 }
             })
-        let childName = "app-\(serial)-\(safe)"
+        let random = String(UInt32.random(in: 0...UInt32.max), radix: 16)
+        let childName = "app-\(safe)-\(String(repeating: "0", count: 8 - random.count))\(random)"
         var made: [CgroupDirectory] = []
         do throws(Errno) {
             var cgroups = AppCgroups(control: nil, isUnified: isUnified, memory: nil)
@@ -131,6 +143,20 @@ struct AppCgroups: Hashable {
     var control: CgroupDirectory?
     var isUnified: Bool
     var memory: CgroupDirectory?
+
+    /// The cgroups a state file names for a managed app's process; nil for a self-registered one.
+    init?(_ saved: SavedProcess) {
+        guard saved.controlCgroup != nil || saved.memoryCgroup != nil else { return nil }
+        control = saved.controlCgroup.map(CgroupDirectory.init(path:))
+        isUnified = control.map { !$0.isV1Freezer } ?? false
+        memory = saved.memoryCgroup.map(CgroupDirectory.init(path:))
+    }
+
+    init(control: CgroupDirectory?, isUnified: Bool, memory: CgroupDirectory?) {
+        self.control = control
+        self.isUnified = isUnified
+        self.memory = memory
+    }
 
     /// Every directory, for joining (`cgroup.procs`), saving and removing.
     var all: [CgroupDirectory] { [control, memory].compactMap { $0 } }

@@ -47,7 +47,7 @@ extension Manager {
         do {
             cgroups =
                 launchRoots.control == nil && launchRoots.memory == nil
-                ? nil : try launchRoots.makeCgroups(serial: nextProcessSerial, name: name)
+                ? nil : try launchRoots.makeCgroups(name: name)
         } catch {
             throw refuse("cannot make its cgroup: \(error)")
         }
@@ -191,6 +191,11 @@ extension Manager {
     func removeCgroups(of process: TrackedProcess) {
         guard let cgroups = process.cgroups else { return }
         process.cgroups = nil
+        removeCgroups(cgroups)
+    }
+
+    /// Kills what is left in `cgroups` and removes them, now or once they are empty.
+    func removeCgroups(_ cgroups: AppCgroups) {
         if cgroups.isPopulated { cgroups.killAll() }
         if cgroups.removeEmpty() { return }
         cgroupRemovals.append((cgroups, now + Self.cgroupRemovalTimeout))

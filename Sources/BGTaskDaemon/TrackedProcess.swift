@@ -213,7 +213,8 @@ final class TrackedProcess {
         if case .group(let id) = stopped { groupID = id }
         return SavedProcess(
             pid: pid, uid: uid, startTime: startTime, isStopped: stopped != nil, stoppedGroup: groupID,
-            frozenCgroup: frozenCgroup?.path, apps: apps.sorted(), memoryBytes: memoryBytes)
+            frozenCgroup: frozenCgroup?.path, apps: apps.sorted(), memoryBytes: memoryBytes,
+            controlCgroup: cgroups?.control?.path, memoryCgroup: cgroups?.memory?.path)
     }
 
     /// Takes over what the previous daemon had stopped of this process, as its state file says: a restarted

@@ -13,9 +13,10 @@ final class LaunchFixture {
     /// Nil for a daemon without `CgroupRoot=` (launched apps then run without a cgroup).
     let control: ScratchCgroup?
     let memory: ScratchCgroup?
-    let daemon: DaemonHarness
-    let client: RawVarlinkClient
+    private(set) var daemon: DaemonHarness
+    private(set) var client: RawVarlinkClient
     let logDirectory: String
+    private let configuration: String
 
     /// Why this host cannot run launch tests with `control`'s hierarchy (and a v1 memory one when `withMemory`).
     static func unavailableReason(_ control: ScratchCgroup.Hierarchy?, withMemory: Bool = false) -> String? {
@@ -34,10 +35,25 @@ final class LaunchFixture {
         if let memory { memorySection += "MemoryCgroupRoot=\(memory.cgroup.path)\n" }
         let logs = try ScratchDirectory(prefix: "bgtaskd-launch-logs")
         logDirectory = logs.path
-        daemon = try DaemonHarness(
-            configuration: policy + "\n" + memorySection + configuration, arguments: ["--log-dir", logs.path])
+        self.configuration = policy + "\n" + memorySection + configuration
+        daemon = try DaemonHarness(configuration: self.configuration, arguments: Self.arguments(logs.path))
         client = try daemon.connect()
         scratchLogs = logs
+    }
+
+    /// The daemon's state is kept beside the apps' logs, so a restarted daemon finds it.
+    private static func arguments(_ directory: String) -> [String] {
+        ["--log-dir", directory, "--state-file", directory + "/state.json"]
+    }
+
+    /// Kills the daemon with SIGKILL and starts another on the same configuration and state.
+    func restartDaemon() throws {
+        try daemon.daemonPidFD.sendSignal(.kill)
+        _ = try daemon.daemonPidFD.waitForExit(timeout: .seconds(10))
+        daemon.terminate()
+        client.close()
+        daemon = try DaemonHarness(configuration: configuration, arguments: Self.arguments(logDirectory))
+        client = try daemon.connect()
     }
 
     private let scratchLogs: ScratchDirectory

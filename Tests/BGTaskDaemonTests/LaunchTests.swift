@@ -77,6 +77,30 @@ struct LaunchTests {
         }
     }
 
+    @Test(
+        "a launched app outlives a daemon killed with SIGKILL: the next one adopts it with its cgroups, and removes them"
+    )
+    func adoptedAfterRestart() async throws {
+        try await withLaunchFixture("adoptedAfterRestart") { fixture in
+            try fixture.launch("org.example.kept", ["--state", "background"])
+            let suspended = try fixture.waitForApp("org.example.kept") { $0["state"] == "suspended" }
+            let cgroup = try #require(suspended["cgroup"]?.stringValue)
+            let pid = pid_t(try #require(suspended["pid"]?.intValue))
+            // Frozen (the state says suspended before the freeze is made): it cannot see the daemon go.
+            #expect(try CgroupDirectory(path: cgroup).waitUntil(frozen: true, timeout: .seconds(10)))
+            try fixture.restartDaemon()
+            let adopted = try fixture.waitForApp("org.example.kept") { $0["state"] == "suspended" }
+            #expect(adopted["cgroup"]?.stringValue == cgroup && adopted["pid"]?.intValue == Int(pid), "\(adopted)")
+            #expect(try CgroupDirectory(path: cgroup).isFrozen(), "not frozen under the new daemon")
+            // Handled through its cgroups still: killed whole, and they go.
+            let pidFD = try PidFD.open(pid: pid)
+            defer { try? pidFD.close() }
+            try fixture.client.lifecycle("Terminate", ["app": "org.example.kept"])
+            #expect(try pidFD.waitForExit(timeout: .seconds(10)), "\(fixture.daemon.log)")
+            #expect(fixture.waitUntilCgroupsRemoved(), "left behind: \(fixture.appCgroups)")
+        }
+    }
+
     @Test("refusals start nothing: an unknown program, a live name, an empty argv")
     func refusals() async throws {
         try await withLaunchFixture("refusals") { fixture in
