@@ -289,6 +289,16 @@ func idlReplyFields(of methodName: String) throws -> [String] {
                 memory:    appsBytes=120.0 MiB  availablePercent=42  level=normal
 
                 """)
+        // With the apps: each running one measured, heaviest first, with its state and backend.
+        let byApp = Rendering.status(Samples.status, apps: Samples.apps)
+            .split(separator: "\n").drop { !$0.hasPrefix("by app:") }.map(String.init)
+        let expected = Samples.apps.filter { $0.state != .terminated && $0.memoryBytes != nil }
+            .sorted { ($0.memoryBytes ?? 0) > ($1.memoryBytes ?? 0) }
+        #expect(byApp.count == expected.count && !expected.isEmpty, "\(byApp)")
+        for (line, app) in zip(byApp, expected) {
+            #expect(line.contains(app.name) && line.contains(Formatting.bytes(app.memoryBytes)), "\(line)")
+            #expect(line.hasSuffix("(\(app.state.rawValue)\(app.memoryBackend.map { ", \($0)" } ?? ""))"), "\(line)")
+        }
         var status = Samples.status
         status.loop = ["iterations": 1_234, "longestIterationMs": 2.5, "longestIterationSource": "client-7"]
         #expect(Rendering.status(status).hasSuffix("loop:      1234 dispatches, the longest 2.50ms (client-7)\n"))

@@ -21,8 +21,9 @@ public enum Rendering {
 
     // MARK: Daemon
 
-    /// The daemon's status: version, uptime, backends, counts and memory readings.
-    public static func status(_ status: GetStatusReply) -> String {
+    /// The daemon's status: version, uptime, backends, counts and memory readings; then the memory of each of
+    /// `apps` still running, heaviest first.
+    public static func status(_ status: GetStatusReply, apps: [AppInfo] = []) -> String {
         let uptime = Formatting.duration(seconds: status.uptimeSec)
         var lines = ["bgtaskd \(Formatting.printable(status.version)), up \(uptime)"]
         lines.append("backends:  " + members(status.backends))
@@ -35,6 +36,15 @@ public enum Rendering {
             let source = status.loop["longestIterationSource"]?.stringValue.map { " (\(Formatting.printable($0)))" }
             lines.append(
                 "loop:      \(iterations) dispatches, the longest \(Formatting.milliseconds(longest))\(source ?? "")")
+        }
+        let measured = apps.filter { $0.state != .terminated && $0.memoryBytes != nil }
+            .sorted { ($0.memoryBytes ?? 0, $1.name) > ($1.memoryBytes ?? 0, $0.name) }
+        for (index, app) in measured.enumerated() {
+            let backend = app.memoryBackend.map { ", \(Formatting.printable($0))" } ?? ""
+            lines.append(
+                (index == 0 ? "by app:    " : "           ")
+                    + "\(Formatting.printable(app.name)) \(Formatting.bytes(app.memoryBytes)) "
+                    + "(\(app.state.rawValue)\(backend))")
         }
         return lines.joined(separator: "\n") + "\n"
     }
@@ -174,6 +184,7 @@ public enum Rendering {
         if let band = entry.band { details.append("band=\(band.rawValue)") }
         if let bytes = entry.memoryBytes { details.append("memory=\(Formatting.bytes(bytes))") }
         if let latency = entry.latencyMs { details.append("latency=\(Formatting.duration(seconds: latency / 1_000))") }
+        if let trigger = entry.trigger { details.append("trigger=\(Formatting.printable(trigger))") }
         if let rank = entry.rank { details.append("rank=\(rank)") }
         return details
     }
