@@ -19,8 +19,9 @@ public enum BGTaskTool {
             time-limited background tasks, warns apps before their background time runs out, suspends apps whose \
             work is done, and reclaims memory from suspended apps first. bgtask talks to it over its Varlink \
             socket: to inspect apps and the daemon, to move apps between foreground and background as a shell \
-            does, to post notifications, to follow the daemon's audit events, and to run any command as a \
-            background task held for exactly as long as it runs.
+            does, to launch apps the daemon manages in cgroups of their own, to post notifications, to follow \
+            the daemon's audit events, and to run any command as a background task held for exactly as long as \
+            it runs.
 
             Controller commands (foreground, background, deactivate, terminate, post) need root, the app's own \
             user, or membership in the daemon's ControllerGroup.
@@ -59,7 +60,7 @@ public enum BGTaskTool {
     /// The subcommands, in the order the help lists them.
     public static let subcommands: [any Subcommand.Type] = [
         Status.self, Apps.self, Run.self, Begin.self, End.self, Remaining.self, Foreground.self, Background.self,
-        Deactivate.self, Terminate.self, Post.self, Watch.self, History.self, Demo.self,
+        Deactivate.self, Launch.self, Terminate.self, Post.self, Watch.self, History.self, Demo.self,
     ]
 
     /// What a command line of bgtask asks for, with the subcommand built from its arguments.

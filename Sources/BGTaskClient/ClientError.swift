@@ -83,6 +83,7 @@ public enum ClientError: Error, Hashable, Sendable, CustomStringConvertible {
         case .limitExceeded(let limit, let max): "limit \(limit)=\(max) reached"
         case .noSuchEvent(let app, let eventId): "app \(app.debugDescription) was never sent event \(eventId)"
         case .invalidMessage(let reason): "the daemon could not read the message: \(reason)"
+        case .launchFailed(let app, let reason): "cannot launch \(app.debugDescription): \(reason)"
         }
     }
 

@@ -45,6 +45,7 @@ enum DaemonKey: String, CaseIterable, Sendable {
     case reclaimForeground = "ReclaimForeground"
     case reclaimDryRun = "ReclaimDryRun"
     case cgroupRoot = "CgroupRoot"
+    case memoryCgroupRoot = "MemoryCgroupRoot"
     case tasksPerAppMax = "TasksPerAppMax"
     case appsPerUserMax = "AppsPerUserMax"
     case connectionsMax = "ConnectionsMax"
@@ -59,7 +60,7 @@ enum DaemonKey: String, CaseIterable, Sendable {
     var section: ConfigurationSection {
         switch self {
         case .appsMemoryMax, .memoryWarnPercent, .memoryCriticalPercent, .memoryWarningGraceSec,
-            .reclaimForeground, .reclaimDryRun, .cgroupRoot:
+            .reclaimForeground, .reclaimDryRun, .cgroupRoot, .memoryCgroupRoot:
             return .memory
         case .tasksPerAppMax, .appsPerUserMax, .connectionsMax, .connectionsPerUserMax, .messageSizeMax,
             .queuedEventsPerAppMax, .postPayloadSizeMax, .historySize:
@@ -79,6 +80,7 @@ enum DaemonKey: String, CaseIterable, Sendable {
         case .reclaimForeground: return .boolean(\.core.reclaimForeground)
         case .reclaimDryRun: return .boolean(\.memory.reclaimDryRun)
         case .cgroupRoot: return .absolutePath(\.memory.cgroupRoot)
+        case .memoryCgroupRoot: return .absolutePath(\.memory.memoryCgroupRoot)
         // At least one lease, connection: zero would make the daemon unusable rather than strict.
         case .tasksPerAppMax: return .count(\.core.tasksPerAppMax, 1...Int.max)
         case .appsPerUserMax: return .count(\.core.appsPerUserMax, 1...Int.max)

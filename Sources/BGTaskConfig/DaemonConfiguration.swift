@@ -45,9 +45,15 @@ public struct DaemonConfiguration: Hashable, Sendable {
         /// `ReclaimDryRun`: log the reclamation decisions instead of killing. Off by default.
         public var reclaimDryRun: Bool = false
 
-        /// `CgroupRoot`: the cgroup directory under which managed apps get their cgroups; nil (the default)
-        /// means the daemon's own delegated cgroup, found at start. Tests point it at a tree they own.
+        /// `CgroupRoot`: the cgroup directory (cgroup2, or a v1 freezer hierarchy's on hosts without cgroup2)
+        /// under which managed apps get their cgroups; nil (the default) means the daemon's own delegated cgroup
+        /// when systemd started it. Tests point it at a tree they own.
         public var cgroupRoot: String? = nil
+
+        /// `MemoryCgroupRoot`: a v1 memory controller directory under which managed apps get memory cgroups, on
+        /// hybrid hosts whose cgroup2 has no memory controller; nil means the daemon's own memory cgroup when
+        /// systemd started it and it may write there, else none (the apps' memory is then their PSS).
+        public var memoryCgroupRoot: String? = nil
 
         /// The defaults of DESIGN §9.
         public init() {}

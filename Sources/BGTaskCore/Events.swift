@@ -83,15 +83,18 @@ public struct AuditEntry: Hashable, Sendable, Codable {
     public var memoryBytes: UInt64?
     /// The reclamation rank of a memory warning.
     public var rank: Int?
-    /// For a reclamation: the time from the pressure trigger to the kill decision.
+    /// For a reclamation: the time from the pressure trigger to the kill decision; for the exit of a reclaimed
+    /// app's process: the time from the kill to the exit (its memory freed).
     public var latency: Duration?
+    /// For a reclamation: the reading that triggered it ("apps use N bytes, AppsMemoryMax is M").
+    public var trigger: String?
 
     /// Creates an entry; the details default to absent.
     public init(
         time: MonotonicInstant, app: AppID, appName: String, kind: AuditKind, state: AppState? = nil,
         reason: TerminationReason? = nil, taskID: TaskID? = nil, taskName: String? = nil,
         taskEnd: TaskEndCause? = nil, taskIDs: [TaskID]? = nil, band: ReclamationBand? = nil,
-        memoryBytes: UInt64? = nil, rank: Int? = nil, latency: Duration? = nil
+        memoryBytes: UInt64? = nil, rank: Int? = nil, latency: Duration? = nil, trigger: String? = nil
     ) {
         self.time = time
         self.app = app
@@ -107,6 +110,7 @@ public struct AuditEntry: Hashable, Sendable, Codable {
         self.memoryBytes = memoryBytes
         self.rank = rank
         self.latency = latency
+        self.trigger = trigger
     }
 }
 

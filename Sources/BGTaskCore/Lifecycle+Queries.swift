@@ -30,6 +30,8 @@ public struct AppSnapshot: Hashable, Sendable {
     public var backgroundTimeRemaining: Duration?
     /// Why it ended, once terminated.
     public var exitReason: TerminationReason?
+    /// How its process ended, when the daemon launched it (and reaped it).
+    public var processExit: ProcessExit?
     /// Events waiting for it to run again.
     public var queuedEvents: Int
     /// Queued events dropped because its queue was full (`QueuedEventsPerAppMax`), over the registration's life.
@@ -64,7 +66,8 @@ extension Lifecycle {
         return AppSnapshot(
             id: id, name: app.name, state: app.state, pid: app.pid, uid: app.uid, isManaged: app.isManaged,
             tasks: taskSnapshots, backgroundTimeRemaining: remaining(of: app, now: now), exitReason: app.exitReason,
-            queuedEvents: app.queue.count, droppedEvents: app.droppedEventCount, isRegistered: app.isRegistered,
+            processExit: app.processExit, queuedEvents: app.queue.count, droppedEvents: app.droppedEventCount,
+            isRegistered: app.isRegistered,
             policy: app.policy)
     }
 

@@ -101,16 +101,29 @@ extension Lifecycle {
     }
 
     /// The daemon launched a managed app's process under `name`; it must register within `LaunchTimeoutSec`.
+    /// Counts against `appsPerUserMax` like a registration (the shell checks `canLaunch` before starting anything).
     public mutating func appLaunched(
         name: String, process: ProcessIdentity, exitsOnSuspend: Bool? = nil, now: MonotonicInstant
     ) throws(LifecycleError) -> (app: AppID, actions: [Action]) {
         guard liveNames[name] == nil else { throw .appExists(name) }
+        guard liveAppCount(uid: process.uid) < policy.appsPerUserMax else {
+            throw .limitExceeded(limit: "AppsPerUserMax", max: policy.appsPerUserMax)
+        }
         var actions: [Action] = []
         let id = createRecord(name: name, process: process, isManaged: true, exitsOnSuspend: exitsOnSuspend, now: now)
         setDeadline(.launch, of: id, at: now + tracked(id).policy.launchTimeout)
         audit(.registered, id, now: now, into: &actions) { $0.state = .notRunning }
         armTimerIfDeadlineMoved(&actions)
         return (id, actions)
+    }
+
+    /// Whether `appLaunched` would accept `name` for `uid`: the name is free and the uid under `appsPerUserMax`.
+    /// The shell asks before it starts a process, so a refusal starts nothing.
+    public func canLaunch(name: String, uid: UInt32) throws(LifecycleError) {
+        guard liveNames[name] == nil else { throw .appExists(name) }
+        guard liveAppCount(uid: uid) < policy.appsPerUserMax else {
+            throw .limitExceeded(limit: "AppsPerUserMax", max: policy.appsPerUserMax)
+        }
     }
 
     /// The app's event stream closed: its registration and every lease end; a suspended app is resumed

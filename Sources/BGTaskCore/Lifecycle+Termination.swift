@@ -13,7 +13,13 @@ extension Lifecycle {
 
     /// The shell saw the app's process end (pidfd readable). Ends whatever is left of the registration and
     /// records the final reason: the policy's, if the daemon was ending it, else `exited` or `crashed`.
-    public mutating func processExited(_ id: AppID, how: ProcessEnd, now: MonotonicInstant) -> [Action] {
+    ///
+    /// `exit` is how the process ended when the daemon launched it and reaped it (nil for a self-registered app,
+    /// whose status only its parent sees); `sinceKill`, for an app the daemon killed, how long after the kill
+    /// the exit was seen (recorded as the entry's latency: the time for its memory to come back).
+    public mutating func processExited(
+        _ id: AppID, how: ProcessEnd, exit: ProcessExit? = nil, sinceKill: Duration? = nil, now: MonotonicInstant
+    ) -> [Action] {
         guard let app = apps[id], !app.isProcessGone else { return [] }
         var actions: [Action] = []
         if app.state != .terminated {
@@ -24,9 +30,13 @@ extension Lifecycle {
         modify(id) {
             $0.isProcessGone = true
             $0.isRegistered = false
+            $0.processExit = exit
         }
         let finalReason = tracked(id).exitReason
-        audit(.processExited, id, now: now, into: &actions) { $0.reason = finalReason }
+        audit(.processExited, id, now: now, into: &actions) {
+            $0.reason = finalReason
+            $0.latency = sinceKill
+        }
         evictEnded()
         armTimerIfDeadlineMoved(&actions)
         return actions

@@ -113,7 +113,8 @@ extension Lifecycle {
     /// `willTerminate` and the usual grace. The shell re-checks its trigger before calling this; `triggeredAt`
     /// (when the pressure episode began) makes the record carry the trigger-to-kill latency.
     public mutating func reclaim(
-        _ id: AppID, memoryBytes: UInt64?, triggeredAt: MonotonicInstant? = nil, now: MonotonicInstant
+        _ id: AppID, memoryBytes: UInt64?, triggeredAt: MonotonicInstant? = nil, trigger: String? = nil,
+        now: MonotonicInstant
     ) throws(LifecycleError) -> [Action] {
         guard let app = apps[id] else { throw .noSuchApp(id.description) }
         guard let band = reclamationBand(of: id) else {
@@ -124,6 +125,7 @@ extension Lifecycle {
             $0.band = band
             $0.memoryBytes = memoryBytes
             $0.latency = triggeredAt.map { now - $0 }
+            $0.trigger = trigger
         }
         armTimerIfDeadlineMoved(&actions)
         return actions

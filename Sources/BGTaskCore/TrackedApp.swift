@@ -109,6 +109,8 @@ struct TrackedApp: Sendable, Codable {
     var hasRecordedDropThisSuspension = false
     var deadlines = PendingDeadlines()
     var exitReason: TerminationReason?
+    /// How its process ended, when the daemon launched it and reaped it.
+    var processExit: ProcessExit?
     /// When it was last in the foreground (registration counts): the reclamation tie-break, oldest first.
     var lastForeground: MonotonicInstant
 

@@ -12,6 +12,14 @@ public enum ProcessEnd: Sendable, Equatable {
     case crashed
 }
 
+/// How a process the daemon started (and so could reap) ended, as `waitid` reported it.
+public enum ProcessExit: Codable, Sendable, Hashable {
+    /// It exited with this status.
+    case status(Int32)
+    /// This signal ended it (its number).
+    case signal(Int32)
+}
+
 extension ProcessEnd {
     /// The termination reason a process end is recorded with when the daemon was not ending the app.
     public var reason: TerminationReason {

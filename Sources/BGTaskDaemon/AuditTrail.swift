@@ -146,8 +146,10 @@ final class AuditTrail {
             logger.info("memory warning sent to \(app)\(rank)", fields)
         case .terminated where record.reason == .memoryReclaim:
             let memory = record.memoryBytes.map { " using \($0) bytes" } ?? ""
+            let latency = record.latency.map { ", \(milliseconds($0)) ms after the trigger" } ?? ""
+            let trigger = record.trigger.map { "; \($0)" } ?? ""
             logger.warning(
-                "terminating \(app) to reclaim memory (band \(record.band?.name ?? "?")\(memory))",
+                "terminating \(app) to reclaim memory (band \(record.band?.name ?? "?")\(memory)\(latency)\(trigger))",
                 fields + [.messageID(MessageID.reclaimed)])
         case .terminated:
             let reason = record.reason?.rawValue ?? "?"
@@ -163,13 +165,21 @@ final class AuditTrail {
                 "killed \(app) with SIGKILL (\(record.reason?.rawValue ?? "?"))",
                 fields + [.messageID(MessageID.killed)])
         case .processExited:
-            logger.info("\(app)'s process is gone (\(record.reason?.rawValue ?? "?"))", fields)
+            let latency = record.latency.map { ", \(milliseconds($0)) ms after the kill" } ?? ""
+            logger.info("\(app)'s process is gone (\(record.reason?.rawValue ?? "?")\(latency))", fields)
         case .eventsDropped:
             logger.warning(
                 "\(app)'s event queue is full (QueuedEventsPerAppMax): dropping its oldest events while it is "
                     + "suspended; GetApp counts them",
                 fields + [.messageID(MessageID.eventsDropped)])
         }
+    }
+
+    /// A duration in milliseconds with two decimals.
+    private func milliseconds(_ duration: Duration) -> String {
+        let hundredths = (duration.nanosecondCount + 5_000) / 10_000
+        let fraction = hundredths % 100
+        return "\(hundredths / 100).\(fraction < 10 ? "0" : "")\(fraction)"
     }
 
     private func quoted(_ name: String?) -> String {

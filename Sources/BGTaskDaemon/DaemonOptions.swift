@@ -29,6 +29,8 @@ public struct DaemonOptions: Equatable, Sendable {
     public var configurationPath: String?
     /// The state file given with `--state-file`, if any.
     public var statePath: String?
+    /// The directory launched apps' output goes to (`--log-dir`), instead of the journal.
+    public var logDirectory: String?
 
     /// `--socket PATH`.
     static let socket = OptionSpec(
@@ -46,6 +48,11 @@ public struct DaemonOptions: Equatable, Sendable {
         "state-file", valueName: "PATH",
         help: "Save the apps' state in PATH as it changes and restore it on start, so a restart loses no lease.",
         defaultValue: "$RUNTIME_DIRECTORY/state.json, else state.json beside the socket")
+    /// `--log-dir DIR`.
+    static let logDirectory = OptionSpec(
+        "log-dir", valueName: "DIR",
+        help: "Write each launched app's output to DIR/NAME.log instead of the journal.",
+        defaultValue: "the journal, tagged with the app's name; the daemon's standard error without one")
     /// `--release-stopped`.
     static let releaseStopped = FlagSpec(
         "release-stopped",
@@ -68,7 +75,7 @@ public struct DaemonOptions: Equatable, Sendable {
             Signals: SIGTERM and SIGINT stop (every stopped app is resumed first); SIGHUP reloads the \
             configuration. Exit status: 0 on a clean stop, 1 on a failure to start or run, 64 on bad usage.
             """,
-        globalOptions: [socket, config, stateFile], globalFlags: [user, dumpConfig, releaseStopped],
+        globalOptions: [socket, config, stateFile, logDirectory], globalFlags: [user, dumpConfig, releaseStopped],
         exitStatuses: [
             ExitStatusSpec("0", "A clean stop."), ExitStatusSpec("1", "A failure to start or run."),
             ExitStatusSpec("64", "Bad usage."),
@@ -103,6 +110,7 @@ public struct DaemonOptions: Equatable, Sendable {
             options.configurationPath = parsed.text(config)
             options.isUserInstance = parsed.isSet(user)
             options.statePath = parsed.text(stateFile)
+            options.logDirectory = parsed.text(logDirectory)
             if parsed.isSet(dumpConfig) { options.mode = .dumpConfiguration }
             if parsed.isSet(releaseStopped) { options.mode = .releaseStopped }
         }

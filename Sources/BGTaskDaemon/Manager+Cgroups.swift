@@ -55,11 +55,37 @@ extension Manager {
         return false
     }
 
-    /// The backends in use, by capability, as `GetStatus` and the startup log report them. Freezing is
-    /// `cgroup2+sigstop` where cgroup2 is mounted: an app in a cgroup of its own is frozen through it, the others
-    /// are stopped with SIGSTOP.
+    /// The backends in use, by capability, as `GetStatus` and the startup log report them: each the chain from
+    /// the best (what managed apps get) to the fallback (what an app without a cgroup of its own gets). Probed at
+    /// start: `freeze` is `cgroup2` (`cgroup.freeze`) or `cgroup1` (v1 `freezer.state`) where managed apps get
+    /// cgroups, then `cgroup2` for self-registered apps found alone in a cgroup2 cgroup, then `sigstop`; `memory`
+    /// is `cgroup2` (`memory.current`) or `cgroup1` (`memory.usage_in_bytes`), then `pss`; `kill` is
+    /// `cgroup.kill` where cgroup2 has it, `cgroup1` (SIGKILL to each member through a pidfd, then a thaw), then
+    /// `pidfd`.
     var backendNames: [String: String] {
-        ["freeze": cgroupHierarchies.unified == nil ? "sigstop" : "cgroup2+sigstop", "memory": "pss", "kill": "pidfd"]
+        var freeze: [String] = []
+        if launchRoots.control != nil { freeze.append(launchRoots.freezeBackend) }
+        if cgroupHierarchies.unified != nil && !freeze.contains("cgroup2") { freeze.append("cgroup2") }
+        freeze.append("sigstop")
+        var memory: [String] = []
+        if let control = launchRoots.control, launchRoots.isUnified, control.has("memory.current") {
+            memory.append("cgroup2")
+        } else if launchRoots.memory != nil {
+            memory.append("cgroup1")
+        }
+        memory.append("pss")
+        var kill: [String] = []
+        if let control = launchRoots.control {
+            kill.append(control.has("cgroup.kill") ? "cgroup.kill" : launchRoots.isUnified ? "cgroup2" : "cgroup1")
+        } else if let root = cgroupHierarchies.unified, CgroupDirectory(path: root).has("cgroup.kill") {
+            kill.append("cgroup.kill")
+        }
+        kill.append("pidfd")
+        return [
+            "freeze": freeze.joined(separator: "+"), "memory": memory.joined(separator: "+"),
+            "kill": kill.joined(separator: "+"), "cgroupRoot": launchRoots.control?.path ?? "none",
+            "memoryCgroupRoot": launchRoots.memory?.path ?? "none",
+        ]
     }
 
     // MARK: Confirming freezes
@@ -101,7 +127,7 @@ extension Manager {
                 if processes[serial]?.isStopPending != true { freezeConfirmations[serial] = nil }
                 continue
             }
-            if (try? cgroup.events())?["frozen"] == 1 {
+            if (try? cgroup.isFrozen()) == true {
                 freezeConfirmations[serial] = nil
                 logger.debug("froze pid \(process.pid) through \(cgroup)", process.apps.map { .app(appName($0)) })
             } else if current >= deadline {

@@ -259,7 +259,7 @@ extension Manager {
     func listApps(_ parameters: ListAppsParameters, _ call: IncomingCall) -> CallOutcome<ListAppsReply> {
         let apps = core.snapshots(now: now, includeEnded: true)
             .filter { mayControl(uid: $0.uid, call.connection) }
-            .map { AppInfo($0, memoryBytes: memoryBytes(of: $0.id), now: now) }
+            .compactMap { appInfo($0.id) }
         memoryMonitor?.refreshForDisplay()
         return CallOutcome(reply: ListAppsReply(apps: apps))
     }
@@ -282,11 +282,6 @@ extension Manager {
         let actions = try core.setState(app, to: requested, now: now)
         guard let info = appInfo(app) else { throw VarlinkError.noSuchApp(app: parameters.app) }
         return CallOutcome(reply: SetStateReply(app: info), actions: actions)
-    }
-
-    /// `Launch`: not built yet (managed apps in cgroups come later).
-    func launch(_ parameters: LaunchParameters, _ call: IncomingCall) throws -> CallOutcome<LaunchReply> {
-        throw VarlinkError.methodNotImplemented(method: LifecycleMethod.launch.qualifiedName)
     }
 
     func terminate(_ parameters: TerminateParameters, _ app: AppID, _ call: IncomingCall) throws

@@ -130,12 +130,25 @@ extension Manager {
         } catch {
             logger.error("cannot release the process group of exited pid \(process.pid): \(error)")
         }
+        let exit = reapLaunched(process)
+        removeCgroups(of: process)
         process.release()
+        var how = ProcessEnd.exited
+        if case .signal(let number)? = exit {
+            how = .crashed
+            if !isBeingKilled {
+                let signal = Signal(rawValue: number)?.name ?? "signal \(number)"
+                logger.notice(
+                    "pid \(process.pid) was killed by \(signal)", apps.map { .app(appName($0)) })
+            }
+        } else if case .status(let status)? = exit, status != 0 {
+            logger.notice("pid \(process.pid) exited with status \(status)", apps.map { .app(appName($0)) })
+        }
         for app in apps {
             processOfApp[app] = nil
             pendingSuspensions[app] = nil
-            perform(core.processExited(app, how: .exited, now: now))
-            memoryMonitor?.victimExited(app)
+            let sinceKill = memoryMonitor?.victimExited(app)
+            perform(core.processExited(app, how: how, exit: exit, sinceKill: sinceKill, now: now))
             if let stream = eventStreams.removeValue(forKey: app) {
                 stream.stream = nil
                 stream.close(because: "the app's process exited")
@@ -199,7 +212,7 @@ extension Manager {
         }
         guard mayStop else { return }
         do {
-            try process.stop(freezing: ownCgroup(of: process))
+            try process.stop(freezing: process.cgroups?.control ?? ownCgroup(of: process))
         } catch {
             // Gone already: its pidfd reports the exit and the core hears of it then.
             if error != .noSuchProcess {

@@ -226,9 +226,20 @@ extension Manager {
         for saved in state.processes {
             let apps = saved.apps.filter { core.isWatchingProcess(of: $0) && processOfApp[$0] == nil }
             guard !apps.isEmpty else { continue }
+            // Only cgroups this daemon would have made (under its roots, named app-*): a state file naming any other
+            // directory is not trusted to say what to kill.
+            var savedCgroups = AppCgroups(saved)
+            if let cgroups = savedCgroups, !launchRoots.made(cgroups) {
+                logger.warning(
+                    "the state names cgroups \(cgroups.all.map(\.path)) outside CgroupRoot=/MemoryCgroupRoot=: "
+                        + "not using them for pid \(saved.pid)")
+                savedCgroups = nil
+            }
             guard let pidFD = adoptableProcess(saved) else {
                 gone += 1
                 exitedApps += apps
+                // A managed app that ended while no daemon ran: what is left of it ends too, and its cgroups go.
+                if let savedCgroups { removeCgroups(savedCgroups) }
                 continue
             }
             let process = TrackedProcess(
@@ -238,12 +249,13 @@ extension Manager {
             // clean-up continues and thaws them).
             let isStillStopped =
                 if let path = saved.frozenCgroup {
-                    (try? CgroupDirectory(path: path).events())?["frozen"] == 1
+                    (try? CgroupDirectory(path: path).isFrozen()) == true
                 } else {
                     (try? procFS.stat(saved.pid).state) == .stopped
                 }
             if isStillStopped { process.adoptStop(of: saved) }
             process.memoryBytes = saved.memoryBytes
+            process.cgroups = savedCgroups
             guard watchExit(of: process) else {
                 gone += 1
                 exitedApps += apps

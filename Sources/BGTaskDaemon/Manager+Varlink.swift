@@ -196,16 +196,20 @@ extension Manager {
     func appInfo(_ id: AppID) -> AppInfo? {
         guard let snapshot = core.snapshot(of: id, now: now) else { return nil }
         var method: SuspensionMethod?
-        var cgroup: String?
-        switch processOfApp[id]?.lastStopTarget {
+        let process = processOfApp[id]
+        var cgroup = process?.cgroups?.control?.path
+        switch process?.lastStopTarget {
         case .cgroup(let directory):
-            method = .cgroup2
+            method = directory.isV1Freezer ? .cgroup1 : .cgroup2
             cgroup = directory.path
         case .group: method = .group
         case .process: method = .process
         case nil: break
         }
-        return AppInfo(snapshot, memoryBytes: memoryBytes(of: id), now: now, suspendedWith: method, cgroup: cgroup)
+        let memoryBackend = process.map { $0.cgroups?.memorySource?.backend ?? "pss" }
+        return AppInfo(
+            snapshot, memoryBytes: memoryBytes(of: id), now: now, suspendedWith: method, cgroup: cgroup,
+            memoryBackend: memoryBackend)
     }
 
     func memoryBytes(of app: AppID) -> Int? {

@@ -77,6 +77,13 @@ public final class Manager {
     let cgroupHierarchies = CgroupHierarchies.probe()
     var daemonCgroup: CgroupDirectory?
     /// Freezes awaiting confirmation from `cgroup.events`, by process serial, with the moment SIGSTOP replaces them.
+    /// Where managed apps get cgroups (found at start).
+    var launchRoots = LaunchCgroupRoots.none
+    /// Where launched apps' output goes instead of the journal: `NAME.log` files in it (`--log-dir`, for tests).
+    public var logDirectory: String?
+    /// Ended managed apps' cgroups still to remove (something in them was still exiting), with a deadline.
+    var cgroupRemovals: [(AppCgroups, MonotonicInstant)] = []
+    var cgroupRemovalTimer: ManagerTimer?
     var freezeConfirmations: [Int: MonotonicInstant] = [:]
     var freezeConfirmationTimer: ManagerTimer?
 
@@ -244,7 +251,12 @@ public final class Manager {
         resolveAccessSettings()
         memoryMonitor = MemoryMonitor(manager: self, settings: configuration.memory)
         fileDescriptorStoreLimit = notifier.fileDescriptorStoreLimit
-        daemonCgroup = try? cgroupHierarchies.cgroups(of: getpid(), procFS: procFS).unified
+        let ownCgroups = try? cgroupHierarchies.cgroups(of: getpid(), procFS: procFS)
+        daemonCgroup = ownCgroups?.unified
+        launchRoots = LaunchCgroupRoots.resolve(
+            configuration.memory, hierarchies: cgroupHierarchies, ownCgroups: ownCgroups,
+            isSystemdService: getenv("INVOCATION_ID") != nil)
+        for note in launchRoots.notes { logger.warning("managed apps: \(note)") }
         try takeListenedDescriptors()
         restoreState()
         discardStoredStreams()
@@ -253,7 +265,7 @@ public final class Manager {
         logger.notice(
             "bgtaskd \(Self.version) listening on \(socketPath); backends: "
                 + backendNames.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
-                + " (self-registered apps); memory trigger: polling, AppsMemoryMax=\(appsLimit)"
+                + "; memory trigger: polling, AppsMemoryMax=\(appsLimit)"
                 + (configuration.memory.reclaimDryRun ? ", ReclaimDryRun" : ""))
         checkDescriptorBudget()
         _ = try? notifier.ready()

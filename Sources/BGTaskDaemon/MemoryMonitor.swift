@@ -24,8 +24,9 @@ final class MemoryMonitor {
     /// Whether a sample is on the worker, and whether the next one must include the apps (asked meanwhile).
     private var isSampling = false
     private var isProcessSampleWanted = false
-    /// Apps reclaimed whose processes have not exited yet: no new victim until they are gone.
-    private var pendingVictims: Set<AppID> = []
+    /// Apps reclaimed whose processes have not exited yet, with when each was killed: no new victim until they
+    /// are gone.
+    private var pendingVictims: [AppID: MonotonicInstant] = [:]
     /// The last sample, and the last one that measured the apps.
     private(set) var lastSample: MemorySample?
     private(set) var lastProcessSample: MemorySample?
@@ -65,9 +66,10 @@ final class MemoryMonitor {
         }
     }
 
-    /// A reclaimed app's process is gone.
-    func victimExited(_ app: AppID) {
-        pendingVictims.remove(app)
+    /// An app's process is gone; if it was reclaimed, how long after its kill (from a clock read now).
+    func victimExited(_ app: AppID) -> Duration? {
+        guard let killedAt = pendingVictims.removeValue(forKey: app) else { return nil }
+        return manager.clock.freshNow - killedAt
     }
 
     /// Whether samples must measure the apps: to judge `AppsMemoryMax`, or to rank victims while memory is short.
@@ -254,11 +256,12 @@ final class MemoryMonitor {
                 continue
             }
             do {
-                manager.perform(
-                    try manager.core.reclaim(
-                        victim.app, memoryBytes: victim.memoryBytes, triggeredAt: triggeredAt,
-                        now: manager.clock.freshNow))
-                pendingVictims.insert(victim.app)
+                let decidedAt = manager.clock.freshNow
+                let actions = try manager.core.reclaim(
+                    victim.app, memoryBytes: victim.memoryBytes, triggeredAt: triggeredAt, trigger: trigger,
+                    now: decidedAt)
+                pendingVictims[victim.app] = decidedAt
+                manager.perform(actions)
             } catch {
                 manager.logger.warning("cannot reclaim \(victim.name): \(error)")
             }

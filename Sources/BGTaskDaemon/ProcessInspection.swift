@@ -12,6 +12,8 @@ struct InspectedProcess: Hashable, Sendable {
     var pid: pid_t
     /// Its start time, in clock ticks after boot (`/proc/PID/stat` field 22).
     var startTime: UInt64
+    /// A cgroup file holding its memory in bytes (`memory.current`, `memory.usage_in_bytes`): read instead of PSS.
+    var memoryFile: String? = nil
 }
 
 /// Work for the worker thread.
@@ -176,6 +178,16 @@ struct ProcessInspector: Sendable {
             // Each process is counted once: as itself when it is tracked, else for the group it belongs to.
             var counted = Set(live.map(\.0.pid))
             for (process, leadsGroup) in live {
+                if let file = process.memoryFile {
+                    // The app's own cgroup measures it whole (every process, page cache included).
+                    do {
+                        sample.processBytes[process.key] = try CgroupNumber.parse(
+                            FileDescriptor.readText(atPath: file, limit: 4096), file: file)
+                    } catch {
+                        sample.failures[process.key] = "\(error)"
+                    }
+                    continue
+                }
                 do {
                     var bytes = UInt64(max(0, try procFS.proportionalSetSize(process.pid)))
                     if leadsGroup {

@@ -119,6 +119,10 @@ struct SavedProcess: Codable, Sendable, Hashable {
     /// The registrations of it the policy tracks.
     var apps: [AppID]
     var memoryBytes: UInt64?
+    /// For a managed app: the cgroups the daemon made for it (freeze-and-kill, and v1 memory), which the next
+    /// daemon goes on using and removes once the app is gone.
+    var controlCgroup: String? = nil
+    var memoryCgroup: String? = nil
 }
 
 /// One history entry, as saved (a line of the history file): its serial, the record (for who may see it) and what

@@ -58,7 +58,7 @@ public enum StoppedRelease {
         if let path = saved.frozenCgroup {
             // A cgroup of the app's own: whatever is still in it is the app's, and must run.
             do {
-                try CgroupDirectory(path: path).requestFreeze(false)
+                try CgroupDirectory(path: path).setFrozen(false)
                 logger.info("thawed \(path)")
                 return true
             } catch {

@@ -46,11 +46,17 @@ final class TrackedProcess {
     var memoryBytes: UInt64?
     /// Whether the latest memory read failed (`memoryBytes` is then the reading before it).
     var isMemoryReadingStale = false
+    /// The cgroups the daemon made for it (a managed app): frozen, measured and killed through, removed once empty.
+    var cgroups: AppCgroups?
+    /// The process as the daemon's own child (a managed app), to reap it and learn how it ended.
+    var child: SpawnedProcess?
 
     var pid: pid_t { pidFD.pid }
     var isStopped: Bool { stopped != nil }
     /// The identity /proc reads are checked against.
-    var inspected: InspectedProcess { InspectedProcess(key: serial, pid: pid, startTime: startTime) }
+    var inspected: InspectedProcess {
+        InspectedProcess(key: serial, pid: pid, startTime: startTime, memoryFile: cgroups?.memorySource?.path)
+    }
 
     init(serial: Int, pidFD: PidFD, uid: uid_t, startTime: UInt64) {
         self.serial = serial
@@ -73,17 +79,19 @@ final class TrackedProcess {
         case .cgroup(let cgroup):
             do {
                 switch signal {
-                case .stop: try cgroup.requestFreeze(true)
-                case .continue: try cgroup.requestFreeze(false)
+                case .stop: try cgroup.setFrozen(true)
+                case .continue: try cgroup.setFrozen(false)
                 case .kill:
-                    // cgroup.kill (Linux 5.14) takes every process at once, frozen or not; without it, the
-                    // process itself (its pidfd), and a frozen cgroup2 task dies at once.
-                    if cgroup.has("cgroup.kill") { try cgroup.killAll() } else { try pidFD.sendSignal(.kill) }
+                    // cgroup.kill (Linux 5.14) takes every process at once, frozen or not; without it each
+                    // process gets SIGKILL through a pidfd, and a v1 freezer is thawed so the kill completes.
+                    _ = try cgroup.killEverything()
                 default: try pidFD.sendSignal(signal)
                 }
-            } catch {
+            } catch let error as Errno {
                 // The cgroup is gone: so is whatever was in it.
                 throw error.rawValue == ENOENT ? Errno.noSuchProcess : error
+            } catch {
+                throw Errno(rawValue: EIO, operation: "\(cgroup): \(error)")
             }
         }
     }
@@ -113,7 +121,7 @@ final class TrackedProcess {
     /// `sendPendingStop()` sends (after the state saying so is saved).
     func fallBackToSignals() throws(Errno) {
         guard case .cgroup(let cgroup) = stopped else { return }
-        try? cgroup.requestFreeze(false)
+        try? cgroup.setFrozen(false)
         stopped = nil
         isStopPending = false
         try stop()
@@ -155,6 +163,9 @@ final class TrackedProcess {
         var target = StopTarget.process
         if let stopped {
             target = stopped
+        } else if let control = cgroups?.control {
+            // A managed app: everything in its cgroup.
+            target = .cgroup(control)
         } else if let group = try ledGroup() {
             target = .group(group)
         }
@@ -176,10 +187,12 @@ final class TrackedProcess {
         if case .cgroup(let cgroup) = stopped {
             stopped = nil
             do {
-                if killing, cgroup.has("cgroup.kill") { try cgroup.killAll() }
-                try cgroup.requestFreeze(false)
-            } catch {
+                if killing { _ = try cgroup.killEverything() }
+                try cgroup.setFrozen(false)
+            } catch let error as Errno {
                 if error.rawValue != ENOENT { throw error }
+            } catch {
+                throw Errno(rawValue: EIO, operation: "\(cgroup): \(error)")
             }
             return
         }
@@ -200,7 +213,8 @@ final class TrackedProcess {
         if case .group(let id) = stopped { groupID = id }
         return SavedProcess(
             pid: pid, uid: uid, startTime: startTime, isStopped: stopped != nil, stoppedGroup: groupID,
-            frozenCgroup: frozenCgroup?.path, apps: apps.sorted(), memoryBytes: memoryBytes)
+            frozenCgroup: frozenCgroup?.path, apps: apps.sorted(), memoryBytes: memoryBytes,
+            controlCgroup: cgroups?.control?.path, memoryCgroup: cgroups?.memory?.path)
     }
 
     /// Takes over what the previous daemon had stopped of this process, as its state file says: a restarted

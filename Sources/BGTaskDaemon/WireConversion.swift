@@ -5,14 +5,22 @@
 
 import BGTaskCore
 import BGTaskProtocol
+import BGTaskSystem
 import Foundation
 
 extension AppInfo {
     /// The wire form of a snapshot; `memoryBytes` is measured by the shell.
     init(
         _ snapshot: AppSnapshot, memoryBytes: Int?, now: MonotonicInstant, suspendedWith: SuspensionMethod? = nil,
-        cgroup: String? = nil
+        cgroup: String? = nil, memoryBackend: String? = nil
     ) {
+        var exitStatus: Int?
+        var exitSignal: String?
+        switch snapshot.processExit {
+        case .status(let status)?: exitStatus = Int(status)
+        case .signal(let number)?: exitSignal = Signal(rawValue: number)?.name ?? "signal \(number)"
+        case nil: break
+        }
         self.init(
             name: snapshot.name, state: snapshot.state, pid: Int(snapshot.pid), uid: Int(snapshot.uid),
             managed: snapshot.isManaged,
@@ -22,7 +30,8 @@ extension AppInfo {
             backgroundTimeRemaining: snapshot.backgroundTimeRemaining?.secondsValue,
             memoryBytes: snapshot.state == .terminated ? nil : memoryBytes, exitReason: snapshot.exitReason,
             queuedEvents: snapshot.queuedEvents, droppedEvents: snapshot.droppedEvents, suspendedWith: suspendedWith,
-            cgroup: cgroup)
+            cgroup: cgroup, memoryBackend: snapshot.state == .terminated ? nil : memoryBackend,
+            exitStatus: exitStatus, exitSignal: exitSignal)
     }
 }
 
@@ -48,7 +57,7 @@ extension HistoryEntry {
             latencyMs: record.latency.map { $0.secondsValue * 1000 }, state: record.state,
             taskId: record.taskID.map { Int($0.rawValue) },
             taskName: record.taskID == nil ? nil : (record.taskName ?? ""), taskEnd: record.taskEnd,
-            taskIds: record.taskIDs?.map { Int($0.rawValue) }, rank: record.rank)
+            taskIds: record.taskIDs?.map { Int($0.rawValue) }, rank: record.rank, trigger: record.trigger)
     }
 }
 

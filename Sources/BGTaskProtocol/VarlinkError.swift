@@ -59,6 +59,8 @@ public enum LifecycleErrorName: String, CaseIterable, Sendable {
     case noSuchEvent = "NoSuchEvent"
     /// The message was not a well-formed Varlink call.
     case invalidMessage = "InvalidMessage"
+    /// `Launch` could not start the app.
+    case launchFailed = "LaunchFailed"
 
     /// The fully qualified name, `io.bgtask.Lifecycle.<Name>`.
     public var qualifiedName: String { LifecycleInterface.name + "." + rawValue }
@@ -85,6 +87,9 @@ public enum LifecycleError: Error, Hashable, Sendable {
     /// The message was not a well-formed Varlink call (not UTF-8, not JSON, not an object, no method...);
     /// `reason` says which. The connection stays open.
     case invalidMessage(reason: String)
+    /// `Launch` could not start the app; `reason` says what failed (the program was not found, its cgroup could not
+    /// be made, exec failed, ...).
+    case launchFailed(app: String, reason: String)
 
     /// The error's name within the interface.
     public var errorName: LifecycleErrorName {
@@ -98,6 +103,7 @@ public enum LifecycleError: Error, Hashable, Sendable {
         case .limitExceeded: .limitExceeded
         case .noSuchEvent: .noSuchEvent
         case .invalidMessage: .invalidMessage
+        case .launchFailed: .launchFailed
         }
     }
 
@@ -118,6 +124,8 @@ public enum LifecycleError: Error, Hashable, Sendable {
             return ["app": .string(app), "eventId": .number(Double(eventId))]
         case .invalidMessage(let reason):
             return ["reason": .string(reason)]
+        case .launchFailed(let app, let reason):
+            return ["app": .string(app), "reason": .string(reason)]
         }
     }
 
@@ -163,6 +171,11 @@ public enum LifecycleError: Error, Hashable, Sendable {
         case .invalidMessage:
             guard let reason = parameters["reason"]?.stringValue else { return nil }
             self = .invalidMessage(reason: reason)
+        case .launchFailed:
+            guard let app = parameters["app"]?.stringValue, let reason = parameters["reason"]?.stringValue else {
+                return nil
+            }
+            self = .launchFailed(app: app, reason: reason)
         }
     }
 }
@@ -298,6 +311,10 @@ extension VarlinkError {
     }
 
     /// `io.bgtask.Lifecycle.InvalidMessage`: the message was not a well-formed Varlink call.
+    public static func launchFailed(app: String, reason: String) -> VarlinkError {
+        VarlinkError(LifecycleError.launchFailed(app: app, reason: reason))
+    }
+
     public static func invalidMessage(reason: String) -> VarlinkError {
         VarlinkError(LifecycleError.invalidMessage(reason: reason))
     }

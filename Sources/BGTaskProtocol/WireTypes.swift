@@ -50,14 +50,23 @@ public struct AppInfo: Codable, Hashable, Sendable {
     public var droppedEvents: Int
     /// How the daemon suspended the app the last time it did; nil until it first did.
     public var suspendedWith: SuspensionMethod?
-    /// The cgroup the daemon froze the app through, with `.cgroup2`.
+    /// The cgroup the daemon handles the app through (freezes, measures and kills it with): the launched app's
+    /// own, or the cgroup of its own a self-registered app was found in; nil when it uses signals and PSS.
     public var cgroup: String?
+    /// How the app's memory is measured: `cgroup2` (`memory.current`), `cgroup1` (`memory.usage_in_bytes`) or
+    /// `pss` (PSS summed over its processes); nil once it ended.
+    public var memoryBackend: String?
+    /// The status its process exited with, when the daemon launched it and it exited by itself; nil otherwise.
+    public var exitStatus: Int?
+    /// The signal that ended its process (`SIGSEGV`, `SIGKILL`, ...), when the daemon launched it; nil otherwise.
+    public var exitSignal: String?
 
     /// An app description; optional fields default to nil.
     public init(
         name: String, state: AppState, pid: Int, uid: Int, managed: Bool, tasks: [TaskInfo] = [],
         backgroundTimeRemaining: Double? = nil, memoryBytes: Int? = nil, exitReason: TerminationReason? = nil,
-        queuedEvents: Int = 0, droppedEvents: Int = 0, suspendedWith: SuspensionMethod? = nil, cgroup: String? = nil
+        queuedEvents: Int = 0, droppedEvents: Int = 0, suspendedWith: SuspensionMethod? = nil, cgroup: String? = nil,
+        memoryBackend: String? = nil, exitStatus: Int? = nil, exitSignal: String? = nil
     ) {
         self.name = name
         self.state = state
@@ -72,13 +81,18 @@ public struct AppInfo: Codable, Hashable, Sendable {
         self.droppedEvents = droppedEvents
         self.suspendedWith = suspendedWith
         self.cgroup = cgroup
+        self.memoryBackend = memoryBackend
+        self.exitStatus = exitStatus
+        self.exitSignal = exitSignal
     }
 }
 
 /// How the daemon suspends an app (`App.suspendedWith`).
 public enum SuspensionMethod: String, Codable, Hashable, Sendable, CaseIterable {
-    /// Frozen through a cgroup2 cgroup of its own.
+    /// Frozen through a cgroup2 cgroup of its own (`cgroup.freeze`).
     case cgroup2
+    /// Frozen through a v1 freezer cgroup of its own (`freezer.state`).
+    case cgroup1
     /// SIGSTOP to the process group it leads.
     case group
     /// SIGSTOP to its process alone.
@@ -135,8 +149,11 @@ public struct HistoryEntry: Codable, Hashable, Sendable {
     public var band: ReclamationBand?
     /// For a memory reclaim: the app's memory in bytes when chosen.
     public var memoryBytes: Int?
-    /// For a memory reclaim: milliseconds from the pressure trigger to the kill.
+    /// For a memory reclaim: milliseconds from the pressure trigger to the kill; for `processExited` of an app the
+    /// daemon killed: milliseconds from the kill to the exit (its memory freed).
     public var latencyMs: Double?
+    /// For a memory reclaim: the reading that triggered it.
+    public var trigger: String?
     /// For `stateChanged`: the new state.
     public var state: AppState?
     /// For `taskBegan` and `taskEnded`: the task id.
@@ -154,7 +171,8 @@ public struct HistoryEntry: Codable, Hashable, Sendable {
     public init(
         time: Double, app: String, kind: AuditKind, reason: TerminationReason? = nil, band: ReclamationBand? = nil,
         memoryBytes: Int? = nil, latencyMs: Double? = nil, state: AppState? = nil, taskId: Int? = nil,
-        taskName: String? = nil, taskEnd: TaskEndCause? = nil, taskIds: [Int]? = nil, rank: Int? = nil
+        taskName: String? = nil, taskEnd: TaskEndCause? = nil, taskIds: [Int]? = nil, rank: Int? = nil,
+        trigger: String? = nil
     ) {
         self.time = time
         self.app = app
@@ -169,6 +187,7 @@ public struct HistoryEntry: Codable, Hashable, Sendable {
         self.taskEnd = taskEnd
         self.taskIds = taskIds
         self.rank = rank
+        self.trigger = trigger
     }
 
 }

@@ -196,6 +196,44 @@ public struct CgroupDirectory: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
+    // MARK: Either freezer
+
+    /// Whether it is frozen through a v1 freezer (`freezer.state`) rather than cgroup2's `cgroup.freeze`: v1
+    /// hierarchies have the one file, cgroup2 the other.
+    public var isV1Freezer: Bool { has("freezer.state") && !has("cgroup.freeze") }
+
+    /// Freezes or thaws it through whichever freezer its hierarchy has.
+    public func setFrozen(_ frozen: Bool) throws(Errno) {
+        if isV1Freezer { try requestFreezer(frozen) } else { try requestFreeze(frozen) }
+    }
+
+    /// Whether its freezer reports it frozen (`frozen 1` in `cgroup.events`, or `FROZEN` in `freezer.state`).
+    public func isFrozen() throws -> Bool {
+        if isV1Freezer { return try freezerState() == .frozen }
+        return try events()["frozen"] == 1
+    }
+
+    /// Kills every process in it: `cgroup.kill` where cgroup2 has it, else SIGKILL through a pidfd to each process
+    /// `cgroup.procs` lists, then `process_mrelease`; a v1 freezer is thawed afterwards, since a frozen v1 task
+    /// dies only once thawed. Returns how many processes were signalled (`cgroup.kill` counts as one).
+    @discardableResult
+    public func killEverything() throws -> Int {
+        if has("cgroup.kill") {
+            try killAll()
+            return 1
+        }
+        var signalled = 0
+        for pid in try processes() where pid > 0 {
+            // The pidfd pins the process: the signal reaches it even if it exits and its number is reused meanwhile.
+            guard let pidFD = try? PidFD.open(pid: pid) else { continue }
+            defer { try? pidFD.close() }
+            if (try? pidFD.sendSignal(.kill)) != nil { signalled += 1 }
+            try? pidFD.releaseMemory()
+        }
+        if isV1Freezer { try requestFreezer(false) }
+        return signalled
+    }
+
     // MARK: v1 memory
 
     /// Its memory use in bytes (v1 `memory.usage_in_bytes`).

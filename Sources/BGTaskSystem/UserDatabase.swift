@@ -49,6 +49,23 @@ public enum UserDatabase {
         }
     }
 
+    /// The name, primary group and home directory of `uid` (`getpwuid_r`); nil if the uid has no entry.
+    static func account(for uid: uid_t) throws(Errno) -> (name: String, gid: gid_t, home: String)? {
+        var entry = passwd()
+        var account: (name: String, gid: gid_t, home: String)?
+        _ = try lookUp("getpwuid_r(\(uid))") { buffer, length, found in
+            var result: UnsafeMutablePointer<passwd>?
+            let code = getpwuid_r(uid, &entry, buffer, length, &result)
+            found = result != nil
+            if found, let name = entry.pw_name {
+                let home = entry.pw_dir.map { String(cString: $0) } ?? ""
+                account = (String(cString: name), entry.pw_gid, home.hasPrefix("/") ? home : "/")
+            }
+            return code
+        }
+        return account
+    }
+
     private static func passwordEntry(for uid: uid_t) throws(Errno) -> (name: String, primaryGroupID: gid_t)? {
         var entry = passwd()
         var name: String?

@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -152,6 +153,119 @@ static inline int bgtask_spawn_add_chdir(posix_spawn_file_actions_t *actions, co
 /// Adds "close every descriptor >= from" to the child's file actions; returns an error number.
 static inline int bgtask_spawn_add_close_from(posix_spawn_file_actions_t *actions, int from) {
     return posix_spawn_file_actions_addclosefrom_np(actions, from);
+}
+
+/// What `bgtask_launch` starts, and how the child is set up before `execve`.
+struct bgtask_launch_spec {
+    /// The program's absolute path (looked up by the caller: the child calls nothing that allocates).
+    const char *path;
+    char *const *argv;
+    char *const *envp;
+    /// Open, writable `cgroup.procs` files the child moves itself into ("0"), before it drops privileges.
+    const int *cgroup_procs;
+    int cgroup_count;
+    /// Descriptors for the child's standard input, output and error.
+    int standard_input, standard_output, standard_error;
+    /// Non-zero: switch to `uid`, `gid` and the supplementary `groups` (root only).
+    int change_user;
+    uid_t uid;
+    gid_t gid;
+    const gid_t *groups;
+    int group_count;
+    /// The working directory.
+    const char *directory;
+    /// The write end of a close-on-exec pipe: on failure the child writes { step, errno } there and exits 127.
+    int error_pipe;
+};
+
+/// Where a launch failed in the child, as written to `error_pipe`.
+enum bgtask_launch_step {
+    BGTASK_LAUNCH_SIGNALS = 1,
+    BGTASK_LAUNCH_SESSION = 2,
+    BGTASK_LAUNCH_CGROUP = 3,
+    BGTASK_LAUNCH_GROUPS = 4,
+    BGTASK_LAUNCH_GID = 5,
+    BGTASK_LAUNCH_UID = 6,
+    BGTASK_LAUNCH_STREAMS = 7,
+    BGTASK_LAUNCH_DIRECTORY = 8,
+    BGTASK_LAUNCH_EXEC = 9,
+};
+
+/// clone3's argument (Linux 5.3), declared here rather than from <linux/sched.h>, whose flags clash with <sched.h>.
+struct bgtask_clone_args {
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size,
+        cgroup;
+};
+
+static inline void bgtask_launch_fail(int pipe_fd, int step) {
+    int report[2] = {step, errno};
+    (void)syscall(SYS_write, pipe_fd, report, sizeof report);
+    syscall(SYS_exit_group, 127);
+}
+
+/// Starts `spec->path` in a new session, in the given cgroups, as the given user, and returns its pid with a pidfd
+/// in `*pidfd` (clone3 with CLONE_PIDFD: no window in which the pid could name another process), or -1 with errno.
+///
+/// The child runs fork-like on a copy of the parent's memory with one thread. glibc does not know it forked (no
+/// atfork handlers ran), so the child makes raw system calls only: glibc's set*id wrappers would try to reach the
+/// parent's other threads. Whether exec succeeded is for the caller to read from the error pipe (EOF: it did).
+static inline pid_t bgtask_launch(const struct bgtask_launch_spec *spec, int *pidfd) {
+    struct bgtask_clone_args args = {0};
+    int fd = -1;
+    args.flags = 0x00001000; /* CLONE_PIDFD */
+    args.pidfd = (uint64_t)(uintptr_t)&fd;
+    args.exit_signal = SIGCHLD;
+    long pid = syscall(435 /* clone3 */, &args, sizeof args);
+    if (pid < 0) return -1;
+    if (pid > 0) {
+        *pidfd = fd;
+        return (pid_t)pid;
+    }
+    /* The child. */
+    sigset_t none;
+    sigemptyset(&none);
+    /* The kernel's struct sigaction (not glibc's): SIG_DFL, no flags, no restorer, empty mask. */
+    struct {
+        uintptr_t handler;
+        unsigned long flags;
+        uintptr_t restorer;
+        uint64_t mask;
+    } default_action = {0};
+    for (int number = 1; number < 65; number++) {
+        if (number == SIGKILL || number == SIGSTOP) continue;
+        (void)syscall(SYS_rt_sigaction, number, &default_action, NULL, 8);
+    }
+    if (syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, 8) != 0)
+        bgtask_launch_fail(spec->error_pipe, BGTASK_LAUNCH_SIGNALS);
+    if (syscall(SYS_setsid) < 0) bgtask_launch_fail(spec->error_pipe, BGTASK_LAUNCH_SESSION);
+    for (int index = 0; index < spec->cgroup_count; index++) {
+        if (syscall(SYS_write, spec->cgroup_procs[index], "0", 1) != 1)
+            bgtask_launch_fail(spec->error_pipe, BGTASK_LAUNCH_CGROUP);
+    }
+    if (spec->change_user) {
+        if (syscall(SYS_setgroups, spec->group_count, spec->groups) != 0)
+            bgtask_launch_fail(spec->error_pipe, BGTASK_LAUNCH_GROUPS);
+        if (syscall(SYS_setresgid, spec->gid, spec->gid, spec->gid) != 0)
+            bgtask_launch_fail(spec->error_pipe, BGTASK_LAUNCH_GID);
+        if (syscall(SYS_setresuid, spec->uid, spec->uid, spec->uid) != 0)
+            bgtask_launch_fail(spec->error_pipe, BGTASK_LAUNCH_UID);
+    }
+    /* A stream already in place (the daemon's own stderr, say) stays; dup3 refuses to copy a descriptor onto itself. */
+    if ((spec->standard_input != 0 && syscall(SYS_dup3, spec->standard_input, 0, 0) < 0)
+        || (spec->standard_output != 1 && syscall(SYS_dup3, spec->standard_output, 1, 0) < 0)
+        || (spec->standard_error != 2 && syscall(SYS_dup3, spec->standard_error, 2, 0) < 0))
+        bgtask_launch_fail(spec->error_pipe, BGTASK_LAUNCH_STREAMS);
+    if (syscall(SYS_chdir, spec->directory) != 0) bgtask_launch_fail(spec->error_pipe, BGTASK_LAUNCH_DIRECTORY);
+    /* Every other descriptor closes on exec (close_range, Linux 5.11), the error pipe with them. */
+    (void)syscall(436 /* close_range */, 3, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */);
+    syscall(SYS_execve, spec->path, spec->argv, spec->envp);
+    bgtask_launch_fail(spec->error_pipe, BGTASK_LAUNCH_EXEC);
+    return -1;
+}
+
+/// A journal stream for a launched app's output (sd_journal_stream_fd), or a negative errno.
+static inline int bgtask_journal_stream(const char *identifier, int priority) {
+    return sd_journal_stream_fd(identifier, priority, 0);
 }
 
 #endif

@@ -68,6 +68,7 @@ do {
     let manager = try Manager(
         configuration: loaded.configuration, configurationPath: configurationPath, socketPath: socketPath,
         statePath: statePath, logger: logger)
+    manager.logDirectory = options.logDirectory
     try manager.start()
     exit(try manager.run())
 } catch {

@@ -13,7 +13,7 @@ let daemonCommandLines: [[String]] = [
     ["status"], ["status", "org.a"], ["apps"], ["run", "--", "true"], ["begin", "org.a", "work"],
     ["end", "org.a", "1"],
     ["remaining", "org.a"], ["foreground", "org.a"], ["background", "org.a"], ["deactivate", "org.a"],
-    ["terminate", "org.a"], ["post", "sync"], ["watch"], ["history", "-n", "3"],
+    ["launch", "org.new", "--", "true"], ["terminate", "org.a"], ["post", "sync"], ["watch"], ["history", "-n", "3"],
 ]
 
 @Suite struct CommandFailureTests {

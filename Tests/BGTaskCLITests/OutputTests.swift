@@ -16,7 +16,17 @@ enum Samples {
         backgroundTimeRemaining: 252.9, memoryBytes: 12_897_485, queuedEvents: 2, droppedEvents: 5)
     static let terminatedApp = AppInfo(
         name: "evil\nname\u{1B}[2J", state: .terminated, pid: 1, uid: 0, managed: false, exitReason: .memoryReclaim)
-    static let apps = [activeApp, backgroundApp, terminatedApp]
+    static let launchedApp = AppInfo(
+        name: "org.example.sync", state: .suspended, pid: 5150, uid: 1000, managed: true, backgroundTimeRemaining: 20,
+        memoryBytes: 125_829_120, suspendedWith: .cgroup1, cgroup: "/sys/fs/cgroup/freezer/bgtaskd/org.example.sync",
+        memoryBackend: "cgroup1")
+    static let crashedApp = AppInfo(
+        name: "org.example.crashy", state: .terminated, pid: 5151, uid: 1000, managed: true, exitReason: .crashed,
+        cgroup: "/sys/fs/cgroup/bgtaskd.slice/org.example.crashy", exitSignal: "SIGSEGV")
+    static let exitedApp = AppInfo(
+        name: "org.example.quitter", state: .terminated, pid: 5152, uid: 1000, managed: true, exitReason: .exited,
+        exitStatus: 3)
+    static let apps = [activeApp, backgroundApp, terminatedApp, launchedApp, crashedApp, exitedApp]
 
     static let reclaim = HistoryEntry(
         time: 1_714_564_803.25, app: "org.example.photos", kind: .terminated, reason: .memoryReclaim,
@@ -103,6 +113,10 @@ func idlReplyFields(of methodName: String) throws -> [String] {
                 try protocolEncoding(PostReply(delivered: 2, queued: 1))
             ),
             (
+                "Launch", try Rendering.json(LaunchReply(app: Samples.launchedApp)),
+                try protocolEncoding(LaunchReply(app: Samples.launchedApp))
+            ),
+            (
                 "BeginBackgroundTask", try Rendering.json(BeginBackgroundTaskReply(taskId: 7)),
                 try protocolEncoding(BeginBackgroundTaskReply(taskId: 7))
             ),
@@ -186,13 +200,17 @@ func idlReplyFields(of methodName: String) throws -> [String] {
 
     @Test func rendersAppTable() {
         let lines = Rendering.appTable(Samples.apps).split(separator: "\n", omittingEmptySubsequences: false)
-        #expect(lines.count == 5)  // header, three apps, and the empty string after the final newline
-        #expect(lines[0].hasPrefix("NAME"))
+        #expect(lines.count == 8)  // header, six apps, and the empty string after the final newline
+        #expect(lines[0] == "NAME                    STATE       PID   TASKS  REMAINING  MEMORY     VIA      EXIT")
         #expect(lines[1].hasPrefix("org.example.mail    ") && lines[1].contains(" active "))
-        #expect(lines[1].contains("unlimited"))
+        #expect(lines[1].contains("unlimited") && lines[1].contains(" signals "))
         #expect(lines[2].contains("4m 12s") && lines[2].contains("12.3 MiB") && lines[2].contains("background"))
         // A hostile name stays on its line, its control characters shown as escapes.
         #expect(lines[3].hasPrefix(#"evil\u{a}name\u{1b}[2J"#) && lines[3].hasSuffix("memory-reclaim"))
+        // An app with a cgroup of its own is handled through it, ended or not.
+        #expect(lines[4] == "org.example.sync        suspended   5150  0      20s        120.0 MiB  cgroup   -")
+        #expect(lines[5].contains(" cgroup   crashed"))
+        #expect(lines[6].contains(" signals  exited"))
         #expect(Rendering.appTable([]) == "no apps\n")
     }
 
@@ -210,12 +228,55 @@ func idlReplyFields(of methodName: String) throws -> [String] {
         #expect(ended.contains("  exit:       memory-reclaim\n") && ended.contains("  remaining:  -\n"))
         #expect(!ended.contains("\u{1B}"))
         #expect(!text.contains("suspended:"))
+        #expect(!text.contains("cgroup:"))
         var frozen = Samples.backgroundApp
         frozen.suspendedWith = .cgroup2
         frozen.cgroup = "/sys/fs/cgroup/app.slice/photos.scope"
-        #expect(Rendering.app(frozen).contains("  suspended:  frozen through /sys/fs/cgroup/app.slice/photos.scope\n"))
+        let frozenText = Rendering.app(frozen)
+        #expect(frozenText.contains("  cgroup:     /sys/fs/cgroup/app.slice/photos.scope\n"))
+        #expect(frozenText.contains("  suspended:  frozen through its cgroup (cgroup2)\n"))
         frozen.suspendedWith = .group
         #expect(Rendering.app(frozen).contains("  suspended:  SIGSTOP to its process group\n"))
+    }
+
+    /// What a launched app, or one found in a cgroup of its own, shows: the cgroup, how its memory is measured,
+    /// and how its process ended.
+    @Test func rendersCgroupAndExitDetails() {
+        #expect(
+            Rendering.app(Samples.launchedApp) == """
+                org.example.sync
+                  state:      suspended
+                  process:    pid 5150, uid 1000, managed
+                  cgroup:     /sys/fs/cgroup/freezer/bgtaskd/org.example.sync
+                  remaining:  20s
+                  memory:     120.0 MiB (cgroup1)
+                  suspended:  frozen through its cgroup (cgroup1 freezer)
+                  tasks:      0
+
+                """)
+        let crashed = Rendering.app(Samples.crashedApp)
+        #expect(crashed.contains("  exit:       crashed (signal SIGSEGV)\n"))
+        // The cgroup stays shown once the app ended, and memory is not measured any more.
+        #expect(crashed.contains("  cgroup:     /sys/fs/cgroup/bgtaskd.slice/org.example.crashy\n"))
+        #expect(crashed.contains("  memory:     -\n"))
+        #expect(Rendering.app(Samples.exitedApp).contains("  exit:       exited (status 3)\n"))
+        var hostile = Samples.crashedApp
+        hostile.exitSignal = "SIG\u{1B}[2J"
+        hostile.cgroup = "/sys/fs/cgroup/a\nb"
+        let escaped = Rendering.app(hostile)
+        #expect(escaped.contains(#"  exit:       crashed (signal SIG\u{1b}[2J)"#))
+        #expect(escaped.contains(#"  cgroup:     /sys/fs/cgroup/a\u{a}b"#))
+    }
+
+    @Test func rendersTheLaunchedApp() {
+        var launched = AppInfo(
+            name: "org.example.sync", state: .notRunning, pid: 5150, uid: 1000, managed: true,
+            cgroup: "/sys/fs/cgroup/bgtaskd.slice/org.example.sync")
+        #expect(
+            Rendering.launched(launched)
+                == "org.example.sync: notRunning, pid 5150, cgroup /sys/fs/cgroup/bgtaskd.slice/org.example.sync\n")
+        launched.cgroup = nil
+        #expect(Rendering.launched(launched) == "org.example.sync: notRunning, pid 5150\n")
     }
 
     @Test func rendersStatus() {
@@ -228,6 +289,16 @@ func idlReplyFields(of methodName: String) throws -> [String] {
                 memory:    appsBytes=120.0 MiB  availablePercent=42  level=normal
 
                 """)
+        // With the apps: each running one measured, heaviest first, with its state and backend.
+        let byApp = Rendering.status(Samples.status, apps: Samples.apps)
+            .split(separator: "\n").drop { !$0.hasPrefix("by app:") }.map(String.init)
+        let expected = Samples.apps.filter { $0.state != .terminated && $0.memoryBytes != nil }
+            .sorted { ($0.memoryBytes ?? 0) > ($1.memoryBytes ?? 0) }
+        #expect(byApp.count == expected.count && !expected.isEmpty, "\(byApp)")
+        for (line, app) in zip(byApp, expected) {
+            #expect(line.contains(app.name) && line.contains(Formatting.bytes(app.memoryBytes)), "\(line)")
+            #expect(line.hasSuffix("(\(app.state.rawValue)\(app.memoryBackend.map { ", \($0)" } ?? ""))"), "\(line)")
+        }
         var status = Samples.status
         status.loop = ["iterations": 1_234, "longestIterationMs": 2.5, "longestIterationSource": "client-7"]
         #expect(Rendering.status(status).hasSuffix("loop:      1234 dispatches, the longest 2.50ms (client-7)\n"))

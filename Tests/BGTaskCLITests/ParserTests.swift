@@ -64,6 +64,14 @@ let acceptedRows: [AcceptedRow] = [
     .ok(["background", "org.a", "--json"], as: Background.self) { $0.app == "org.a" && $0.json },
     .ok(["deactivate", "org.a"], as: Deactivate.self) { $0.app == "org.a" },
     .ok(["terminate", "org.a"], as: Terminate.self) { $0.app == "org.a" },
+    .ok(["launch", "org.a", "--", "sleep", "5"], as: Launch.self) {
+        $0.name == "org.a" && $0.command == ["sleep", "5"] && $0.exitsOnSuspend == nil && !$0.json
+    },
+    // As with `run`, options end at CMD's first word, `--` or not.
+    .ok(["launch", "org.a", "app", "--json"], as: Launch.self) { $0.command == ["app", "--json"] && !$0.json },
+    .ok(["launch", "--exits-on-suspend", "org.a", "--json", "--", "./app", "-v"], as: Launch.self) {
+        $0.name == "org.a" && $0.command == ["./app", "-v"] && $0.exitsOnSuspend == true && $0.json
+    },
     .ok(["post", "sync"], as: Post.self) {
         $0.name == "sync" && $0.payload == nil && $0.behavior == nil && $0.app == nil
     },
@@ -189,6 +197,14 @@ let usageErrorRows: [UsageErrorRow] = [
     UsageErrorRow(
         ["run", "--name", "x", "--budget", "5s", "--"], "missing CMD: give the command to run after '--'",
         command: "run"),
+    // The command of `launch`, after its app's name.
+    UsageErrorRow(["launch"], "missing argument NAME", command: "launch"),
+    UsageErrorRow(["launch", "org.a"], "missing CMD: give the command to run after '--'", command: "launch"),
+    UsageErrorRow(["launch", "org.a", "--"], "missing CMD: give the command to run after '--'", command: "launch"),
+    UsageErrorRow(["launch", "--", "app"], "missing CMD: give the command to run after '--'", command: "launch"),
+    UsageErrorRow(
+        ["launch", "--exits-on-suspend=yes", "org.a", "app"], "option '--exits-on-suspend' takes no value",
+        command: "launch"),
     // Durations.
     UsageErrorRow(
         ["run", "--budget", "5parsecs", "ls"],

@@ -22,7 +22,8 @@ struct ReceivedCall: Sendable, CustomStringConvertible {
 ///
 /// Answers like a small daemon: `Register` replies with the app (state as asked) and keeps the stream open for
 /// `push(_:)`; `BeginBackgroundTask` hands out task ids from 1; `GetApp`, `SetState` and `Terminate` know the apps
-/// in `apps` and answer `NoSuchApp` for others; `Watch` streams `history` and stays open; `errors` makes a
+/// in `apps` and answer `NoSuchApp` for others; `Launch` adds a `notRunning` app to `apps`, in `launchCgroup`, or
+/// answers `AppExists` for the name of a live one; `Watch` streams `history` and stays open; `errors` makes a
 /// method answer with an error instead.
 final class ScriptedServer: Sendable {
     /// A directory of the server's own (not a `ScratchDirectory`, which is not `Sendable`), removed by `stop()`.
@@ -45,6 +46,8 @@ final class ScriptedServer: Sendable {
         var apps: [AppInfo] = []
         var history: [HistoryEntry] = []
         var remainingSeconds: Double? = 600
+        /// The cgroup `Launch` puts an app in; nil for a daemon that launches without one.
+        var launchCgroup: String? = "/sys/fs/cgroup/bgtaskd.slice/launched.scope"
         var errors: [String: VarlinkError] = [:]
         /// Whether `Watch` ends its stream after the history instead of staying open.
         var watchEnds = false
@@ -244,6 +247,17 @@ final class ScriptedServer: Sendable {
                 if call.method == "Terminate" { return [try codec.encodeReply(EmptyReply())] }
                 info.state = parameters["state"]?.stringValue.flatMap(AppState.init(rawValue:)) ?? info.state
                 return [try codec.encodeReply(SetStateReply(app: info))]
+            case "Launch":
+                let launched = state.withLock { state -> AppInfo? in
+                    guard !state.apps.contains(where: { $0.name == app && $0.state != .terminated }) else { return nil }
+                    let info = AppInfo(
+                        name: app, state: .notRunning, pid: 4242, uid: Int(getuid()), managed: true,
+                        cgroup: state.launchCgroup, memoryBackend: state.launchCgroup == nil ? "pss" : "cgroup2")
+                    state.apps.append(info)
+                    return info
+                }
+                guard let launched else { return [try codec.encodeError(.appExists(app: app))] }
+                return [try codec.encodeReply(LaunchReply(app: launched))]
             case "Post":
                 return [try codec.encodeReply(PostReply(delivered: 2, queued: 1))]
             case "History":

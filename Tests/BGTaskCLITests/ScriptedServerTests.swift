@@ -48,7 +48,11 @@ let utc = TimeZone(identifier: "UTC") ?? .current
             try withServer { server throws in
                 let run = try runBinary(["status"], against: server)
                 #expect(run.status == .exited(0))
-                #expect(run.output == Rendering.status(sampleStatus))
+                // The daemon, then the memory of each app it lists (ListApps), heaviest first.
+                let apps = try JSONDecoder().decode(
+                    ListAppsReply.self, from: Data(try runBinary(["apps", "--json"], against: server).output.utf8)
+                ).apps
+                #expect(run.output == Rendering.status(sampleStatus, apps: apps))
                 #expect(run.errors.isEmpty)
                 let json = try runBinary(["status", "--json"], against: server)
                 #expect(try JSONDecoder().decode(GetStatusReply.self, from: Data(json.output.utf8)) == sampleStatus)

@@ -17,7 +17,7 @@ let designKeys: [(section: String, keys: [String])] = [
         "Memory",
         [
             "AppsMemoryMax", "MemoryWarnPercent", "MemoryCriticalPercent", "MemoryWarningGraceSec",
-            "ReclaimForeground", "ReclaimDryRun", "CgroupRoot",
+            "ReclaimForeground", "ReclaimDryRun", "CgroupRoot", "MemoryCgroupRoot",
         ]
     ),
     (

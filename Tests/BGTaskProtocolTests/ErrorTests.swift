@@ -13,6 +13,7 @@ struct ErrorTests {
         .permissionDenied, .invalidState(app: "org.example.mail", state: .terminated),
         .limitExceeded(limit: "TasksPerAppMax", max: 64), .noSuchEvent(app: "org.example.mail", eventId: 31),
         .invalidMessage(reason: "message is not valid JSON"),
+        .launchFailed(app: "org.example.mail", reason: "no executable mail in PATH"),
     ]
 
     static let serviceErrors: [VarlinkServiceError] = [

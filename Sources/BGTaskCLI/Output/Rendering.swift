@@ -21,8 +21,9 @@ public enum Rendering {
 
     // MARK: Daemon
 
-    /// The daemon's status: version, uptime, backends, counts and memory readings.
-    public static func status(_ status: GetStatusReply) -> String {
+    /// The daemon's status: version, uptime, backends, counts and memory readings; then the memory of each of
+    /// `apps` still running, heaviest first.
+    public static func status(_ status: GetStatusReply, apps: [AppInfo] = []) -> String {
         let uptime = Formatting.duration(seconds: status.uptimeSec)
         var lines = ["bgtaskd \(Formatting.printable(status.version)), up \(uptime)"]
         lines.append("backends:  " + members(status.backends))
@@ -35,6 +36,15 @@ public enum Rendering {
             let source = status.loop["longestIterationSource"]?.stringValue.map { " (\(Formatting.printable($0)))" }
             lines.append(
                 "loop:      \(iterations) dispatches, the longest \(Formatting.milliseconds(longest))\(source ?? "")")
+        }
+        let measured = apps.filter { $0.state != .terminated && $0.memoryBytes != nil }
+            .sorted { ($0.memoryBytes ?? 0, $1.name) > ($1.memoryBytes ?? 0, $0.name) }
+        for (index, app) in measured.enumerated() {
+            let backend = app.memoryBackend.map { ", \(Formatting.printable($0))" } ?? ""
+            lines.append(
+                (index == 0 ? "by app:    " : "           ")
+                    + "\(Formatting.printable(app.name)) \(Formatting.bytes(app.memoryBytes)) "
+                    + "(\(app.state.rawValue)\(backend))")
         }
         return lines.joined(separator: "\n") + "\n"
     }
@@ -67,21 +77,25 @@ public enum Rendering {
 
     // MARK: Apps
 
-    /// One app in detail: state, process, time left, memory, queued events, exit reason, how it was last suspended,
-    /// open tasks.
+    /// One app in detail: state, process, cgroup, time left, memory and how it is measured, queued events, how it
+    /// ended, how it was last suspended, open tasks.
     public static func app(_ app: AppInfo) -> String {
         var lines = [Formatting.printable(app.name)]
         lines.append("  state:      \(app.state.rawValue)")
         lines.append("  process:    pid \(app.pid), uid \(app.uid), \(app.managed ? "managed" : "self-registered")")
+        if let cgroup = app.cgroup { lines.append("  cgroup:     \(Formatting.printable(cgroup))") }
         lines.append("  remaining:  \(remaining(app))")
-        lines.append("  memory:     \(Formatting.bytes(app.memoryBytes))")
+        let backend = app.memoryBackend.map { " (\(Formatting.printable($0)))" } ?? ""
+        lines.append("  memory:     \(Formatting.bytes(app.memoryBytes))\(backend)")
         if app.queuedEvents > 0 { lines.append("  queued:     \(app.queuedEvents) event(s)") }
         if app.droppedEvents > 0 {
             lines.append("  dropped:    \(app.droppedEvents) queued event(s), oldest first (QueuedEventsPerAppMax)")
         }
-        if let reason = app.exitReason { lines.append("  exit:       \(reason.rawValue)") }
+        if let exit = exit(app) { lines.append("  exit:       \(exit)") }
         switch app.suspendedWith {
-        case .cgroup2: lines.append("  suspended:  frozen through \(Formatting.printable(app.cgroup ?? "its cgroup"))")
+        // The cgroup's path is on a line of its own; these say which freezer held it.
+        case .cgroup2: lines.append("  suspended:  frozen through its cgroup (cgroup2)")
+        case .cgroup1: lines.append("  suspended:  frozen through its cgroup (cgroup1 freezer)")
         case .group: lines.append("  suspended:  SIGSTOP to its process group")
         case .process: lines.append("  suspended:  SIGSTOP to its process")
         case nil: break
@@ -100,6 +114,22 @@ public enum Rendering {
         return text
     }
 
+    /// How an app ended: the reason, with its process's exit status or signal when the daemon saw them
+    /// (`crashed (signal SIGSEGV)`, `exited (status 3)`); nil while it has not ended.
+    static func exit(_ app: AppInfo) -> String? {
+        var how: [String] = []
+        if let status = app.exitStatus { how.append("status \(status)") }
+        if let signal = app.exitSignal { how.append("signal \(Formatting.printable(signal))") }
+        guard let reason = app.exitReason else { return how.isEmpty ? nil : how.joined(separator: ", ") }
+        return how.isEmpty ? reason.rawValue : "\(reason.rawValue) (\(how.joined(separator: ", ")))"
+    }
+
+    /// How the daemon handles an app, for the table: `cgroup` when through a cgroup of its own (frozen, measured
+    /// and killed there), `signals` when it is stopped and killed with signals and measured by its processes' PSS.
+    static func handling(_ app: AppInfo) -> String {
+        app.cgroup == nil ? "signals" : "cgroup"
+    }
+
     /// An app's background time left: `unlimited` in the foreground, `-` when it has none to spend.
     static func remaining(_ app: AppInfo) -> String {
         if let seconds = app.backgroundTimeRemaining { return Formatting.duration(seconds: seconds) }
@@ -112,15 +142,23 @@ public enum Rendering {
         let rows = apps.map { app in
             [
                 Formatting.printable(app.name), app.state.rawValue, "\(app.pid)", "\(app.tasks.count)",
-                remaining(app), Formatting.bytes(app.memoryBytes), app.exitReason?.rawValue ?? "-",
+                remaining(app), Formatting.bytes(app.memoryBytes), handling(app), app.exitReason?.rawValue ?? "-",
             ]
         }
-        return Formatting.table(header: ["NAME", "STATE", "PID", "TASKS", "REMAINING", "MEMORY", "EXIT"], rows: rows)
+        return Formatting.table(
+            header: ["NAME", "STATE", "PID", "TASKS", "REMAINING", "MEMORY", "VIA", "EXIT"], rows: rows)
     }
 
     /// `org.example.mail: active`, after a state change.
     public static func stateLine(_ app: AppInfo) -> String {
         "\(Formatting.printable(app.name)): \(app.state.rawValue)\n"
+    }
+
+    /// `org.example.mail: notRunning, pid 4242, cgroup /sys/fs/cgroup/...`, after a launch: the state the app waits
+    /// in until it registers, its process, and its cgroup when it has one.
+    public static func launched(_ app: AppInfo) -> String {
+        let cgroup = app.cgroup.map { ", cgroup \(Formatting.printable($0))" } ?? ""
+        return "\(Formatting.printable(app.name)): \(app.state.rawValue), pid \(app.pid)\(cgroup)\n"
     }
 
     /// What a post did: `delivered to 2 apps, queued for 1`.
@@ -146,6 +184,7 @@ public enum Rendering {
         if let band = entry.band { details.append("band=\(band.rawValue)") }
         if let bytes = entry.memoryBytes { details.append("memory=\(Formatting.bytes(bytes))") }
         if let latency = entry.latencyMs { details.append("latency=\(Formatting.duration(seconds: latency / 1_000))") }
+        if let trigger = entry.trigger { details.append("trigger=\(Formatting.printable(trigger))") }
         if let rank = entry.rank { details.append("rank=\(rank)") }
         return details
     }

@@ -16,8 +16,10 @@ public struct Apps: Subcommand {
         abstract: "List the apps the daemon tracks",
         discussion: """
             Prints one line per app: its name, state, process id, open background tasks, background time left, \
-            memory, and exit reason. Terminated apps the daemon still remembers are left out unless --all is \
-            given or --state terminated asks for them.
+            memory, how the daemon handles it (VIA: cgroup when it freezes, measures and kills the app through a \
+            cgroup of its own, signals when it stops and kills the app with signals and measures its processes' \
+            memory), and exit reason. Terminated apps the daemon still remembers are left out unless --all is given or --state \
+            terminated asks for them.
 
             With --json, prints the ListApps reply, filtered the same way.
             """,

@@ -12,12 +12,14 @@ public struct Status: Subcommand {
         discussion: """
             Without APP, shows the daemon: its version and uptime, the freeze, memory and kill backends it chose \
             for this host, how many apps it tracks and how many of them are suspended, the open background tasks, \
-            and the memory readings behind reclamation.
+            the memory readings behind reclamation (the level, the trigger that wakes the daemon, the age of the \
+            last reading), and the memory of each running app it may see, heaviest first, with how it is measured.
 
-            With APP, shows that app: its state, the background time it has left (unlimited in the foreground), \
-            its open background tasks with their age, the memory charged to it, the events queued while it is \
-            suspended, and why it ended if it has. A terminated app stays visible, with its exit reason, until \
-            its name registers again.
+            With APP, shows that app: its state, its cgroup when the daemon handles it through one, the \
+            background time it has left (unlimited in the foreground), the memory charged to it and how that is \
+            measured, the events queued while it is suspended, how it was last suspended, its open background \
+            tasks with their age, and why it ended if it has, with its exit status or signal when the daemon \
+            launched it. A terminated app stays visible, with its exit reason, until its name registers again.
 
             With --json, prints the GetStatus reply, or the GetApp reply for APP, as the io.bgtask.Lifecycle \
             interface defines them.
@@ -46,8 +48,10 @@ public struct Status: Subcommand {
             let info = try context.callOnce { client throws(ClientError) in try client.getApp(app) }
             try context.print(GetAppReply(app: info), json: json) { Rendering.app($0.app) }
         } else {
-            let status = try context.callOnce { client throws(ClientError) in try client.getStatus() }
-            try context.print(status, json: json, text: Rendering.status)
+            let (status, apps) = try context.callOnce { client throws(ClientError) in
+                (try client.getStatus(), json ? [] : try client.listApps())
+            }
+            try context.print(status, json: json) { Rendering.status($0, apps: apps) }
         }
         return .success
     }

@@ -43,10 +43,13 @@ final class Fixture: Sendable {
         /// Exit when `willTerminate` arrives (as apps do), or stay until the daemon's SIGKILL.
         var exitsOnWillTerminate = true
         var lock: FileDescriptor?
+        /// Free every allocation when `memoryWarning` arrives (`on-warning free`), or keep them.
+        var freesOnMemoryWarning = false
+        /// Mappings made by `alloc`, each its own so that unmapping it hands its pages back to the kernel.
         var allocations: [UnsafeMutableRawBufferPointer] = []
     }
 
-    // The allocations are only touched under the lock and never freed: they exist to be charged to the process.
+    // The allocations are only touched under the lock: they exist to be charged to the process until freed.
     private let state = Mutex(UncheckedState(State()))
 
     /// `State` holds raw buffers, which are not `Sendable`; every access goes through the `Mutex`, so they are
@@ -78,6 +81,7 @@ final class Fixture: Sendable {
         case "ack": acknowledge(arguments)
         case "on-expire": onExpire(arguments)
         case "on-terminate": onTerminate(arguments)
+        case "on-warning": onWarning(arguments)
         case "lock": lock(arguments)
         case "unlock": unlock()
         case "alloc": allocate(arguments)
@@ -138,6 +142,7 @@ final class Fixture: Sendable {
             words.append(event.likelyVictim == true ? "victim=\(event.rank ?? 0)" : "victim=safe")
         }
         Output.line(words.joined(separator: " "))
+        if event.kind == .memoryWarning && withState({ $0.freesOnMemoryWarning }) { freeAllocations() }
         if event.kind == .willTerminate && withState({ $0.exitsOnWillTerminate }) {
             Output.line("exiting")
             Glibc.exit(0)
@@ -198,6 +203,15 @@ final class Fixture: Sendable {
         Output.line("on-terminate \(arguments[0])")
     }
 
+    private func onWarning(_ arguments: [String]) {
+        switch arguments.first {
+        case "free": withState { $0.freesOnMemoryWarning = true }
+        case "keep": withState { $0.freesOnMemoryWarning = false }
+        default: return Output.line("error usage: on-warning free|keep")
+        }
+        Output.line("on-warning \(arguments[0])")
+    }
+
     // MARK: Acknowledgements
 
     private func acknowledge(_ arguments: [String]) {
@@ -230,8 +244,8 @@ final class Fixture: Sendable {
         guard withState({ $0.lock == nil }) else { return Output.line("error lock: already holding a lock") }
         do throws(Errno) {
             let fd = try FileDescriptor.open(path, .readWrite, options: [.create])
-            // flock is not wrapped by BGTaskSystem (the daemon only reads /proc/locks); this is the fixture's one
-            // direct libc call.
+            // flock is not wrapped by BGTaskSystem (the daemon only reads /proc/locks), so the fixture calls libc
+            // itself, as it does for the mappings of `alloc`.
             while flock(fd.rawValue, LOCK_EX) == -1 {
                 guard errno == EINTR else {
                     let failure = Errno(rawValue: errno, operation: "flock(\(path))")
@@ -267,14 +281,40 @@ final class Fixture: Sendable {
         guard let mebibytes = arguments.first.flatMap(Int.init), mebibytes > 0, mebibytes <= 4096 else {
             return Output.line("error usage: alloc MIB (1-4096)")
         }
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: mebibytes << 20, alignment: 4096)
-        // Writing every byte makes the pages resident, so the memory shows in PSS and cgroup usage.
+        let byteCount = mebibytes << 20
+        // An anonymous mapping of its own rather than malloc: glibc may keep a freed block in its heap instead of
+        // returning it, and `on-warning free` must give the memory back to the kernel. mmap is not wrapped by
+        // BGTaskSystem (the daemon maps nothing), so the fixture calls libc itself.
+        let address = mmap(nil, byteCount, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+        guard let address, Int(bitPattern: address) != -1 else {  // MAP_FAILED is (void *)-1.
+            return Output.line("error alloc: \(Errno(rawValue: errno, operation: "mmap(\(mebibytes) MiB)"))")
+        }
+        let buffer = UnsafeMutableRawBufferPointer(start: address, count: byteCount)
+        // Writing every byte makes the pages resident, so the memory shows in RSS, PSS and cgroup usage.
         buffer.initializeMemory(as: UInt8.self, repeating: 0xA5)
         let total = withState { state in
             state.allocations.append(buffer)
             return state.allocations.reduce(0) { $0 + $1.count } >> 20
         }
         Output.line("allocated \(mebibytes) total=\(total)")
+    }
+
+    /// Unmaps every allocation, handing its pages back to the kernel, and prints `freed MIB`.
+    private func freeAllocations() {
+        let allocations = withState { state in
+            defer { state.allocations = [] }
+            return state.allocations
+        }
+        var freedBytes = 0
+        for buffer in allocations {
+            // The buffers are mappings `alloc` made, each unmapped once: it was taken out of the state above.
+            guard munmap(buffer.baseAddress, buffer.count) == 0 else {
+                Output.line("error free: \(Errno(rawValue: errno, operation: "munmap(\(buffer.count >> 20) MiB)"))")
+                continue
+            }
+            freedBytes += buffer.count
+        }
+        Output.line("freed \(freedBytes >> 20)")
     }
 
     // MARK: Misc

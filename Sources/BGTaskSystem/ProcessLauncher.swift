@@ -1,0 +1,213 @@
+// Starts a managed app: in a new session, inside cgroups, as a given user, with a pidfd from clone3 itself.
+import CSystemd
+import Glibc
+
+/// The user a launched app runs as: ids and the supplementary groups, resolved by the caller before the launch.
+public struct LaunchUser: Hashable, Sendable {
+    public var uid: uid_t
+    public var gid: gid_t
+    public var groups: [gid_t]
+    /// Its home directory, the launched app's working directory ("/" when it has none).
+    public var home: String
+    public var name: String
+
+    public init(uid: uid_t, gid: gid_t, groups: [gid_t], home: String, name: String) {
+        self.uid = uid
+        self.gid = gid
+        self.groups = groups
+        self.home = home
+        self.name = name
+    }
+}
+
+/// What `ProcessLauncher.launch` starts and how.
+public struct LaunchSpec: Sendable {
+    /// The program's absolute path (`ProcessLauncher.resolve`).
+    public var program: String
+    /// The argv, `arguments[0]` as given.
+    public var arguments: [String]
+    /// The environment as `NAME=value` strings.
+    public var environment: [String]
+    /// `cgroup.procs` files the child moves itself into before anything else runs.
+    public var cgroupProcsFiles: [String]
+    /// Where standard output and error go (the same descriptor for both is fine); input is `/dev/null`.
+    public var standardOutput: FileDescriptor
+    public var standardError: FileDescriptor
+    /// The user to become; nil keeps the daemon's credentials.
+    public var user: LaunchUser?
+    /// The working directory.
+    public var workingDirectory: String
+
+    public init(
+        program: String, arguments: [String], environment: [String], cgroupProcsFiles: [String],
+        standardOutput: FileDescriptor, standardError: FileDescriptor, user: LaunchUser?, workingDirectory: String
+    ) {
+        self.program = program
+        self.arguments = arguments
+        self.environment = environment
+        self.cgroupProcsFiles = cgroupProcsFiles
+        self.standardOutput = standardOutput
+        self.standardError = standardError
+        self.user = user
+        self.workingDirectory = workingDirectory
+    }
+}
+
+/// Why a launch failed: the step in the child (or the parent's call) and the error number.
+public struct LaunchError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// What was being done: "exec /usr/bin/x", "joining its cgroup", "becoming uid 1000", ...
+    public var step: String
+    public var errno: Errno
+
+    public var description: String { "\(step): \(errno.message)" }
+}
+
+/// Starts managed apps (`Launch`). Unlike `ProcessSpawner` (posix_spawn), the child must join cgroups and drop
+/// privileges before `exec`, which posix_spawn cannot do; `bgtask_launch` (the C shim) does it with raw system
+/// calls in a fork-like clone3 child, and reports a failure before `exec` through a close-on-exec pipe.
+public enum ProcessLauncher {
+    /// The search path used when the daemon has no `PATH`.
+    public static let defaultSearchPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+    /// `program` itself when it holds a slash, else the first executable regular file of that name in
+    /// `searchPath`; nil when there is none.
+    public static func resolve(_ program: String, searchPath: String) -> String? {
+        func isExecutable(_ path: String) -> Bool {
+            var info = stat()
+            return stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG && (info.st_mode & 0o111) != 0
+        }
+        if program.contains("/") { return isExecutable(program) ? program : nil }
+        guard !program.isEmpty else { return nil }
+        for directory in searchPath.split(separator: ":") where directory.hasPrefix("/") {
+            let candidate = "\(directory)/\(program)"
+            if isExecutable(candidate) { return candidate }
+        }
+        return nil
+    }
+
+    /// Starts `spec`; returns once the child has exec'd (or throws why it could not, the child reaped).
+    public static func launch(_ spec: LaunchSpec) throws(LaunchError) -> SpawnedProcess {
+        var cgroupFiles: [FileDescriptor] = []
+        defer { for file in cgroupFiles { try? file.close() } }
+        for path in spec.cgroupProcsFiles {
+            do {
+                cgroupFiles.append(try FileDescriptor.open(path, .writeOnly))
+            } catch {
+                throw LaunchError(step: "opening \(path)", errno: error)
+            }
+        }
+        let input: FileDescriptor
+        let pipe: (readEnd: FileDescriptor, writeEnd: FileDescriptor)
+        do {
+            input = try FileDescriptor.open("/dev/null", .readOnly)
+        } catch {
+            throw LaunchError(step: "opening /dev/null", errno: error)
+        }
+        defer { try? input.close() }
+        do {
+            pipe = try FileDescriptor.pipe()
+        } catch {
+            throw LaunchError(step: "making a pipe", errno: error)
+        }
+        defer { try? pipe.readEnd.close() }
+
+        var pidFD: Int32 = -1
+        let groups = spec.user?.groups ?? []
+        let procsFDs = cgroupFiles.map(\.rawValue)
+        let pid: pid_t = withCStringArray(spec.arguments) { argv in
+            withCStringArray(spec.environment) { envp in
+                procsFDs.withUnsafeBufferPointer { procs in
+                    groups.withUnsafeBufferPointer { groupIDs in
+                        var launch = bgtask_launch_spec()
+                        launch.cgroup_procs = procs.baseAddress
+                        launch.cgroup_count = Int32(procs.count)
+                        launch.standard_input = input.rawValue
+                        launch.standard_output = spec.standardOutput.rawValue
+                        launch.standard_error = spec.standardError.rawValue
+                        launch.change_user = spec.user == nil ? 0 : 1
+                        launch.uid = spec.user?.uid ?? 0
+                        launch.gid = spec.user?.gid ?? 0
+                        launch.groups = groupIDs.baseAddress
+                        launch.group_count = Int32(groupIDs.count)
+                        launch.error_pipe = pipe.writeEnd.rawValue
+                        return spec.program.withCString { program in
+                            spec.workingDirectory.withCString { directory in
+                                launch.path = program
+                                launch.directory = directory
+                                return argv.withUnsafeBufferPointer { argvPointer in
+                                    envp.withUnsafeBufferPointer { envpPointer in
+                                        launch.argv = UnsafePointer(argvPointer.baseAddress)
+                                        launch.envp = UnsafePointer(envpPointer.baseAddress)
+                                        return bgtask_launch(&launch, &pidFD)
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let launchErrno = errno
+        try? pipe.writeEnd.close()
+        guard pid > 0 else {
+            throw LaunchError(step: "clone3", errno: Errno(rawValue: launchErrno, operation: "clone3"))
+        }
+        let child = SpawnedProcess(pidFD: PidFD(fileDescriptor: FileDescriptor(rawValue: pidFD), pid: pid))
+        // EOF: exec succeeded (the pipe closed on exec). Otherwise { step, errno } from the child, which exits.
+        var report: [Int32] = [0, 0]
+        let count = report.withUnsafeMutableBytes { buffer -> Int in
+            while true {
+                let count = Glibc.read(pipe.readEnd.rawValue, buffer.baseAddress, buffer.count)
+                if count >= 0 || errno != EINTR { return count }
+            }
+        }
+        guard count > 0 else { return child }
+        _ = try? child.waitForExit()
+        try? child.pidFD.close()
+        let number = count == 8 ? report[1] : EPROTO
+        throw LaunchError(step: stepDescription(report[0], spec), errno: Errno(rawValue: number, operation: "launch"))
+    }
+
+    private static func stepDescription(_ step: Int32, _ spec: LaunchSpec) -> String {
+        switch UInt32(step) {
+        case BGTASK_LAUNCH_SIGNALS.rawValue: "resetting its signals"
+        case BGTASK_LAUNCH_SESSION.rawValue: "starting a session"
+        case BGTASK_LAUNCH_CGROUP.rawValue: "joining its cgroups"
+        case BGTASK_LAUNCH_GROUPS.rawValue: "setting its groups"
+        case BGTASK_LAUNCH_GID.rawValue: "becoming gid \(spec.user?.gid ?? 0)"
+        case BGTASK_LAUNCH_UID.rawValue: "becoming uid \(spec.user?.uid ?? 0)"
+        case BGTASK_LAUNCH_STREAMS.rawValue: "setting up its standard streams"
+        case BGTASK_LAUNCH_DIRECTORY.rawValue: "changing to \(spec.workingDirectory)"
+        case BGTASK_LAUNCH_EXEC.rawValue: "executing \(spec.program)"
+        default: "starting \(spec.program)"
+        }
+    }
+
+    /// A journal stream for a launched app's output, tagged with `identifier` (`SyslogIdentifier=`); nil when
+    /// there is no journal (not under systemd, or journald not running).
+    public static func journalStream(identifier: String) -> FileDescriptor? {
+        let fd = bgtask_journal_stream(identifier, LOG_INFO)
+        return fd >= 0 ? FileDescriptor(rawValue: fd) : nil
+    }
+}
+
+extension UserDatabase {
+    /// Everything a launch needs of `uid`: primary group, supplementary groups, home and name; nil without an
+    /// entry (a launch as a uid with no user entry is refused rather than guessed).
+    public static func launchUser(for uid: uid_t) throws(Errno) -> LaunchUser? {
+        guard let entry = try account(for: uid) else { return nil }
+        var count: Int32 = 32
+        while true {
+            var groups = [gid_t](repeating: 0, count: Int(count))
+            let previousCount = count
+            if getgrouplist(entry.name, entry.gid, &groups, &count) >= 0 {
+                return LaunchUser(
+                    uid: uid, gid: entry.gid, groups: Array(groups.prefix(Int(count))), home: entry.home,
+                    name: entry.name)
+            }
+            guard count > previousCount else {
+                throw Errno(rawValue: ERANGE, operation: "getgrouplist(\(entry.name))")
+            }
+        }
+    }
+}

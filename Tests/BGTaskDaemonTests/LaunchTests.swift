@@ -1,0 +1,122 @@
+// Launch (DESIGN §3): managed apps started by the daemon in cgroups of their own, with the memory pressure protocol,
+// the launch timeout, their real exit status, their output captured, and their cgroups removed when they end.
+
+import BGTaskProtocol
+import BGTaskSystem
+import BGTaskTestSupport
+import Foundation
+import Glibc
+import Testing
+
+@Suite("Launch")
+struct LaunchTests {
+    @Test("a launched app runs in its own cgroups, sees MEMORY_PRESSURE_WATCH and arms a trigger on it")
+    func runsInItsCgroup() async throws {
+        try await withLaunchFixture("runsInItsCgroup") { fixture in
+            let reply = try fixture.launch("org.example.launched", ["--arm-pressure"])
+            let launched = try #require(reply.parameters["app"]?.objectValue, "\(reply)")
+            #expect(launched["state"] == "notRunning" && launched["managed"] == true, "\(launched)")
+            let cgroup = try #require(launched["cgroup"]?.stringValue)
+            #expect(cgroup.hasPrefix(try #require(fixture.control).cgroup.path + "/app-"), "\(cgroup)")
+            let pid = try #require(launched["pid"]?.intValue)
+
+            // The app armed a trigger on its own cgroup's memory.pressure, as sd-event or GLib would.
+            let armed = try fixture.waitForOutput("org.example.launched", "armed ")
+            #expect(armed == "armed \(cgroup)/memory.pressure")
+            try fixture.waitForOutput("org.example.launched", "registered active")
+            let app = try fixture.waitForApp("org.example.launched") { $0["state"] == "active" }
+            #expect(app["pid"]?.intValue == pid && app["uid"]?.intValue == Int(getuid()))
+
+            // It is in the cgroups the daemon made, alone.
+            let own = try CgroupHierarchies.probe().cgroups(of: pid_t(pid))
+            #expect(own.unified?.path == cgroup || own.freezer?.path == cgroup)
+            #expect(try CgroupDirectory(path: cgroup).processes() == [pid_t(pid)])
+            if let memory = fixture.memory {
+                #expect(own.memory?.path.hasPrefix(memory.cgroup.path + "/app-") == true, "\(own)")
+                #expect(app["memoryBackend"] == "cgroup1", "\(app)")
+            }
+
+            // Terminated by a controller: gone, its cgroups removed.
+            try fixture.client.lifecycle("Terminate", ["app": "org.example.launched"])
+            let ended = try fixture.waitForApp("org.example.launched") { $0["state"] == "terminated" }
+            #expect(ended["exitReason"] == "controller", "\(ended)")
+            #expect(fixture.waitUntilCgroupsRemoved(), "left behind: \(fixture.appCgroups)")
+        }
+    }
+
+    @Test("an app that never registers is killed with launch-timeout, and its cgroups go")
+    func launchTimeout() async throws {
+        try await withLaunchFixture("launchTimeout") { fixture in
+            let watch = try WatchStream(fixture.daemon)
+            try fixture.launch("org.example.silent", ["--no-register"])
+            try fixture.waitForOutput("org.example.silent", "started")
+            // LaunchTimeoutSec=1s in the fast policy.
+            try watch.waitFor("terminated", app: "org.example.silent", ["reason": "launch-timeout"])
+            let app = try fixture.waitForApp("org.example.silent") { $0["exitSignal"] != nil }
+            #expect(app["exitReason"] == "launch-timeout" && app["exitSignal"] == "SIGKILL", "\(app)")
+            #expect(fixture.waitUntilCgroupsRemoved(), "left behind: \(fixture.appCgroups)")
+        }
+    }
+
+    @Test("crashed with the signal for an app killed by SIGSEGV; exited with the status otherwise")
+    func exitStatus() async throws {
+        try await withLaunchFixture("exitStatus") { fixture in
+            try fixture.launch("org.example.crash", ["--crash"])
+            try fixture.launch("org.example.exit3", ["--exit", "3"])
+            let crashed = try fixture.waitForApp("org.example.crash") { $0["state"] == "terminated" }
+            #expect(crashed["exitReason"] == "crashed" && crashed["exitSignal"] == "SIGSEGV", "\(crashed)")
+            #expect(crashed["exitStatus"] == .null, "\(crashed)")
+            let exited = try fixture.waitForApp("org.example.exit3") { $0["state"] == "terminated" }
+            #expect(exited["exitReason"] == "exited" && exited["exitStatus"]?.intValue == 3, "\(exited)")
+            #expect(exited["exitSignal"] == .null, "\(exited)")
+            // Output captured, and the daemon says how each ended.
+            #expect(fixture.output(of: "org.example.exit3").contains("registered active"))
+            #expect(fixture.daemon.log.contains("was killed by SIGSEGV"), "\(fixture.daemon.log)")
+            #expect(fixture.daemon.log.contains("exited with status 3"), "\(fixture.daemon.log)")
+            #expect(fixture.waitUntilCgroupsRemoved(), "left behind: \(fixture.appCgroups)")
+        }
+    }
+
+    @Test(
+        "a launched app outlives a daemon killed with SIGKILL: the next one adopts it with its cgroups, and removes them"
+    )
+    func adoptedAfterRestart() async throws {
+        try await withLaunchFixture("adoptedAfterRestart") { fixture in
+            try fixture.launch("org.example.kept", ["--state", "background"])
+            let suspended = try fixture.waitForApp("org.example.kept") { $0["state"] == "suspended" }
+            let cgroup = try #require(suspended["cgroup"]?.stringValue)
+            let pid = pid_t(try #require(suspended["pid"]?.intValue))
+            // Frozen (the state says suspended before the freeze is made): it cannot see the daemon go.
+            #expect(try CgroupDirectory(path: cgroup).waitUntil(frozen: true, timeout: .seconds(10)))
+            try fixture.restartDaemon()
+            let adopted = try fixture.waitForApp("org.example.kept") { $0["state"] == "suspended" }
+            #expect(adopted["cgroup"]?.stringValue == cgroup && adopted["pid"]?.intValue == Int(pid), "\(adopted)")
+            #expect(try CgroupDirectory(path: cgroup).isFrozen(), "not frozen under the new daemon")
+            // Handled through its cgroups still: killed whole, and they go.
+            let pidFD = try PidFD.open(pid: pid)
+            defer { try? pidFD.close() }
+            try fixture.client.lifecycle("Terminate", ["app": "org.example.kept"])
+            #expect(try pidFD.waitForExit(timeout: .seconds(10)), "\(fixture.daemon.log)")
+            #expect(fixture.waitUntilCgroupsRemoved(), "left behind: \(fixture.appCgroups)")
+        }
+    }
+
+    @Test("refusals start nothing: an unknown program, a live name, an empty argv")
+    func refusals() async throws {
+        try await withLaunchFixture("refusals") { fixture in
+            let missing = try fixture.client.lifecycle(
+                "Launch", ["name": "org.example.none", "argv": .array([.string("no-such-program-\(getpid())")])])
+            #expect(missing.errorName == "io.bgtask.Lifecycle.LaunchFailed", "\(missing)")
+            #expect(missing.parameters["reason"]?.stringValue?.contains("no executable") == true, "\(missing)")
+            let empty = try fixture.client.lifecycle("Launch", ["name": "org.example.none", "argv": []])
+            #expect(empty.errorName == "org.varlink.service.InvalidParameter", "\(empty)")
+
+            try fixture.launch("org.example.once")
+            try fixture.waitForApp("org.example.once") { $0["state"] == "active" }
+            let again = try fixture.launch("org.example.once")
+            #expect(again.errorName == "io.bgtask.Lifecycle.AppExists", "\(again)")
+            // One app, one set of cgroups: the refusals made none.
+            #expect(fixture.appCgroups.count == (fixture.memory == nil ? 1 : 2), "\(fixture.appCgroups)")
+        }
+    }
+}

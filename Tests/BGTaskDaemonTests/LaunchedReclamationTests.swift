@@ -1,0 +1,161 @@
+// Reclamation of launched apps on the real backends (DESIGN §4): heaviest first within a band, bands in order, no
+// further than the target, a cooperative likely victim spared, each kill recorded with its latencies.
+
+import BGTaskProtocol
+import BGTaskSystem
+import BGTaskTestSupport
+import Foundation
+import Glibc
+import Testing
+
+@Suite("Reclamation of launched apps", .serialized)
+struct LaunchedReclamationTests {
+    private static let mebibyte = 1 << 20
+
+    @Test("five suspended apps over AppsMemoryMax: killed heaviest first until under the target, and no further")
+    func heaviestFirstUntilUnderTarget() async throws {
+        try await withLaunchFixture(
+            "heaviestFirstUntilUnderTarget", configuration: "AppsMemoryMax=8G\n"
+        ) { fixture in
+            let watch = try WatchStream(fixture.daemon)
+            let sizes = [
+                ("org.example.m40", 40), ("org.example.m80", 80), ("org.example.m120", 120),
+                ("org.example.m160", 160), ("org.example.m200", 200),
+            ]
+            for (name, mib) in sizes {
+                try fixture.launch(name, ["--state", "background", "--alloc", "\(mib)"])
+            }
+            try fixture.launch("org.example.front", ["--alloc", "40"])
+            for (name, _) in sizes {
+                try fixture.waitForOutput(name, "allocated")
+                let app = try fixture.waitForApp(name, timeout: .seconds(30)) { $0["state"] == "suspended" }
+                // Frozen, as the cgroup itself says.
+                let cgroup = CgroupDirectory(path: try #require(app["cgroup"]?.stringValue))
+                #expect(try cgroup.waitUntil(frozen: true, timeout: .seconds(10)), "\(name) never froze")
+            }
+            try fixture.waitForOutput("org.example.front", "allocated")
+            // Every app measured, from its own cgroup.
+            for (name, mib) in sizes {
+                let app = try fixture.waitForApp(name) { ($0["memoryBytes"]?.intValue ?? 0) >= mib * Self.mebibyte }
+                #expect(app["memoryBackend"] == (fixture.memory == nil ? "pss" : "cgroup1"), "\(app)")
+            }
+
+            // Total about 640 MiB plus six interpreters: 460M puts the target (90%) where exactly the two
+            // heaviest must go.
+            try fixture.setConfiguration("AppsMemoryMax=460M\n")
+            let first = try watch.waitFor("terminated", app: "org.example.m200", ["reason": "memory-reclaim"])
+            let second = try watch.waitFor("terminated", app: "org.example.m160", ["reason": "memory-reclaim"])
+            for entry in [first, second] {
+                #expect(entry["band"] == "suspended", "\(entry)")
+                #expect((entry["latencyMs"]?.doubleValue ?? -1) >= 0, "no trigger-to-kill latency: \(entry)")
+                #expect(entry["trigger"]?.stringValue?.contains("AppsMemoryMax") == true, "\(entry)")
+            }
+            let firstBytes = try #require(first["memoryBytes"]?.intValue)
+            let secondBytes = try #require(second["memoryBytes"]?.intValue)
+            #expect(firstBytes > secondBytes && secondBytes >= 160 * Self.mebibyte, "\(first) \(second)")
+            // Each victim's exit recorded with the time from its kill.
+            for name in ["org.example.m200", "org.example.m160"] {
+                let gone = try watch.waitFor("processExited", app: name)
+                #expect((gone["latencyMs"]?.doubleValue ?? -1) >= 0, "no kill-to-freed latency: \(gone)")
+            }
+            // No further: wait past several samples and the grace, and nothing else was killed.
+            sleep(3)
+            let kills = try fixture.reclaimed()
+            #expect(kills == ["org.example.m200", "org.example.m160"], "\(kills)\n\(fixture.daemon.log)")
+            for name in ["org.example.m40", "org.example.m80", "org.example.m120"] {
+                #expect(try fixture.client.app(name)["state"] == "suspended")
+            }
+            #expect(try fixture.client.app("org.example.front")["state"] == "active")
+            #expect(fixture.daemon.log.contains("to reclaim memory (band suspended"), "\(fixture.daemon.log)")
+        }
+    }
+
+    @Test("victims come from the bands in order: suspended, background without a task, background with one")
+    func bandOrder() async throws {
+        try await withLaunchFixture(
+            "bandOrder", configuration: "AppsMemoryMax=8G\n",
+            policy: "[Policy]\nEnterBackgroundGraceSec=60s\nBackgroundTimeSec=120s\nLaunchTimeoutSec=10s\n"
+        ) { fixture in
+            let watch = try WatchStream(fixture.daemon)
+            // The lightest is suspended, the next is in background without a task (it never acknowledges
+            // didEnterBackground, so it waits out its grace), the heaviest holds a task.
+            try fixture.launch("org.example.suspended", ["--state", "background", "--alloc", "40"])
+            try fixture.launch("org.example.idle", ["--state", "background", "--alloc", "80", "--no-ack"])
+            try fixture.launch("org.example.busy", ["--state", "background", "--alloc", "120", "--task"])
+            try fixture.launch("org.example.front", ["--alloc", "40"])
+            for name in ["org.example.suspended", "org.example.idle", "org.example.busy", "org.example.front"] {
+                try fixture.waitForOutput(name, "allocated")
+            }
+            try fixture.waitForOutput("org.example.busy", "began")
+            try fixture.waitForApp("org.example.suspended") { $0["state"] == "suspended" }
+            for (name, mib) in [("org.example.suspended", 40), ("org.example.idle", 80), ("org.example.busy", 120)] {
+                try fixture.waitForApp(name) { ($0["memoryBytes"]?.intValue ?? 0) >= mib * Self.mebibyte }
+            }
+            #expect(try fixture.client.app("org.example.idle")["state"] == "background")
+
+            // About 280 MiB plus four interpreters: 260M (target 234M) takes the suspended and the idle app.
+            try fixture.setConfiguration("AppsMemoryMax=260M\n")
+            let first = try watch.waitFor("terminated", app: "org.example.suspended", ["reason": "memory-reclaim"])
+            let second = try watch.waitFor("terminated", app: "org.example.idle", ["reason": "memory-reclaim"])
+            #expect(first["band"] == "suspended" && second["band"] == "backgroundIdle", "\(first) \(second)")
+            sleep(3)
+            let kills = try fixture.reclaimed()
+            #expect(kills == ["org.example.suspended", "org.example.idle"], "\(kills)\n\(fixture.daemon.log)")
+            #expect(try fixture.client.app("org.example.busy")["state"] == "background")
+        }
+    }
+
+    @Test("a cooperative likely victim that frees its memory on memoryWarning is spared")
+    func cooperativeVictimSpared() async throws {
+        try await withLaunchFixture(
+            "cooperativeVictimSpared", configuration: "AppsMemoryMax=8G\nMemoryWarningGraceSec=2s\n",
+            policy: "[Policy]\nBackgroundTimeSec=120s\nLaunchTimeoutSec=10s\n"
+        ) { fixture in
+            let watch = try WatchStream(fixture.daemon)
+            try fixture.launch(
+                "org.example.cooperative", ["--state", "background", "--alloc", "200", "--task", "--free-on-warning"])
+            try fixture.launch("org.example.front", ["--alloc", "40"])
+            try fixture.waitForOutput("org.example.cooperative", "began")
+            try fixture.waitForOutput("org.example.front", "allocated")
+            try fixture.waitForApp("org.example.cooperative") {
+                ($0["memoryBytes"]?.intValue ?? 0) >= 200 * Self.mebibyte
+            }
+
+            try fixture.setConfiguration("AppsMemoryMax=200M\nMemoryWarningGraceSec=2s\n")
+            let warned = try fixture.waitForOutput("org.example.cooperative", "event memoryWarning")
+            #expect(warned.contains("likelyVictim=True") && warned.contains("rank=1"), "\(warned)")
+            try fixture.waitForOutput("org.example.cooperative", "freed 200")
+            try watch.waitFor("memoryWarning", app: "org.example.cooperative")
+            // Past the grace and several samples: nobody was killed.
+            sleep(5)
+            #expect(try fixture.reclaimed().isEmpty, "\(fixture.daemon.log)")
+            #expect(try fixture.client.app("org.example.cooperative")["state"] == "background")
+            let after = try fixture.waitForApp("org.example.cooperative") {
+                ($0["memoryBytes"]?.intValue ?? .max) < 100 * Self.mebibyte
+            }
+            #expect(after["state"] == "background")
+        }
+    }
+}
+
+extension LaunchFixture {
+    /// Rewrites the daemon's `[Memory]` section with `memory` added (the cgroup roots kept) and reloads it (SIGHUP).
+    func setConfiguration(_ memory: String) throws {
+        var text = try String(contentsOfFile: daemon.configurationPath, encoding: .utf8)
+        text += "\n[Memory]\n" + memory
+        try text.write(toFile: daemon.configurationPath, atomically: true, encoding: .utf8)
+        try daemon.daemonPidFD.sendSignal(.hangUp)
+    }
+
+    /// The apps terminated for memory, in the order of the history.
+    func reclaimed() throws -> [String] {
+        let reply = try client.lifecycle("History", ["limit": 1000])
+        let entries = reply.parameters["entries"]?.arrayValue ?? []
+        return entries.compactMap { entry -> String? in
+            guard let object = entry.objectValue, object["kind"] == "terminated",
+                object["reason"] == "memory-reclaim"
+            else { return nil }
+            return object["app"]?.stringValue
+        }
+    }
+}

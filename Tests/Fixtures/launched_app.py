@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""An app for bgtaskd's Launch: started by the daemon, it finds the daemon and its own name in its environment
+(BGTASK_SOCKET, BGTASK_APP_NAME), as a managed app does, and prints one line per thing it does or experiences to
+its standard output (which the daemon sends to its log).
+
+    --alloc MIB          allocate MIB of anonymous memory, every page written (an mmap of its own, so freeing it
+                         gives it back to the kernel at once), after registering; prints "allocated MIB"
+    --state S            register in state S (active or background; default active)
+    --task               begin a background task after registering; prints "began ID"
+    --alloc-delay S      allocate S seconds after registering rather than at once
+    --no-ack             never acknowledge events (an app in background then stays there, not suspended,
+                         until EnterBackgroundGraceSec ends)
+    --free-on-warning    on memoryWarning, free the allocation; prints "freed MIB"
+    --arm-pressure       arm the trigger $MEMORY_PRESSURE_WRITE names on $MEMORY_PRESSURE_WATCH; prints
+                         "armed PATH" (or "error arm ...")
+    --no-register        never register (to see launch-timeout)
+    --crash              after registering (and allocating), die of SIGSEGV
+    --exit N             after registering, exit with status N
+Every event prints "event KIND id=N [likelyVictim=..] [rank=..]". The process bounds its own lifetime
+(--lifetime, default 60 s).
+"""
+import argparse
+import base64
+import mmap
+import os
+import signal
+import sys
+import threading
+import time
+
+import varlink
+
+INTERFACE = "io.bgtask.Lifecycle"
+lock = threading.Lock()
+
+
+def out(*words):
+    with lock:
+        sys.stdout.write(" ".join(str(word) for word in words) + "\n")
+        sys.stdout.flush()
+
+
+def allocate(mib):
+    block = mmap.mmap(-1, mib << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    for offset in range(0, mib << 20, 4096):
+        block[offset] = 1
+    return block
+
+
+def arm_pressure():
+    path = os.environ.get("MEMORY_PRESSURE_WATCH")
+    write = os.environ.get("MEMORY_PRESSURE_WRITE")
+    if not path or not write:
+        out("error arm no-variables")
+        return None
+    try:
+        descriptor = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+        os.write(descriptor, base64.b64decode(write, validate=True))
+    except OSError as error:
+        out("error arm", path, error.strerror)
+        return None
+    out("armed", path)
+    return descriptor
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--alloc", type=int, default=0)
+    parser.add_argument("--state", choices=["active", "background"], default="active")
+    parser.add_argument("--task", action="store_true")
+    parser.add_argument("--alloc-delay", type=float, default=0)
+    parser.add_argument("--no-ack", action="store_true")
+    parser.add_argument("--free-on-warning", action="store_true")
+    parser.add_argument("--arm-pressure", action="store_true")
+    parser.add_argument("--no-register", action="store_true")
+    parser.add_argument("--crash", action="store_true")
+    parser.add_argument("--exit", type=int)
+    parser.add_argument("--lifetime", type=int, default=60)
+    args = parser.parse_args()
+    signal.alarm(args.lifetime)
+    name = os.environ["BGTASK_APP_NAME"]
+    out("started", name, "pid=%d" % os.getpid())
+    held = {"trigger": arm_pressure() if args.arm_pressure else None, "block": None}
+    if args.no_register:
+        while True:
+            signal.pause()
+
+    client = varlink.Client("unix:" + os.environ["BGTASK_SOCKET"])
+    stream = client.open(INTERFACE, namespaced=True)
+    acks = client.open(INTERFACE, namespaced=True)
+    calls = client.open(INTERFACE, namespaced=True)
+    registered = threading.Event()
+    # Events are acknowledged only once the start-up work (allocation, task) is done: acknowledging
+    # didEnterBackground lets the daemon suspend the app, which would freeze it halfway.
+    started = threading.Event()
+
+    def read_events():
+        try:
+            for reply in stream.Register(name, None, args.state, _more=True):
+                app = getattr(reply, "app", None)
+                if app is not None:
+                    out("registered", app.state, "pid=%d" % os.getpid())
+                    registered.set()
+                    continue
+                event = reply.event
+                words = ["event", event.kind, "id=%d" % event.id]
+                for field in ("likelyVictim", "rank"):
+                    value = getattr(event, field, None)
+                    if value is not None:
+                        words.append("%s=%s" % (field, value))
+                out(*words)
+                if event.kind == "memoryWarning" and args.free_on_warning and held["block"] is not None:
+                    held["block"].close()
+                    held["block"] = None
+                    out("freed", args.alloc)
+                if not args.no_ack:
+                    started.wait()
+                    acks.Acknowledge(name, event.id)
+        except varlink.VarlinkError as error:
+            out("error", error.error())
+        except (BrokenPipeError, ConnectionError, OSError):
+            pass
+        out("stream-closed")
+        os._exit(0)
+
+    threading.Thread(target=read_events, daemon=True).start()
+    registered.wait()
+    if args.alloc_delay:
+        started.set()
+        time.sleep(args.alloc_delay)
+    if args.alloc:
+        held["block"] = allocate(args.alloc)
+        out("allocated", args.alloc)
+    if args.task:
+        out("began", calls.BeginBackgroundTask(name, "work").taskId)
+    started.set()
+    if args.exit is not None:
+        os._exit(args.exit)
+    if args.crash:
+        signal.signal(signal.SIGSEGV, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGSEGV)
+    while True:
+        time.sleep(3600)
+
+
+if __name__ == "__main__":
+    main()
