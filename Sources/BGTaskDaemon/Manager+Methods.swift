@@ -358,7 +358,7 @@ extension Manager {
         var memory: [String: JSONValue] = [
             "appsMemoryMax": configuration.memory.appsMemoryMaxBytes.map { .number(Double($0)) } ?? .null,
             "level": .string(memoryMonitor?.machine.level.description ?? "normal"),
-            "trigger": "polling",
+            "trigger": .string(memoryMonitor?.triggers.description ?? "polling"),
             "sampleAgeSec": .null,
         ]
         let current = loop.now

@@ -249,14 +249,14 @@ public final class Manager {
             }
         }
         resolveAccessSettings()
-        memoryMonitor = MemoryMonitor(manager: self, settings: configuration.memory)
-        fileDescriptorStoreLimit = notifier.fileDescriptorStoreLimit
         let ownCgroups = try? cgroupHierarchies.cgroups(of: getpid(), procFS: procFS)
         daemonCgroup = ownCgroups?.unified
         launchRoots = LaunchCgroupRoots.resolve(
             configuration.memory, hierarchies: cgroupHierarchies, ownCgroups: ownCgroups,
             isSystemdService: getenv("INVOCATION_ID") != nil)
         for note in launchRoots.notes { logger.warning("managed apps: \(note)") }
+        memoryMonitor = MemoryMonitor(manager: self, settings: configuration.memory)
+        fileDescriptorStoreLimit = notifier.fileDescriptorStoreLimit
         try takeListenedDescriptors()
         restoreState()
         discardStoredStreams()
@@ -265,7 +265,7 @@ public final class Manager {
         logger.notice(
             "bgtaskd \(Self.version) listening on \(socketPath); backends: "
                 + backendNames.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
-                + "; memory trigger: polling, AppsMemoryMax=\(appsLimit)"
+                + "; memory trigger: \(memoryMonitor?.triggers.description ?? "polling"), AppsMemoryMax=\(appsLimit)"
                 + (configuration.memory.reclaimDryRun ? ", ReclaimDryRun" : ""))
         checkDescriptorBudget()
         _ = try? notifier.ready()

@@ -36,11 +36,27 @@ final class MemoryMonitor {
     private var reportedUnreadable: Set<Int> = []
     /// Whether an unreadable `/proc/meminfo` was logged, until it is read again.
     private var reportedUnreadableMemoryInfo = false
+    /// What wakes the monitor between samples.
+    private(set) var triggers: MemoryTriggers!
+    /// When a trigger fired that the next decision has not seen yet: that decision is dated from it.
+    private var firedAt: MonotonicInstant?
 
     init(manager: Manager, settings: DaemonConfiguration.Memory) {
         self.manager = manager
         machine = MemoryPressureMachine(thresholds: Self.thresholds(settings))
         isDryRun = settings.reclaimDryRun
+        triggers = MemoryTriggers(manager: manager) { [unowned self] instant, what in
+            self.triggerFired(at: instant, what)
+        }
+        triggers.update(appsMemoryMax: settings.appsMemoryMaxBytes)
+    }
+
+    /// A trigger fired: sample now (apps included), and date the decision it leads to from this moment.
+    private func triggerFired(at instant: MonotonicInstant, _ what: String) {
+        manager.logger.debug("memory trigger: \(what)")
+        firedAt = min(firedAt ?? instant, instant)
+        guard !manager.processes.isEmpty else { return }
+        requestSample(includingProcesses: true)
     }
 
     static func thresholds(_ settings: DaemonConfiguration.Memory) -> MemoryThresholds {
@@ -53,6 +69,7 @@ final class MemoryMonitor {
     func update(_ settings: DaemonConfiguration.Memory) {
         machine.thresholds = Self.thresholds(settings)
         isDryRun = settings.reclaimDryRun
+        triggers.update(appsMemoryMax: settings.appsMemoryMaxBytes)
         if !manager.processes.isEmpty { schedule(after: .zero) }
     }
 
@@ -69,6 +86,8 @@ final class MemoryMonitor {
     /// An app's process is gone; if it was reclaimed, how long after its kill (from a clock read now).
     func victimExited(_ app: AppID) -> Duration? {
         guard let killedAt = pendingVictims.removeValue(forKey: app) else { return nil }
+        // Whether that was enough is for a sample now to say, not the next tick.
+        if pendingVictims.isEmpty && machine.isUnderPressure { schedule(after: .zero) }
         return manager.clock.freshNow - killedAt
     }
 
@@ -204,7 +223,10 @@ final class MemoryMonitor {
     private func decide(on sample: MemorySample) {
         let apps = readings()
         let current = systemReading(sample, appsBytes: apps.values.reduce(0, +))
-        let now = manager.now
+        // Dated from the trigger that led to this sample, if one did (the threshold fires in the allocation that
+        // crosses the limit; the sample and its decision come a little later).
+        let now = firedAt ?? manager.now
+        firedAt = nil
         let wasUnderPressure = machine.isUnderPressure
         let (decision, assessment) = machine.observe(current, victimsPending: !pendingVictims.isEmpty, now: now)
         switch decision {
@@ -216,6 +238,9 @@ final class MemoryMonitor {
         case .warn(let bytesToFree):
             manager.logger.notice("memory warning: \(assessment.trigger); asking apps to free \(bytesToFree) bytes")
             manager.perform(manager.core.memoryWarning(readings: apps, bytesToFree: bytesToFree, now: now))
+            // Re-measure when the grace is up (at once with no grace), not at the next tick.
+            schedule(after: min(machine.thresholds.warningGrace, machine.interval(after: current)))
+            return
         case .reclaim(let bytesToFree, let triggeredAt):
             reclaim(bytesToFree: bytesToFree, readings: apps, triggeredAt: triggeredAt, trigger: assessment.trigger)
         }

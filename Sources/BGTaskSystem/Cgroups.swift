@@ -236,6 +236,21 @@ public struct CgroupDirectory: Hashable, Sendable, CustomStringConvertible {
 
     // MARK: v1 memory
 
+    /// An eventfd that becomes readable each time its memory use (v1 `memory.usage_in_bytes`, its children's
+    /// included) crosses `bytes`, either way (`cgroup.event_control`). The threshold lives as long as the eventfd.
+    public func armUsageThreshold(_ bytes: UInt64) throws(Errno) -> FileDescriptor {
+        let eventFD = FileDescriptor(rawValue: try systemCall("eventfd") { bgtask_eventfd(1) })
+        do {
+            let usage = try FileDescriptor.open(path + "/memory.usage_in_bytes", .readOnly)
+            defer { try? usage.close() }
+            try write("cgroup.event_control", "\(eventFD.rawValue) \(usage.rawValue) \(bytes)")
+        } catch {
+            try? eventFD.close()
+            throw error
+        }
+        return eventFD
+    }
+
     /// Its memory use in bytes (v1 `memory.usage_in_bytes`).
     public func memoryUsage() throws -> UInt64 {
         try CgroupNumber.parse(read("memory.usage_in_bytes"), file: "memory.usage_in_bytes")
