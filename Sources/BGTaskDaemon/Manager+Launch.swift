@@ -167,8 +167,10 @@ extension Manager {
             }
         }
         if let language = ProcessInfoEnvironment.value("LANG") { environment.append("LANG=" + language) }
-        if let pressure = cgroups?.pressureFile {
-            environment += MemoryPressureEnvironment.variables(watching: pressure)
+        if let control = cgroups?.control, cgroups?.pressureFile != nil {
+            // systemd's memory pressure protocol, on the app's own cgroup (MemoryPressureThresholdSec's default).
+            environment += MemoryPressureWatch.environment(for: control).sorted { $0.key < $1.key }
+                .map { "\($0.key)=\($0.value)" }
         }
         return environment
     }
@@ -238,33 +240,5 @@ extension Manager {
 enum ProcessInfoEnvironment {
     static func value(_ name: String) -> String? {
         getenv(name).map { String(cString: $0) }
-    }
-}
-
-/// systemd's memory pressure protocol (systemd.io/MEMORY_PRESSURE), the side that hands it to a process: the file to
-/// watch and, base64-encoded, the trigger to write into it.
-enum MemoryPressureEnvironment {
-    /// systemd's default trigger: 200 ms of stall within a 2 s window (`MemoryPressureThresholdSec=`).
-    static let defaultTrigger = "some 200000 2000000"
-
-    static func variables(watching path: String, trigger: String = defaultTrigger) -> [String] {
-        ["MEMORY_PRESSURE_WATCH=" + path, "MEMORY_PRESSURE_WRITE=" + base64(Array(trigger.utf8) + [0])]
-    }
-
-    private static func base64(_ bytes: [UInt8]) -> String {
-        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
-        var output: [UInt8] = []
-        var index = 0
-        while index < bytes.count {
-            let chunk = bytes[index..<min(index + 3, bytes.count)]
-            let value = chunk.enumerated().reduce(UInt32(0)) { $0 | UInt32($1.element) << (16 - 8 * UInt32($1.offset)) }
-            for position in 0..<4 {
-                output.append(
-                    position <= chunk.count
-                        ? alphabet[Int((value >> (18 - 6 * UInt32(position))) & 63)] : UInt8(ascii: "="))
-            }
-            index += 3
-        }
-        return String(decoding: output, as: UTF8.self)
     }
 }

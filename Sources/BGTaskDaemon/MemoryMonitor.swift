@@ -49,6 +49,11 @@ final class MemoryMonitor {
             self.triggerFired(at: instant, what)
         }
         triggers.update(appsMemoryMax: settings.appsMemoryMaxBytes)
+        var environment: [String: String] = [:]
+        for key in [MemoryPressureWatch.watchVariable, MemoryPressureWatch.writeVariable] {
+            if let value = ProcessInfoEnvironment.value(key) { environment[key] = value }
+        }
+        triggers.armPressure(environment: environment)
     }
 
     /// A trigger fired: sample now (apps included), and date the decision it leads to from this moment.

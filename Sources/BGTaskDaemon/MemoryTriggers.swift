@@ -19,6 +19,12 @@ final class MemoryTriggers {
     private let fired: (MonotonicInstant, String) -> Void
     private var threshold: Armed?
     private var thresholdBytes: UInt64?
+    private var pressure: Armed?
+    private var pressureWatch: MemoryPressureWatch?
+
+    /// The PSI trigger the daemon arms itself when the service manager names nothing: 100 ms of stall in 1 s on
+    /// the whole system (widened to the 2 s window the kernel allows without CAP_SYS_RESOURCE).
+    static let systemTrigger = MemoryPressureTrigger(kind: .some, stall: .milliseconds(100), window: .seconds(1))
 
     init(manager: Manager, fired: @escaping (MonotonicInstant, String) -> Void) {
         self.manager = manager
@@ -28,7 +34,72 @@ final class MemoryTriggers {
     /// What wakes the monitor, for `GetStatus` (`memory.trigger`) and the startup log: each armed trigger, then
     /// the polling that is always there beside them.
     var description: String {
-        ([threshold?.description].compactMap { $0 } + ["polling"]).joined(separator: " + ")
+        ([threshold?.description, pressure?.description].compactMap { $0 } + ["polling"]).joined(separator: " + ")
+    }
+
+    /// Arms the pressure watch: what `$MEMORY_PRESSURE_WATCH` names when the service manager sets it (systemd's
+    /// protocol; `/dev/null` turns it off), else a PSI trigger on `/proc/pressure/memory`, else on the managed
+    /// apps' cgroup2 root's `memory.pressure`. Logged either way; polling goes on beside it.
+    func armPressure(environment: [String: String]) {
+        var watch: MemoryPressureWatch?
+        do {
+            switch try MemoryPressureWatch.fromEnvironment(environment) {
+            case .off?:
+                manager.logger.info("memory pressure watching is turned off by the service manager")
+                return
+            case .watching(let fromManager)?:
+                watch = fromManager
+            case nil:
+                break
+            }
+        } catch {
+            manager.logger.warning("cannot watch what the service manager names: \(error); arming a trigger of my own")
+        }
+        if watch == nil {
+            var candidates = ["/proc/pressure/memory"]
+            if let root = manager.launchRoots.control, manager.launchRoots.isUnified, root.has("memory.pressure") {
+                candidates.append(root.path + "/memory.pressure")
+            }
+            var failures: [String] = []
+            for path in candidates where watch == nil {
+                do {
+                    watch = try MemoryPressureWatch.armPSI(path: path, trigger: Self.systemTrigger)
+                } catch {
+                    failures.append("\(error)")
+                }
+            }
+            if watch == nil {
+                manager.logger.info("no memory pressure trigger (\(failures.joined(separator: "; "))): polling alone")
+                return
+            }
+        }
+        guard let watch else { return }
+        do {
+            let source = try manager.loop.addIO(fd: watch.fileDescriptor, events: watch.events, name: "memory-pressure")
+            {
+                [unowned self] source, events in
+                self.pressureReported(events)
+            }
+            pressure = Armed(descriptor: watch.fileDescriptor, source: source, description: "\(watch)")
+            pressureWatch = watch
+        } catch {
+            try? watch.close()
+            manager.logger.warning("cannot watch \(watch): \(error); polling alone")
+        }
+    }
+
+    private func pressureReported(_ events: IOEvents) {
+        guard let watch = pressureWatch else { return }
+        switch (try? watch.acknowledge(events)) ?? .ended {
+        case .pressure:
+            fired(manager.clock.freshNow, "memory pressure (\(watch))")
+        case .nothing:
+            break
+        case .ended:
+            manager.logger.warning("\(watch) can no longer report pressure: polling alone")
+            disarm(&pressure)
+            pressureWatch = nil
+        }
     }
 
     /// Arms (or moves, or removes) the usage threshold at `appsMemoryMax` on the managed apps' v1 memory cgroup:
@@ -69,5 +140,7 @@ final class MemoryTriggers {
     /// Removes every trigger (the daemon stops).
     func disarmAll() {
         disarm(&threshold)
+        disarm(&pressure)
+        pressureWatch = nil
     }
 }

@@ -52,7 +52,7 @@ struct LaunchTests {
             try fixture.waitForOutput("org.example.silent", "started")
             // LaunchTimeoutSec=1s in the fast policy.
             try watch.waitFor("terminated", app: "org.example.silent", ["reason": "launch-timeout"])
-            let app = try fixture.waitForApp("org.example.silent") { $0["exitSignal"] != nil }
+            let app = try fixture.waitForApp("org.example.silent") { $0["exitSignal"]?.stringValue != nil }
             #expect(app["exitReason"] == "launch-timeout" && app["exitSignal"] == "SIGKILL", "\(app)")
             #expect(fixture.waitUntilCgroupsRemoved(), "left behind: \(fixture.appCgroups)")
         }
