@@ -3,7 +3,6 @@
 
 import BGTaskConfig
 import BGTaskSystem
-import CSystemd
 import Glibc
 
 /// Where the daemon makes managed apps' cgroups, found once at start: `CgroupRoot=` (a cgroup2 directory, or a v1
