@@ -16,8 +16,10 @@ struct LaunchCgroupRoots: Hashable {
     var isUnified: Bool
     /// The v1 memory directory apps' memory cgroups are made in, when `control` gives no `memory.current`.
     var memory: CgroupDirectory?
-    /// Why a root is missing, for the startup log.
+    /// Why a root is missing where one was asked for or expected, for the startup log (warnings).
     var notes: [String] = []
+    /// Why there is none when none was asked for (an informational line).
+    var absence: String?
 
     static let none = LaunchCgroupRoots(control: nil, isUnified: false, memory: nil)
 
@@ -49,10 +51,11 @@ struct LaunchCgroupRoots: Hashable {
             }
         }
         if roots.control == nil && settings.cgroupRoot == nil {
-            roots.notes.append(
-                isSystemdService
-                    ? "the service's own cgroup is not writable (Delegate=yes is needed)"
-                    : "CgroupRoot= is not set and systemd did not start bgtaskd")
+            if isSystemdService {
+                roots.notes.append("the service's own cgroup is not writable (Delegate=yes is needed)")
+            } else {
+                roots.absence = "CgroupRoot= is not set and systemd did not start bgtaskd"
+            }
         }
         if let control = roots.control, roots.isUnified, control.has("memory.current") || enablesMemory(control) {
             return roots

@@ -255,6 +255,9 @@ public final class Manager {
             configuration.memory, hierarchies: cgroupHierarchies, ownCgroups: ownCgroups,
             isSystemdService: getenv("INVOCATION_ID") != nil)
         for note in launchRoots.notes { logger.warning("managed apps: \(note)") }
+        if let absence = launchRoots.absence {
+            logger.info("managed apps run without cgroups (SIGSTOP and PSS): \(absence)")
+        }
         memoryMonitor = MemoryMonitor(manager: self, settings: configuration.memory)
         fileDescriptorStoreLimit = notifier.fileDescriptorStoreLimit
         try takeListenedDescriptors()

@@ -5,28 +5,55 @@ import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Glibc
+import Synchronization
 import Testing
 
 /// A datagram socket standing in for journald's `/run/systemd/journal/socket`, parsing the native protocol
 /// (`KEY=value` lines, or `KEY`, a 64-bit little-endian length and the value, for values with newlines).
-final class JournalCapture {
+final class JournalCapture: @unchecked Sendable {
     let directory: ScratchDirectory
     private let socket: FileDescriptor
-    private(set) var entries: [[String: String]] = []
+    private let received = Mutex<[[String: String]]>([])
+    private let stopped = Atomic<Bool>(false)
+    private var reader: Thread?
 
+    /// Everything received so far.
+    var entries: [[String: String]] { received.withLock { $0 } }
+
+    /// Binds the socket and reads it on a thread of its own from now on: a datagram socket holds only a few
+    /// unread messages (`net.unix.max_dgram_qlen`, 10 by default, where journald raises it), and a sender finding
+    /// it full blocks, so the capture must keep up as journald does.
     init() throws {
         directory = try ScratchDirectory(prefix: "journal")
         socket = try UnixSocket.bindDatagram(path: directory.path + "/socket")
+        let thread = Thread { [self] in
+            while !stopped.load(ordering: .relaxed) {
+                guard let ready = try? socket.poll(for: .readable, timeout: .milliseconds(50)), !ready.isEmpty,
+                    let datagram = try? socket.read(upTo: 1 << 20)
+                else { continue }
+                let entry = Self.parse(datagram)
+                received.withLock { $0.append(entry) }
+            }
+        }
+        reader = thread
+        thread.start()
     }
 
-    /// Reads what has arrived, waiting at most `timeout` for `condition` to hold of the entries.
+    /// Stops reading (the thread ends within 50 ms).
+    func stop() {
+        stopped.store(true, ordering: .relaxed)
+    }
+
+    deinit { stop() }
+
+    /// Waits at most `timeout` for `condition` to hold of the entries received.
     func wait(for what: String, timeout: Duration = .seconds(20), _ condition: ([[String: String]]) -> Bool) throws {
         let deadline = MonotonicClock.now() + timeout.nanosecondCount
         while !condition(entries) {
-            let remaining = deadline - MonotonicClock.now()
-            guard remaining > 0 else { throw HarnessError("no \(what) in the journal; got \(entries)") }
-            guard try !socket.poll(for: .readable, timeout: .nanoseconds(remaining)).isEmpty else { continue }
-            entries.append(Self.parse(try socket.read(upTo: 1 << 20)))
+            guard MonotonicClock.now() < deadline else {
+                throw HarnessError("no \(what) in the journal; got \(entries)")
+            }
+            usleep(10_000)
         }
     }
 
@@ -79,7 +106,10 @@ struct JournalTests {
             let capture = try JournalCapture()
             let daemon = try DaemonHarness(
                 launchPrefix: Self.launchPrefix(capture), standardErrorIsJournalStream: true)
-            defer { _ = try? daemon.stop() }
+            defer {
+                _ = try? daemon.stop()
+                capture.stop()
+            }
             let app = try pythonApp(daemon, name: "journaled", acknowledge: true)
             defer { app.terminate() }
             try app.send("begin upload")
