@@ -14,7 +14,6 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stddef.h>
-#include <stdint.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -193,7 +192,7 @@ enum bgtask_launch_step {
 
 /// clone3's argument (Linux 5.3), declared here rather than from <linux/sched.h>, whose flags clash with <sched.h>.
 struct bgtask_clone_args {
-    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size,
+    unsigned long long flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size,
         cgroup;
 };
 
@@ -213,7 +212,7 @@ static inline pid_t bgtask_launch(const struct bgtask_launch_spec *spec, int *pi
     struct bgtask_clone_args args = {0};
     int fd = -1;
     args.flags = 0x00001000; /* CLONE_PIDFD */
-    args.pidfd = (uint64_t)(uintptr_t)&fd;
+    args.pidfd = (unsigned long long)(unsigned long)&fd;
     args.exit_signal = SIGCHLD;
     long pid = syscall(435 /* clone3 */, &args, sizeof args);
     if (pid < 0) return -1;
@@ -226,10 +225,10 @@ static inline pid_t bgtask_launch(const struct bgtask_launch_spec *spec, int *pi
     sigemptyset(&none);
     /* The kernel's struct sigaction (not glibc's): SIG_DFL, no flags, no restorer, empty mask. */
     struct {
-        uintptr_t handler;
+        unsigned long handler;
         unsigned long flags;
-        uintptr_t restorer;
-        uint64_t mask;
+        unsigned long restorer;
+        unsigned long long mask;
     } default_action = {0};
     for (int number = 1; number < 65; number++) {
         if (number == SIGKILL || number == SIGSTOP) continue;
