@@ -65,7 +65,7 @@ extension Manager {
             program: executable, arguments: argv,
             environment: launchEnvironment(name: name, uid: uid, user: user, cgroups: cgroups),
             cgroupProcsFiles: cgroups?.all.map { $0.path + "/cgroup.procs" } ?? [], standardOutput: output,
-            standardError: output, user: user, workingDirectory: user?.home ?? "/")
+            standardError: output, user: user, workingDirectory: user.map { Self.existingDirectory($0.home) } ?? "/")
         let child: SpawnedProcess
         do {
             child = try ProcessLauncher.launch(spec)
@@ -111,6 +111,12 @@ extension Manager {
             [.app(name)])
         guard let info = appInfo(app) else { throw VarlinkError.noSuchApp(app: name) }
         return CallOutcome(reply: LaunchReply(app: info), actions: launched.actions)
+    }
+
+    /// `path` if it is a directory, else `/` (system users' homes, such as nobody's `/nonexistent`, often are not).
+    private static func existingDirectory(_ path: String) -> String {
+        var info = stat()
+        return stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR ? path : "/"
     }
 
     /// The uid a launch of `name` runs as: the caller's; for root, the user `apps.d/NAME.conf` pins the name to.

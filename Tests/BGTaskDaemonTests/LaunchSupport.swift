@@ -17,6 +17,11 @@ final class LaunchFixture {
     private(set) var client: RawVarlinkClient
     let logDirectory: String
     private let configuration: String
+    private let files: [String: String]
+    /// The app's program: the fixture in the source tree (a test may point it at a copy another user can read).
+    var script = Products.packageRoot + "/Tests/Fixtures/launched_app.py"
+    /// The interpreter: the first python3 in PATH (the one with the varlink package), or one another user may run.
+    var interpreter = "python3"
 
     /// Why this host cannot run launch tests with `control`'s hierarchy (and a v1 memory one when `withMemory`).
     static func unavailableReason(_ control: ScratchCgroup.Hierarchy?, withMemory: Bool = false) -> String? {
@@ -26,7 +31,7 @@ final class LaunchFixture {
 
     init(
         _ hierarchy: ScratchCgroup.Hierarchy? = .unified, withMemory: Bool = true, configuration: String = "",
-        policy: String = DaemonHarness.fastPolicy
+        policy: String = DaemonHarness.fastPolicy, files: [String: String] = [:]
     ) throws {
         control = try hierarchy.map { try ScratchCgroup($0) }
         memory = withMemory && ScratchCgroup.unavailableReason(.memory) == nil ? try ScratchCgroup(.memory) : nil
@@ -36,7 +41,9 @@ final class LaunchFixture {
         let logs = try ScratchDirectory(prefix: "bgtaskd-launch-logs")
         logDirectory = logs.path
         self.configuration = policy + "\n" + memorySection + configuration
-        daemon = try DaemonHarness(configuration: self.configuration, arguments: Self.arguments(logs.path))
+        self.files = files
+        daemon = try DaemonHarness(
+            configuration: self.configuration, files: files, arguments: Self.arguments(logs.path))
         client = try daemon.connect()
         scratchLogs = logs
     }
@@ -52,7 +59,7 @@ final class LaunchFixture {
         _ = try daemon.daemonPidFD.waitForExit(timeout: .seconds(10))
         daemon.terminate()
         client.close()
-        daemon = try DaemonHarness(configuration: configuration, arguments: Self.arguments(logDirectory))
+        daemon = try DaemonHarness(configuration: configuration, files: files, arguments: Self.arguments(logDirectory))
         client = try daemon.connect()
     }
 
@@ -64,7 +71,7 @@ final class LaunchFixture {
         var parameters: [String: JSONValue] = [
             "name": .string(name),
             "argv": .array(
-                (["python3", Products.packageRoot + "/Tests/Fixtures/launched_app.py", "--lifetime", "90"] + arguments)
+                ([interpreter, script, "--lifetime", "90"] + arguments)
                     .map { .string($0) }),
         ]
         if let exitsOnSuspend { parameters["exitsOnSuspend"] = .bool(exitsOnSuspend) }
@@ -148,7 +155,7 @@ final class LaunchFixture {
 /// Runs `body` off the pool with a `LaunchFixture` (closed after); skips, saying why, where the host cannot.
 func withLaunchFixture(
     _ test: String, _ hierarchy: ScratchCgroup.Hierarchy? = .unified, withMemory: Bool = true,
-    configuration: String = "", policy: String = DaemonHarness.fastPolicy,
+    configuration: String = "", policy: String = DaemonHarness.fastPolicy, files: [String: String] = [:],
     _ body: @escaping @Sendable (LaunchFixture) throws -> Void
 ) async throws {
     if let reason = LaunchFixture.unavailableReason(hierarchy) {
@@ -157,7 +164,7 @@ func withLaunchFixture(
     }
     try await offThePool {
         let fixture = try LaunchFixture(
-            hierarchy, withMemory: withMemory, configuration: configuration, policy: policy)
+            hierarchy, withMemory: withMemory, configuration: configuration, policy: policy, files: files)
         defer { fixture.close() }
         try body(fixture)
     }

@@ -101,6 +101,35 @@ struct LaunchTests {
         }
     }
 
+    @Test("root launches a name apps.d pins to a user as that user, in its groups, its cgroups given to it")
+    func launchedAsThePinnedUser() async throws {
+        try await withLaunchFixture(
+            "launchedAsThePinnedUser", policy: "[Policy]\nLaunchTimeoutSec=60s\n",
+            files: ["apps.d/org.example.pinned.conf": "[Access]\nUser=nobody\n"]
+        ) { fixture in
+            // A copy of the app any user can read (the source tree may sit under a home only root can enter), run
+            // by the system's python3 (the first in PATH may sit there too); it never registers, so needs no package.
+            let copy = try ScratchDirectory(prefix: "bgtaskd-launch-app")
+            fixture.script = try copy.write(
+                "launched_app.py", try String(contentsOfFile: fixture.script, encoding: .utf8))
+            fixture.interpreter = "/usr/bin/python3"
+            let reply = try fixture.launch("org.example.pinned", ["--no-register"])
+            let app = try #require(reply.parameters["app"]?.objectValue, "\(reply)")
+            #expect(app["uid"]?.intValue == 65534, "\(app)")
+            try fixture.waitForOutput("org.example.pinned", "started")
+            let pid = pid_t(try #require(app["pid"]?.intValue))
+            let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+            #expect(status.contains("Uid:\t65534\t65534\t65534\t65534"), "\(status)")
+            #expect(status.contains("Gid:\t65534\t65534\t65534\t65534"), "\(status)")
+            let cgroup = try #require(app["cgroup"]?.stringValue)
+            var owner = stat()
+            #expect(stat(cgroup + "/cgroup.procs", &owner) == 0 && owner.st_uid == 65534, "cgroup.procs not given")
+            try fixture.client.lifecycle("Terminate", ["app": "org.example.pinned"])
+            try fixture.waitForApp("org.example.pinned") { $0["state"] == "terminated" }
+            #expect(fixture.waitUntilCgroupsRemoved(), "left behind: \(fixture.appCgroups)")
+        }
+    }
+
     @Test("refusals start nothing: an unknown program, a live name, an empty argv")
     func refusals() async throws {
         try await withLaunchFixture("refusals") { fixture in

@@ -28,8 +28,6 @@ import sys
 import threading
 import time
 
-import varlink
-
 INTERFACE = "io.bgtask.Lifecycle"
 lock = threading.Lock()
 
@@ -84,6 +82,9 @@ def main():
     if args.no_register:
         while True:
             signal.pause()
+
+    # Imported here: an app that never registers runs under any python3, with or without the package.
+    import varlink
 
     client = varlink.Client("unix:" + os.environ["BGTASK_SOCKET"])
     stream = client.open(INTERFACE, namespaced=True)
