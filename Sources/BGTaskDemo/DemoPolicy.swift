@@ -42,21 +42,25 @@ struct DemoPolicy: Hashable, Sendable {
         uploadLength = min(.milliseconds(2_500), (backgroundTime - expirationWarning) / 2)
     }
 
-    /// The configuration file's text, as `bgtaskd --config` reads it.
-    var configuration: String {
-        """
-        # bgtask demo: a short policy so that every scene fits in well under a minute.
-        [Policy]
-        BackgroundTimeSec=\(Self.milliseconds(backgroundTime))
-        ExpirationWarningSec=\(Self.milliseconds(expirationWarning))
-        EnterBackgroundGraceSec=\(Self.milliseconds(enterBackgroundGrace))
-        WillTerminateGraceSec=\(Self.milliseconds(willTerminateGrace))
+    /// The configuration file's text, as `bgtaskd --config` reads it, with the cgroups the daemon makes launched
+    /// apps' cgroups in when the demo has them.
+    func configuration(cgroupRoot: String? = nil, memoryCgroupRoot: String? = nil) -> String {
+        var cgroups = ""
+        if let cgroupRoot { cgroups += "CgroupRoot=\(cgroupRoot)\n" }
+        if let memoryCgroupRoot { cgroups += "MemoryCgroupRoot=\(memoryCgroupRoot)\n" }
+        return """
+            # bgtask demo: a short policy so that every scene fits in well under a minute.
+            [Policy]
+            BackgroundTimeSec=\(Self.milliseconds(backgroundTime))
+            ExpirationWarningSec=\(Self.milliseconds(expirationWarning))
+            EnterBackgroundGraceSec=\(Self.milliseconds(enterBackgroundGrace))
+            WillTerminateGraceSec=\(Self.milliseconds(willTerminateGrace))
 
-        [Memory]
-        AppsMemoryMax=\(appsMemoryMaxMebibytes)M
-        MemoryWarningGraceSec=\(Self.milliseconds(memoryWarningGrace))
-
-        """
+            [Memory]
+            AppsMemoryMax=\(appsMemoryMaxMebibytes)M
+            MemoryWarningGraceSec=\(Self.milliseconds(memoryWarningGrace))
+            \(cgroups)
+            """
     }
 
     /// The policy on one line, for the narration.

@@ -1,4 +1,5 @@
-// Everything the demo starts, owned in one place: the runtime directory, the daemon, its clients and the apps.
+// Everything the demo starts, owned in one place: the runtime directory, its cgroups, the daemon, its clients and
+// the apps.
 import BGTaskCLI
 import BGTaskClient
 import BGTaskSystem
@@ -16,6 +17,8 @@ final class DemoStage {
     private(set) var daemon: PrivateDaemon?
     private var controller: LifecycleClient?
     private var follower: AuditFollower?
+    /// The cgroups made for the apps the daemon launches (as root, where the host has them).
+    private(set) var cgroups: DemoCgroups?
     /// The apps started, in order.
     private(set) var apps: [SampleAppProcess] = []
 
@@ -41,8 +44,8 @@ final class DemoStage {
         }
     }
 
-    /// Makes the runtime directory, writes the policy, starts the daemon and waits for `READY=1`, connects, and
-    /// starts following the audit trail.
+    /// Makes the runtime directory and, as root, cgroups for the apps the daemon launches; writes the policy, starts
+    /// the daemon and waits for `READY=1`, connects, and starts following the audit trail.
     func setUp(lifetime: Duration) throws(DemoFailure) {
         let base = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
         var template = Array("\(base)/bgtask-demo-XXXXXX".utf8CString)
@@ -58,13 +61,16 @@ final class DemoStage {
                 "the socket path \(socketPath) is longer than a Unix socket allows "
                     + "(\(UnixSocket.maximumPathLength) bytes): set TMPDIR to a shorter directory")
         }
+        transcript.say("runtime directory \(directory) (socket, configuration, logs; removed at the end)")
+        makeCgroups()
         let configurationPath = directory + "/bgtaskd.conf"
+        let configuration = policy.configuration(
+            cgroupRoot: cgroups?.control?.path, memoryCgroupRoot: cgroups?.memory?.path)
         do {
-            try Data(policy.configuration.utf8).write(to: URL(fileURLWithPath: configurationPath))
+            try Data(configuration.utf8).write(to: URL(fileURLWithPath: configurationPath))
         } catch {
             throw DemoFailure("cannot write \(configurationPath): \(error)")
         }
-        transcript.say("runtime directory \(directory) (socket, configuration, daemon log; removed at the end)")
         transcript.say("policy (bgtaskd.conf): \(policy.summary)")
         transcript.say(
             "starting bgtaskd under timeout(1), with a NOTIFY_SOCKET of the demo's own to learn when it is ready")
@@ -86,6 +92,30 @@ final class DemoStage {
         transcript.say("following the daemon's audit trail (Watch): its entries are quoted as \"bgtaskd | ...\"")
     }
 
+    /// As root, makes the cgroups the daemon will make launched apps' cgroups in, and says where; otherwise says in
+    /// one line why there are none and what the daemon does instead.
+    private func makeCgroups() {
+        do throws(DemoCgroups.Unavailable) {
+            let cgroups = try DemoCgroups.make()
+            self.cgroups = cgroups
+            var roots: [String] = []
+            if let control = cgroups.control {
+                let kind = cgroups.isUnified ? "cgroup2" : "v1 freezer"
+                roots.append("CgroupRoot=\(control.path) (\(kind): to freeze and kill them)")
+            }
+            if let memory = cgroups.memory {
+                roots.append("MemoryCgroupRoot=\(memory.path) (v1 memory: to measure them)")
+            }
+            transcript.say(
+                "as root, the demo made cgroups for the apps its daemon launches (removed at the end): "
+                    + roots.joined(separator: ", "))
+        } catch {
+            transcript.say(
+                "\(error.reason): the apps the daemon launches run without a cgroup, stopped with SIGSTOP and "
+                    + "measured by PSS")
+        }
+    }
+
     /// Starts the sample app `name` with `arguments` beyond its name, socket and lifetime.
     func launch(_ name: String, _ arguments: [String], lifetime: Duration) throws(DemoFailure) -> SampleAppProcess {
         guard let daemon else { throw DemoFailure("the demo's daemon is not running") }
@@ -104,8 +134,8 @@ final class DemoStage {
     }
 
     /// Stops everything the demo started, saying what it did: the audit stream, every app still running, the
-    /// daemon, and the runtime directory. Never throws, and ignores interruptions: a second Ctrl-C must not
-    /// leave half of it behind.
+    /// daemon, its cgroups, and the runtime directory. Never throws, and ignores interruptions: a second Ctrl-C must
+    /// not leave half of it behind.
     func tearDown() {
         transcript.heading("Cleaning up")
         if let follower {
@@ -136,6 +166,18 @@ final class DemoStage {
             }
         }
         daemon = nil
+        if let cgroups {
+            let removal = cgroups.remove()
+            let paths = cgroups.all.map(\.path).joined(separator: " and ")
+            if removal.leftovers.isEmpty {
+                transcript.say(
+                    "removed the demo's cgroups \(paths)"
+                        + (removal.killed > 0 ? " (killed \(removal.killed) process(es) left in them)" : ""))
+            } else {
+                transcript.say("could not remove \(removal.leftovers.joined(separator: ", "))")
+            }
+        }
+        cgroups = nil
         if let directory {
             do {
                 try FileManager.default.removeItem(atPath: directory)
@@ -146,4 +188,5 @@ final class DemoStage {
         }
         directory = nil
     }
+
 }

@@ -2,6 +2,7 @@
 import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
+import Glibc
 import Testing
 
 /// Serialized: each run starts a daemon and four apps and paces itself on wall-clock deadlines; running them one
@@ -87,8 +88,8 @@ struct DemoEndToEndTests {
         #expect(run.line(containing: "SIGTERM; exited with status 0") != nil, "the daemon stopped cleanly")
     }
 
-    /// Nothing the run started is left: no process in its session, none of the pids it printed, no file in
-    /// TMPDIR (runtime directory, socket, log).
+    /// Nothing the run started is left: no process in its session, none of the pids it printed, none of the cgroups
+    /// it made, no file in TMPDIR (runtime directory, socket, logs).
     static func expectNothingLeft(
         by run: DemoRun, startedAtLeast minimumPIDs: Int = 5, sourceLocation: SourceLocation = #_sourceLocation
     ) {
@@ -98,6 +99,11 @@ struct DemoEndToEndTests {
             #expect(
                 survivor == nil || survivor?.sessionID != run.session,
                 "pid \(pid) is still there: \(String(describing: survivor))",
+                sourceLocation: sourceLocation)
+        }
+        for cgroup in run.cgroupsMade {
+            #expect(
+                !FileManager.default.fileExists(atPath: cgroup), "cgroup \(cgroup) is still there",
                 sourceLocation: sourceLocation)
         }
         #expect(
@@ -123,6 +129,15 @@ struct DemoEndToEndTests {
             #expect(status == .exited(0), "stderr: \(run.errors)\n\(run.transcript)")
             #expect(run.errors.isEmpty, "\(run.errors)")
             #expect(took < .seconds(60), "took \(took)")
+            let hierarchies = CgroupHierarchies.probe()
+            if geteuid() == 0 && (hierarchies.unified ?? hierarchies.freezer ?? hierarchies.memory) != nil {
+                // As root, cgroups of the demo's own for the daemon, handed to it and named in its GetStatus.
+                #expect(!run.cgroupsMade.isEmpty, "\(run.transcript)")
+                let ready = try #require(run.line(containing: "sent READY=1"))
+                for cgroup in run.cgroupsMade { #expect(ready.line.contains(cgroup), "\(ready.line)") }
+            } else {
+                print("fullRun: the demo's cgroups are not checked: not root, or no cgroup hierarchy")
+            }
             try Self.expectEveryScene(in: run)
             Self.expectNothingLeft(by: run)
         }
@@ -153,6 +168,7 @@ struct DemoEndToEndTests {
             }
             let (status, _) = try run.finish()
             #expect(status == .exited(0), "stderr: \(run.errors)\n\(run.transcript)")
+            #expect(run.lines(containing: "not running as root, so the demo makes no cgroups").count == 1)
             try Self.expectEveryScene(in: run)
             Self.expectNothingLeft(by: run)
         }
