@@ -19,8 +19,10 @@ final class DemoStage {
     private var follower: AuditFollower?
     /// The cgroups made for the apps the daemon launches (as root, where the host has them).
     private(set) var cgroups: DemoCgroups?
-    /// The apps started, in order.
+    /// The apps the demo started, in order.
     private(set) var apps: [SampleAppProcess] = []
+    /// The apps the daemon launched for the demo, in order.
+    private(set) var launchedApps: [LaunchedApp] = []
 
     init(transcript: Transcript, policy: DemoPolicy, products: DemoProducts) {
         self.transcript = transcript
@@ -116,8 +118,8 @@ final class DemoStage {
         }
     }
 
-    /// Starts the sample app `name` with `arguments` beyond its name, socket and lifetime.
-    func launch(_ name: String, _ arguments: [String], lifetime: Duration) throws(DemoFailure) -> SampleAppProcess {
+    /// Starts the sample app `name` as the demo's own child, with `arguments` beyond its name, socket and lifetime.
+    func spawn(_ name: String, _ arguments: [String], lifetime: Duration) throws(DemoFailure) -> SampleAppProcess {
         guard let daemon else { throw DemoFailure("the demo's daemon is not running") }
         let environment = [
             "PATH=\(ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")"
@@ -133,11 +135,34 @@ final class DemoStage {
         return app
     }
 
-    /// Stops everything the demo started, saying what it did: the audit stream, every app still running, the
-    /// daemon, its cgroups, and the runtime directory. Never throws, and ignores interruptions: a second Ctrl-C must
-    /// not leave half of it behind.
+    /// Asks the daemon to launch the sample app `name` (`Launch`), with `arguments` beyond its name, socket and
+    /// lifetime, and starts following its output; returns it as launched (`notRunning`, with its pid and cgroup).
+    func launchThroughDaemon(
+        _ name: String, _ arguments: [String], lifetime: Duration
+    ) throws(DemoFailure) -> LaunchedApp {
+        guard let daemon, let controller else { throw DemoFailure("the demo's daemon is not running") }
+        let argv =
+            [
+                products.sampleApp, "--name", name, "--socket", daemon.socketPath,
+                "--lifetime", String(Int(lifetime.inSeconds.rounded(.up))),
+            ] + arguments
+        let info = try daemonCall("Launch(\(name))") { () throws(ClientError) in
+            try controller.launch(name: name, argv: argv)
+        }
+        let app = try LaunchedApp(
+            info, argv: argv, daemonPID: daemon.pid, logPath: daemon.appLogPath(for: name), transcript: transcript)
+        launchedApps.append(app)
+        return app
+    }
+
+    /// Stops everything the demo started, saying what it did: the apps the daemon launched (reaped by it), the
+    /// audit stream, every app the demo started still running, the daemon, its cgroups, and the runtime directory.
+    /// Never throws, and ignores interruptions: a second Ctrl-C must not leave half of it behind.
     func tearDown() {
         transcript.heading("Cleaning up")
+        for app in launchedApps {
+            endLaunched(app)
+        }
         if let follower {
             follower.stop()
             transcript.say("stopped following the audit trail")
@@ -189,4 +214,28 @@ final class DemoStage {
         directory = nil
     }
 
+    /// Ends an app the daemon launched, while the daemon still runs so that it reaps its child, and waits (at most
+    /// 5 s) for the daemon's `processExited` entry: no zombie is left for init once the daemon is gone.
+    private func endLaunched(_ app: LaunchedApp) {
+        let mark = follower?.entries.mark
+        let ending = app.end()
+        let what = "\(app.name) (pid \(app.pid), launched by bgtaskd)"
+        switch ending {
+        case .alreadyEnded:
+            transcript.say("\(what) had ended")
+        case .ended(let signal):
+            var reaped = ""
+            if let follower, let mark {
+                // No interruption check: this is the clean-up.
+                let outcome = follower.entries.first(after: mark, within: .seconds(5)) {
+                    $0.app == app.name && $0.kind == .processExited
+                }
+                if case .found = outcome { reaped = "; bgtaskd, its parent, reaped it" }
+            }
+            let signals = signal == .terminate ? "SIGTERM" : "SIGTERM, then \(signal.name)"
+            transcript.say("\(what): \(signals)\(reaped)")
+        case .stillRunning:
+            transcript.say("\(what) could not be stopped; it exits by itself within its lifetime")
+        }
+    }
 }
