@@ -13,15 +13,20 @@ struct DemoPolicy: Hashable, Sendable {
     var willTerminateGrace = Duration.seconds(1)
     /// `MemoryWarningGraceSec`: long enough to read the warnings before the reclaim.
     var memoryWarningGrace = Duration.seconds(1)
-    /// `AppsMemoryMax` in MiB. A sample app's PSS measures about 5 MiB (its Swift libraries are shared with the
-    /// other apps, so each pays a part), and the demo runs at most three at once when it measures: 64 MiB stays
-    /// far above them, and far below them plus `allocationMebibytes`.
+    /// `AppsMemoryMax` in MiB. A sample app measures about 5 MiB by PSS (its Swift libraries are shared with the
+    /// other apps, so each pays a part) and about 3 MiB by a cgroup of its own (the libraries' pages are charged to
+    /// the cgroup that first read them, the demo's). Before the editor starts, mail, uploader and maps with its
+    /// cache measure about 45 MiB: under 64 MiB, and under the reclaim's target too (90%, 57.6 MiB), so that once
+    /// the editor's allocation has put them far over and the editor is reclaimed, the daemon stops there.
     var appsMemoryMaxMebibytes = 64
     /// What the editor app allocates in background: enough to put the apps well over `AppsMemoryMax`.
     var allocationMebibytes = 96
-    /// How long the editor's render runs after allocating: short, so the editor is suspended, still holding its
-    /// buffer, well before the warning's grace is up (the monitor reads at most 1 s apart when at ease), and is
-    /// reclaimed as a suspended app is: at once, with no notice.
+    /// What the maps app caches in background and keeps: lighter than the editor's buffer, so the two suspended
+    /// apps show the order of reclamation (heaviest first), and small enough to stay within the limits above.
+    var cacheMebibytes = 32
+    /// How long the editor's render (and maps' prefetch) runs after allocating: short, so the editor is suspended,
+    /// still holding its buffer, well before the warning's grace is up (the monitor reads at most 1 s apart when at
+    /// ease), and is reclaimed as a suspended app is: at once, with no notice.
     var renderLength = Duration.milliseconds(300)
     /// How long the uploader's upload takes: it ends well before the expiration warning would come.
     var uploadLength: Duration
@@ -42,21 +47,25 @@ struct DemoPolicy: Hashable, Sendable {
         uploadLength = min(.milliseconds(2_500), (backgroundTime - expirationWarning) / 2)
     }
 
-    /// The configuration file's text, as `bgtaskd --config` reads it.
-    var configuration: String {
-        """
-        # bgtask demo: a short policy so that every scene fits in well under a minute.
-        [Policy]
-        BackgroundTimeSec=\(Self.milliseconds(backgroundTime))
-        ExpirationWarningSec=\(Self.milliseconds(expirationWarning))
-        EnterBackgroundGraceSec=\(Self.milliseconds(enterBackgroundGrace))
-        WillTerminateGraceSec=\(Self.milliseconds(willTerminateGrace))
+    /// The configuration file's text, as `bgtaskd --config` reads it, with the cgroups the daemon makes launched
+    /// apps' cgroups in when the demo has them.
+    func configuration(cgroupRoot: String? = nil, memoryCgroupRoot: String? = nil) -> String {
+        var cgroups = ""
+        if let cgroupRoot { cgroups += "CgroupRoot=\(cgroupRoot)\n" }
+        if let memoryCgroupRoot { cgroups += "MemoryCgroupRoot=\(memoryCgroupRoot)\n" }
+        return """
+            # bgtask demo: a short policy so that every scene fits in well under a minute.
+            [Policy]
+            BackgroundTimeSec=\(Self.milliseconds(backgroundTime))
+            ExpirationWarningSec=\(Self.milliseconds(expirationWarning))
+            EnterBackgroundGraceSec=\(Self.milliseconds(enterBackgroundGrace))
+            WillTerminateGraceSec=\(Self.milliseconds(willTerminateGrace))
 
-        [Memory]
-        AppsMemoryMax=\(appsMemoryMaxMebibytes)M
-        MemoryWarningGraceSec=\(Self.milliseconds(memoryWarningGrace))
-
-        """
+            [Memory]
+            AppsMemoryMax=\(appsMemoryMaxMebibytes)M
+            MemoryWarningGraceSec=\(Self.milliseconds(memoryWarningGrace))
+            \(cgroups)
+            """
     }
 
     /// The policy on one line, for the narration.

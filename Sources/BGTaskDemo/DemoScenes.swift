@@ -52,7 +52,7 @@ struct DemoScenes {
 
     /// Starts a sample app and waits until it has registered.
     func start(_ name: String, _ arguments: [String]) throws(DemoFailure) -> SampleAppProcess {
-        let app = try stage.launch(name, arguments, lifetime: lifetime)
+        let app = try stage.spawn(name, arguments, lifetime: lifetime)
         try app.waitForLine(startingWith: "registered", after: 0, timeout: Self.promptTimeout, transcript: transcript)
         return app
     }
@@ -60,6 +60,28 @@ struct DemoScenes {
     /// `GetApp`.
     func getApp(_ name: String) throws(DemoFailure) -> AppInfo {
         try daemonCall("GetApp(\(name))") { () throws(ClientError) in try client.getApp(name) }
+    }
+
+    /// `GetApp(name)` until `isExpected` holds, at most `timeout`: for what the daemon changes on a schedule of its
+    /// own (a memory reading, taken at most 1 s apart).
+    func waitForApp(
+        _ name: String, for what: String, timeout: Duration = promptTimeout, until isExpected: (AppInfo) -> Bool
+    ) throws(DemoFailure) -> AppInfo {
+        let started = ContinuousClock.now
+        while true {
+            let app = try getApp(name)
+            if isExpected(app) { return app }
+            let waited = ContinuousClock.now - started
+            guard waited < timeout else {
+                throw DemoFailure(
+                    "gave up waiting for \(what) after \(Transcript.seconds(timeout)): GetApp(\(name)) says "
+                        + describe(app))
+            }
+            if transcript.quietFor >= .milliseconds(1_500) {
+                transcript.say("... waiting for \(what) (\(Transcript.seconds(waited)) so far)")
+            }
+            try pause(.milliseconds(100))
+        }
     }
 
     /// `SetState`, narrated with its reply.
@@ -102,7 +124,7 @@ struct DemoScenes {
     /// The app's scheduler state from `/proc/PID/stat`, read until `isExpected` holds or `timeout` passes (the
     /// daemon records a suspension as it signals, and the kernel stops the process a moment later).
     func processState(
-        of app: SampleAppProcess, timeout: Duration = .seconds(3), until isExpected: (ProcessState) -> Bool
+        of app: some QuotedApp, timeout: Duration = .seconds(3), until isExpected: (ProcessState) -> Bool
     ) throws(DemoFailure) -> ProcessState {
         let deadline = ContinuousClock.now + timeout
         while true {

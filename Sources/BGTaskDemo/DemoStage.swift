@@ -1,4 +1,5 @@
-// Everything the demo starts, owned in one place: the runtime directory, the daemon, its clients and the apps.
+// Everything the demo starts, owned in one place: the runtime directory, its cgroups, the daemon, its clients and
+// the apps.
 import BGTaskCLI
 import BGTaskClient
 import BGTaskSystem
@@ -16,8 +17,12 @@ final class DemoStage {
     private(set) var daemon: PrivateDaemon?
     private var controller: LifecycleClient?
     private var follower: AuditFollower?
-    /// The apps started, in order.
+    /// The cgroups made for the apps the daemon launches (as root, where the host has them).
+    private(set) var cgroups: DemoCgroups?
+    /// The apps the demo started, in order.
     private(set) var apps: [SampleAppProcess] = []
+    /// The apps the daemon launched for the demo, in order.
+    private(set) var launchedApps: [LaunchedApp] = []
 
     init(transcript: Transcript, policy: DemoPolicy, products: DemoProducts) {
         self.transcript = transcript
@@ -41,8 +46,8 @@ final class DemoStage {
         }
     }
 
-    /// Makes the runtime directory, writes the policy, starts the daemon and waits for `READY=1`, connects, and
-    /// starts following the audit trail.
+    /// Makes the runtime directory and, as root, cgroups for the apps the daemon launches; writes the policy, starts
+    /// the daemon and waits for `READY=1`, connects, and starts following the audit trail.
     func setUp(lifetime: Duration) throws(DemoFailure) {
         let base = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
         var template = Array("\(base)/bgtask-demo-XXXXXX".utf8CString)
@@ -58,13 +63,16 @@ final class DemoStage {
                 "the socket path \(socketPath) is longer than a Unix socket allows "
                     + "(\(UnixSocket.maximumPathLength) bytes): set TMPDIR to a shorter directory")
         }
+        transcript.say("runtime directory \(directory) (socket, configuration, logs; removed at the end)")
+        makeCgroups()
         let configurationPath = directory + "/bgtaskd.conf"
+        let configuration = policy.configuration(
+            cgroupRoot: cgroups?.control?.path, memoryCgroupRoot: cgroups?.memory?.path)
         do {
-            try Data(policy.configuration.utf8).write(to: URL(fileURLWithPath: configurationPath))
+            try Data(configuration.utf8).write(to: URL(fileURLWithPath: configurationPath))
         } catch {
             throw DemoFailure("cannot write \(configurationPath): \(error)")
         }
-        transcript.say("runtime directory \(directory) (socket, configuration, daemon log; removed at the end)")
         transcript.say("policy (bgtaskd.conf): \(policy.summary)")
         transcript.say(
             "starting bgtaskd under timeout(1), with a NOTIFY_SOCKET of the demo's own to learn when it is ready")
@@ -86,8 +94,32 @@ final class DemoStage {
         transcript.say("following the daemon's audit trail (Watch): its entries are quoted as \"bgtaskd | ...\"")
     }
 
-    /// Starts the sample app `name` with `arguments` beyond its name, socket and lifetime.
-    func launch(_ name: String, _ arguments: [String], lifetime: Duration) throws(DemoFailure) -> SampleAppProcess {
+    /// As root, makes the cgroups the daemon will make launched apps' cgroups in, and says where; otherwise says in
+    /// one line why there are none and what the daemon does instead.
+    private func makeCgroups() {
+        do throws(DemoCgroups.Unavailable) {
+            let cgroups = try DemoCgroups.make()
+            self.cgroups = cgroups
+            var roots: [String] = []
+            if let control = cgroups.control {
+                let kind = cgroups.isUnified ? "cgroup2" : "v1 freezer"
+                roots.append("CgroupRoot=\(control.path) (\(kind): to freeze and kill them)")
+            }
+            if let memory = cgroups.memory {
+                roots.append("MemoryCgroupRoot=\(memory.path) (v1 memory: to measure them)")
+            }
+            transcript.say(
+                "as root, the demo made cgroups for the apps its daemon launches (removed at the end): "
+                    + roots.joined(separator: ", "))
+        } catch {
+            transcript.say(
+                "\(error.reason): the apps the daemon launches run without a cgroup, stopped with SIGSTOP and "
+                    + "measured by PSS")
+        }
+    }
+
+    /// Starts the sample app `name` as the demo's own child, with `arguments` beyond its name, socket and lifetime.
+    func spawn(_ name: String, _ arguments: [String], lifetime: Duration) throws(DemoFailure) -> SampleAppProcess {
         guard let daemon else { throw DemoFailure("the demo's daemon is not running") }
         let environment = [
             "PATH=\(ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")"
@@ -103,11 +135,34 @@ final class DemoStage {
         return app
     }
 
-    /// Stops everything the demo started, saying what it did: the audit stream, every app still running, the
-    /// daemon, and the runtime directory. Never throws, and ignores interruptions: a second Ctrl-C must not
-    /// leave half of it behind.
+    /// Asks the daemon to launch the sample app `name` (`Launch`), with `arguments` beyond its name, socket and
+    /// lifetime, and starts following its output; returns it as launched (`notRunning`, with its pid and cgroup).
+    func launchThroughDaemon(
+        _ name: String, _ arguments: [String], lifetime: Duration
+    ) throws(DemoFailure) -> LaunchedApp {
+        guard let daemon, let controller else { throw DemoFailure("the demo's daemon is not running") }
+        let argv =
+            [
+                products.sampleApp, "--name", name, "--socket", daemon.socketPath,
+                "--lifetime", String(Int(lifetime.inSeconds.rounded(.up))),
+            ] + arguments
+        let info = try daemonCall("Launch(\(name))") { () throws(ClientError) in
+            try controller.launch(name: name, argv: argv)
+        }
+        let app = try LaunchedApp(
+            info, argv: argv, daemonPID: daemon.pid, logPath: daemon.appLogPath(for: name), transcript: transcript)
+        launchedApps.append(app)
+        return app
+    }
+
+    /// Stops everything the demo started, saying what it did: the apps the daemon launched (reaped by it), the
+    /// audit stream, every app the demo started still running, the daemon, its cgroups, and the runtime directory.
+    /// Never throws, and ignores interruptions: a second Ctrl-C must not leave half of it behind.
     func tearDown() {
         transcript.heading("Cleaning up")
+        for app in launchedApps {
+            endLaunched(app)
+        }
         if let follower {
             follower.stop()
             transcript.say("stopped following the audit trail")
@@ -136,6 +191,18 @@ final class DemoStage {
             }
         }
         daemon = nil
+        if let cgroups {
+            let removal = cgroups.remove()
+            let paths = cgroups.all.map(\.path).joined(separator: " and ")
+            if removal.leftovers.isEmpty {
+                transcript.say(
+                    "removed the demo's cgroups \(paths)"
+                        + (removal.killed > 0 ? " (killed \(removal.killed) process(es) left in them)" : ""))
+            } else {
+                transcript.say("could not remove \(removal.leftovers.joined(separator: ", "))")
+            }
+        }
+        cgroups = nil
         if let directory {
             do {
                 try FileManager.default.removeItem(atPath: directory)
@@ -145,5 +212,30 @@ final class DemoStage {
             }
         }
         directory = nil
+    }
+
+    /// Ends an app the daemon launched, while the daemon still runs so that it reaps its child, and waits (at most
+    /// 5 s) for the daemon's `processExited` entry: no zombie is left for init once the daemon is gone.
+    private func endLaunched(_ app: LaunchedApp) {
+        let mark = follower?.entries.mark
+        let ending = app.end()
+        let what = "\(app.name) (pid \(app.pid), launched by bgtaskd)"
+        switch ending {
+        case .alreadyEnded:
+            transcript.say("\(what) had ended")
+        case .ended(let signal):
+            var reaped = ""
+            if let follower, let mark {
+                // No interruption check: this is the clean-up.
+                let outcome = follower.entries.first(after: mark, within: .seconds(5)) {
+                    $0.app == app.name && $0.kind == .processExited
+                }
+                if case .found = outcome { reaped = "; bgtaskd, its parent, reaped it" }
+            }
+            let signals = signal == .terminate ? "SIGTERM" : "SIGTERM, then \(signal.name)"
+            transcript.say("\(what): \(signals)\(reaped)")
+        case .stillRunning:
+            transcript.say("\(what) could not be stopped; it exits by itself within its lifetime")
+        }
     }
 }

@@ -8,8 +8,10 @@ import Foundation
 /// lines, the daemon's audit trail, its replies, and `/proc` — then stops everything it started.
 ///
 /// Needs no root: the daemon and the apps run as the calling user, with the signal and PSS backends that need no
-/// cgroup. Everything it starts is stopped when it ends, fails, or is interrupted (Ctrl-C, SIGTERM, SIGHUP); if
-/// bgtask itself is killed outright, the daemon's `timeout(1)` and the apps' own lifetimes end them.
+/// cgroup. As root, it makes cgroups of its own for the apps the daemon launches (`CgroupRoot=`,
+/// `MemoryCgroupRoot=`), so they are frozen, measured and killed through cgroups. Everything it starts is stopped,
+/// and its cgroups removed, when it ends, fails, or is interrupted (Ctrl-C, SIGTERM, SIGHUP); if bgtask itself is
+/// killed outright, the daemon's `timeout(1)` and the apps' own lifetimes end them (empty cgroups are then left).
 public struct LifecycleDemo: DemoRunner {
     /// The demo.
     public init() {}

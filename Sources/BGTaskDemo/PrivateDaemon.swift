@@ -14,6 +14,8 @@ final class PrivateDaemon {
     let socketPath: String
     /// The daemon's standard error: its log, shown if it fails.
     let logPath: String
+    /// Where the daemon writes the output of the apps it launches (`--log-dir`): `NAME.log` each.
+    let appLogDirectory: String
     /// The daemon under `timeout(1)`.
     private let service: PrivateService
     /// How long after the spawn `READY=1` came.
@@ -28,16 +30,22 @@ final class PrivateDaemon {
     /// The `timeout` process the daemon runs under, leading its own process group.
     var wrapper: SpawnedProcess { service.wrapper }
 
-    /// Starts `executable --socket DIRECTORY/io.bgtask.Lifecycle --config CONFIGURATION` under `timeout LIFETIME`
-    /// and waits at most `readyTimeout` for `READY=1`.
+    /// Makes `DIRECTORY/logs`, starts `executable --socket DIRECTORY/io.bgtask.Lifecycle --config CONFIGURATION
+    /// --log-dir DIRECTORY/logs` under `timeout LIFETIME` and waits at most `readyTimeout` for `READY=1`.
     init(
         executable: String, directory: String, configurationPath: String, lifetime: Duration,
         readyTimeout: Duration = .seconds(30)
     ) throws(DemoFailure) {
         let socketPath = directory + "/io.bgtask.Lifecycle"
         let logPath = directory + "/bgtaskd.log"
+        let appLogDirectory = directory + "/logs"
         self.socketPath = socketPath
         self.logPath = logPath
+        self.appLogDirectory = appLogDirectory
+        guard mkdir(appLogDirectory, 0o700) == 0 else {
+            throw DemoFailure(
+                "cannot create \(appLogDirectory): \(Errno(rawValue: errno, operation: "mkdir"))")
+        }
         var environment = ["PATH=\(ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")"]
         if let level = ProcessInfo.processInfo.environment["BGTASKD_LOG_LEVEL"] {
             environment.append("BGTASKD_LOG_LEVEL=\(level)")
@@ -45,7 +53,9 @@ final class PrivateDaemon {
         let started = ContinuousClock.now
         do {
             service = try PrivateService.start(
-                [executable, "--socket", socketPath, "--config", configurationPath], lifetime: lifetime,
+                [
+                    executable, "--socket", socketPath, "--config", configurationPath, "--log-dir", appLogDirectory,
+                ], lifetime: lifetime,
                 environment: environment, notifyPath: directory + "/notify", logPath: logPath, logPermissions: 0o600,
                 readyTimeout: readyTimeout, check: Interruption.check)
         } catch {
@@ -61,6 +71,11 @@ final class PrivateDaemon {
             }
         }
         startUpTime = ContinuousClock.now - started
+    }
+
+    /// The file the output of the app `name` goes to, as the daemon names it.
+    func appLogPath(for name: String) -> String {
+        appLogDirectory + "/" + name + ".log"
     }
 
     /// The last lines of the daemon's log, on one line, for a failure message.

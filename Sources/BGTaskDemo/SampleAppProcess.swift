@@ -6,7 +6,7 @@ import Glibc
 /// A `bgtask-demo-app` process the demo started, leading its own process group (so the daemon's SIGSTOP reaches
 /// all of it and a Ctrl-C on the terminal does not), with its standard output and error read on a thread of
 /// their own: each line is quoted in the transcript as it comes and kept for the narration to wait on.
-final class SampleAppProcess {
+final class SampleAppProcess: QuotedApp {
     /// The app's name, as it registers.
     let name: String
     /// The process, with the pidfd it was spawned with.
@@ -53,35 +53,12 @@ final class SampleAppProcess {
     private static func read(
         _ descriptor: FileDescriptor, into lines: Feed<String>, quotingAs source: String, in transcript: Transcript
     ) {
-        var buffer: [UInt8] = []
-        while true {
-            guard let chunk = try? descriptor.read(upTo: 4_096), !chunk.isEmpty else { break }
-            buffer += chunk
-            while let newline = buffer.firstIndex(of: UInt8(ascii: "\n")) {
-                let line = String(decoding: buffer[..<newline], as: UTF8.self)
-                buffer.removeSubrange(...newline)
-                transcript.quote(source, line)
-                lines.append(line)
-            }
-        }
-        if !buffer.isEmpty {
-            let line = String(decoding: buffer, as: UTF8.self)
-            transcript.quote(source, line)
-            lines.append(line)
+        var quoted = QuotedLines(source: source, lines: lines, transcript: transcript)
+        while let chunk = try? descriptor.read(upTo: 4_096), !chunk.isEmpty {
+            quoted.append(chunk)
         }
         try? descriptor.close()
-        lines.close()
-    }
-
-    /// Waits for the first line after `mark` that starts with `prefix`; returns it and the mark past it.
-    @discardableResult
-    func waitForLine(
-        startingWith prefix: String, after mark: Int, timeout: Duration, transcript: Transcript
-    ) throws(DemoFailure) -> (line: String, next: Int) {
-        let found = try lines.wait(
-            after: mark, for: "\(name)'s \"\(prefix)...\" line", timeout: timeout, transcript: transcript
-        ) { $0.hasPrefix(prefix) }
-        return (found.item, found.next)
+        quoted.finish()
     }
 
     /// Whether the process has exited (it may still need reaping).

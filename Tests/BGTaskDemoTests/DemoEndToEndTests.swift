@@ -2,6 +2,7 @@
 import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
+import Glibc
 import Testing
 
 /// Serialized: each run starts a daemon and four apps and paces itself on wall-clock deadlines; running them one
@@ -11,15 +12,48 @@ struct DemoEndToEndTests {
     /// The user the no-root run runs as.
     static let nobody: UInt32 = 65534
 
+    /// The backends the apps the daemon launches must get in a run as root (`asRoot`) or not, on this host: as
+    /// root, the best the host's hierarchies give (the demo makes the cgroups); otherwise SIGSTOP and PSS.
+    struct ExpectedBackends {
+        /// Whether the demo must make cgroups for its daemon.
+        var madeCgroups: Bool
+        var freeze: String
+        /// The memory backends accepted: on a pure cgroup2 host the daemon gets `memory.current` only where the
+        /// memory controller reaches the demo's cgroup.
+        var memory: Set<String>
+        var kill: String
+        /// `suspendedWith` of a launched app.
+        var suspendedWith: String
+
+        init(asRoot: Bool, hierarchies: CgroupHierarchies = .probe()) {
+            let control = hierarchies.unified != nil ? "cgroup2" : hierarchies.freezer != nil ? "cgroup1" : nil
+            madeCgroups = asRoot && (control != nil || hierarchies.memory != nil)
+            freeze = (madeCgroups ? control : nil) ?? "sigstop"
+            memory =
+                !madeCgroups ? ["pss"] : hierarchies.memory != nil ? ["cgroup1"] : ["cgroup2", "pss"]
+            kill =
+                !madeCgroups || control == nil
+                ? "pidfd" : hierarchies.unified.map { _ in "cgroup.kill" } ?? "cgroup1"
+            suspendedWith = freeze == "sigstop" ? "group" : freeze
+        }
+    }
+
     /// What every complete run must show, checked against the run's own data.
-    static func expectEveryScene(in run: DemoRun, sourceLocation: SourceLocation = #_sourceLocation) throws {
+    static func expectEveryScene(
+        in run: DemoRun, backends: ExpectedBackends, sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
         let transcript = run.transcript
-        // The daemon: ready through its NOTIFY_SOCKET, with the backends that need no root and no cgroup (the
-        // demo's apps share the demo's cgroup, so even where cgroup2 is mounted they are stopped with SIGSTOP).
+        // Cgroups for the apps the daemon launches: made as root where the host has them, else one line saying so.
+        if backends.madeCgroups {
+            let made = try #require(run.line(containing: "as root, the demo made cgroups"), "\(transcript)")
+            #expect(made.line.contains("CgroupRoot=/") || made.line.contains("MemoryCgroupRoot=/"), "\(made.line)")
+        } else {
+            let lines = run.lines(containing: "the apps the daemon launches run without a cgroup")
+            #expect(lines.count == 1, "\(transcript)")
+        }
+        // The daemon: ready through its NOTIFY_SOCKET, reporting the roots it got.
         let ready = try #require(run.line(containing: "sent READY=1"), "\(transcript)")
-        #expect(
-            ready.line.contains("freeze=sigstop") || ready.line.contains("freeze=cgroup2+sigstop"),
-            "the demo must need no cgroup: \(ready.line)")
+        #expect(ready.line.contains("cgroupRoot=\(backends.freeze == "sigstop" ? "none" : "/")"), "\(ready.line)")
 
         // 1. Registration in the foreground, then willResignActive before didEnterBackground.
         for app in ["mail", "uploader", "game"] {
@@ -69,26 +103,73 @@ struct DemoEndToEndTests {
         let foreground = try #require(run.line(containing: "uploader | event willEnterForeground"))
         #expect(notification.index < foreground.index)
 
-        // 5. Memory: the heaviest is the likely victim with rank 1, the others are warned too, and the suspended
-        // editor is reclaimed.
+        // 5. Memory: the backends the daemon chose for the apps it launches, named.
+        let chosen = try #require(
+            run.line(
+                containing: backends.madeCgroups ? "The daemon chose for the apps it launches" : "With no CgroupRoot="),
+            "\(transcript)")
+        #expect(chosen.line.contains("freeze=\(backends.freeze) ("), "\(chosen.line)")
+        #expect(backends.memory.contains { chosen.line.contains("memory=\($0) (") }, "\(chosen.line)")
+        #expect(chosen.line.contains("kill=\(backends.kill) ("), "\(chosen.line)")
+        // Two apps launched by the daemon: their pid as Launch replied is the one they register with, and their
+        // cgroup is under the demo's.
+        let cgroupRoot = value(of: "cgroupRoot", in: ready.line)
+        for app in ["maps", "editor"] {
+            let launched = try #require(run.line(containing: "Launch(\(app), argv: bgtask-demo-app"), "\(transcript)")
+            #expect(launched.line.contains("replied: \(app) is notRunning, pid "), "\(launched.line)")
+            let registered = try #require(run.line(containing: "\(app) | registered pid="), "\(transcript)")
+            #expect(pids(in: launched.line) == pids(in: registered.line), "\(launched.line)\n\(registered.line)")
+            if backends.freeze == "sigstop" {
+                #expect(launched.line.hasSuffix("no cgroup"), "\(launched.line)")
+            } else {
+                let root = try #require(cgroupRoot)
+                #expect(launched.line.contains(", cgroup \(root)/app-\(app)-"), "\(launched.line)")
+            }
+        }
+        // maps, suspended with its cache, as the daemon and the kernel report it.
+        let suspension = try #require(run.line(containing: "maps is suspended, holding its memory"), "\(transcript)")
+        #expect(suspension.line.contains("suspendedWith \(backends.suspendedWith),"), "\(suspension.line)")
+        #expect(backends.memory.contains { suspension.line.contains(" by \($0) (") }, "\(suspension.line)")
+        switch backends.freeze {
+        case "cgroup2": #expect(suspension.line.contains("cgroup.events says frozen 1"), "\(suspension.line)")
+        case "cgroup1": #expect(suspension.line.contains("freezer.state says FROZEN"), "\(suspension.line)")
+        default: #expect(suspension.line.contains("stat says T (stopped"), "\(suspension.line)")
+        }
+        // The warning: the editor is a likely victim, the foreground apps are warned too but are not.
         let editorWarning = try #require(run.line(containing: "bgtaskd | editor  memoryWarning"), "\(transcript)")
-        #expect(editorWarning.line.hasSuffix("rank=1"), "\(editorWarning.line)")
+        #expect(value(of: "rank", in: editorWarning.line) != nil, "\(editorWarning.line)")
         for app in ["mail", "uploader"] {
             let line = try #require(run.line(containing: "\(app) | event memoryWarning"), "\(transcript)")
             #expect(value(of: "likelyVictim", in: line.line) == "false")
         }
+        // The reclaim: the heaviest suspended app, with its band, bytes, trigger reading and trigger-to-kill time;
+        // then its exit as its parent, the daemon, reports it, with kill-to-exit time.
         let reclaim = try #require(run.line(containing: "bgtaskd | editor  terminated  reason=memory-reclaim"))
         #expect(reclaim.line.contains("band=suspended"), "\(reclaim.line)")
-        #expect(run.line(containing: "The editor's process")?.line.contains("killed by SIGKILL") == true)
+        let reclaimed = try #require(run.line(containing: "the daemon reclaimed editor"), "\(transcript)")
+        for detail in ["band suspended", " bytes)", "trigger reading \"apps use ", "from that reading to the kill"] {
+            #expect(reclaimed.line.contains(detail), "\(reclaimed.line)")
+        }
+        let exited = try #require(run.line(containing: "bgtaskd | editor  processExited"), "\(transcript)")
+        #expect(value(of: "latency", in: exited.line) != nil, "\(exited.line)")
+        let exit = try #require(run.line(containing: "The editor's process"), "\(transcript)")
+        #expect(
+            exit.line.contains("as bgtaskd, its parent, reports it: killed by SIGKILL (exitSignal SIGKILL"),
+            "\(exit.line)")
+        #expect(exit.line.contains("from the kill to its exit (processExited)"), "\(exit.line)")
         #expect(run.line(containing: "GetApp(editor): terminated, exitReason memory-reclaim") != nil)
+        // Heaviest first and no further: maps, lighter, is spared.
+        #expect(run.line(containing: "bgtaskd | maps  terminated  reason=memory-reclaim") == nil, "\(transcript)")
+        #expect(run.line(containing: "maps, suspended too but lighter") != nil, "\(transcript)")
 
         // The summary and the clean-up.
         #expect(run.line(containing: "== Summary ==") != nil)
         #expect(run.line(containing: "SIGTERM; exited with status 0") != nil, "the daemon stopped cleanly")
     }
 
-    /// Nothing the run started is left: no process in its session, none of the pids it printed, no file in
-    /// TMPDIR (runtime directory, socket, log).
+    /// Nothing the run started is left: no process in its session, none of the pids it printed (the apps the
+    /// daemon launched have sessions of their own: none of them may be left at all), none of the cgroups it made,
+    /// no file in TMPDIR (runtime directory, socket, logs).
     static func expectNothingLeft(
         by run: DemoRun, startedAtLeast minimumPIDs: Int = 5, sourceLocation: SourceLocation = #_sourceLocation
     ) {
@@ -98,6 +179,18 @@ struct DemoEndToEndTests {
             #expect(
                 survivor == nil || survivor?.sessionID != run.session,
                 "pid \(pid) is still there: \(String(describing: survivor))",
+                sourceLocation: sourceLocation)
+        }
+        for launched in run.lines(containing: "Launch(").flatMap(pids(in:)) {
+            let survivor = try? ProcFS().stat(launched)
+            #expect(
+                survivor.map { !$0.command.hasPrefix("bgtask-demo") } ?? true,
+                "launched app \(launched) is still there: \(String(describing: survivor))",
+                sourceLocation: sourceLocation)
+        }
+        for cgroup in run.cgroupsMade {
+            #expect(
+                !FileManager.default.fileExists(atPath: cgroup), "cgroup \(cgroup) is still there",
                 sourceLocation: sourceLocation)
         }
         #expect(
@@ -123,7 +216,16 @@ struct DemoEndToEndTests {
             #expect(status == .exited(0), "stderr: \(run.errors)\n\(run.transcript)")
             #expect(run.errors.isEmpty, "\(run.errors)")
             #expect(took < .seconds(60), "took \(took)")
-            try Self.expectEveryScene(in: run)
+            let backends = ExpectedBackends(asRoot: geteuid() == 0)
+            if backends.madeCgroups {
+                // As root, cgroups of the demo's own for the daemon, handed to it and named in its GetStatus.
+                #expect(!run.cgroupsMade.isEmpty, "\(run.transcript)")
+                let ready = try #require(run.line(containing: "sent READY=1"))
+                for cgroup in run.cgroupsMade { #expect(ready.line.contains(cgroup), "\(ready.line)") }
+            } else {
+                print("fullRun: the launched apps' cgroup backends are not checked: not root, or no cgroup hierarchy")
+            }
+            try Self.expectEveryScene(in: run, backends: backends)
             Self.expectNothingLeft(by: run)
         }
     }
@@ -153,7 +255,8 @@ struct DemoEndToEndTests {
             }
             let (status, _) = try run.finish()
             #expect(status == .exited(0), "stderr: \(run.errors)\n\(run.transcript)")
-            try Self.expectEveryScene(in: run)
+            #expect(run.lines(containing: "not running as root, so the demo makes no cgroups").count == 1)
+            try Self.expectEveryScene(in: run, backends: ExpectedBackends(asRoot: false))
             Self.expectNothingLeft(by: run)
         }
     }
@@ -174,6 +277,9 @@ struct DemoEndToEndTests {
             // Mid-wait for the expiration warning, a task open.
             Interruption(signal: .terminate, after: "game | began background task"),
             Interruption(signal: .hangUp, after: "mail | registered pid="),
+            // maps, launched by the daemon, is suspended (frozen in its cgroup, as root): clean-up must thaw and end
+            // it, and remove the cgroups.
+            Interruption(signal: .interrupt, after: "maps is suspended, holding its memory"),
         ])
     func interrupted(_ interruption: Interruption) async throws {
         try await offThePool {

@@ -23,13 +23,7 @@ struct DemoPolicyTests {
     @Test(arguments: [Duration.seconds(3), .seconds(6), .milliseconds(7_250), .seconds(60), .seconds(600)])
     func writesAConfigurationTheDaemonReadsWithoutComplaint(_ backgroundTime: Duration) throws {
         let policy = try DemoPolicy(backgroundTime: backgroundTime)
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-demo-policy-\(UUID())")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let path = directory.appendingPathComponent("bgtaskd.conf").path
-        try Data(policy.configuration.utf8).write(to: URL(fileURLWithPath: path))
-        let loaded = ConfigurationLoader(path: path).load()
-        #expect(loaded.diagnostics.isEmpty, "\(loaded.diagnostics)")
+        let loaded = try Self.load(policy.configuration())
         let app = loaded.configuration.core.defaultAppPolicy
         #expect(app.backgroundTime == policy.backgroundTime)
         #expect(app.expirationWarning == policy.expirationWarning)
@@ -37,6 +31,30 @@ struct DemoPolicyTests {
         #expect(app.willTerminateGrace == policy.willTerminateGrace)
         #expect(loaded.configuration.memory.warningGrace == policy.memoryWarningGrace)
         #expect(loaded.configuration.memory.appsMemoryMaxBytes == UInt64(policy.appsMemoryMaxMebibytes) << 20)
+        #expect(loaded.configuration.memory.cgroupRoot == nil && loaded.configuration.memory.memoryCgroupRoot == nil)
+    }
+
+    @Test("hands the daemon the cgroups the demo made, in its [Memory] section")
+    func namesTheDemoCgroups() throws {
+        let policy = try DemoPolicy(backgroundTime: .seconds(6))
+        let control = "/sys/fs/cgroup/unified/bgtask-demo-1-2"
+        let memory = "/sys/fs/cgroup/memory/bgtask-demo-1-2"
+        let loaded = try Self.load(policy.configuration(cgroupRoot: control, memoryCgroupRoot: memory))
+        #expect(loaded.configuration.memory.cgroupRoot == control)
+        #expect(loaded.configuration.memory.memoryCgroupRoot == memory)
+        #expect(loaded.configuration.memory.appsMemoryMaxBytes == UInt64(policy.appsMemoryMaxMebibytes) << 20)
+    }
+
+    /// `configuration` as the daemon loads it from a file, which must raise no diagnostic.
+    static func load(_ configuration: String) throws -> ConfigurationLoadResult {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-demo-policy-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appendingPathComponent("bgtaskd.conf").path
+        try Data(configuration.utf8).write(to: URL(fileURLWithPath: path))
+        let loaded = ConfigurationLoader(path: path).load()
+        #expect(loaded.diagnostics.isEmpty, "\(loaded.diagnostics)")
+        return loaded
     }
 
     @Test(arguments: [

@@ -78,6 +78,14 @@ final class DemoRun {
         Set(lines.flatMap(pids(in:)))
     }
 
+    /// The cgroups the demo said it made (`CgroupRoot=PATH`, `MemoryCgroupRoot=PATH`); none when it made none.
+    var cgroupsMade: [String] {
+        guard let made = line(containing: "the demo made cgroups")?.line else { return [] }
+        return made.split(separator: " ").compactMap { word in
+            word.split(separator: "=", maxSplits: 1).last.flatMap { $0.hasPrefix("/") ? String($0) : nil }
+        }
+    }
+
     /// The live processes whose session is the demo's: whatever it started and did not stop.
     func processesLeft() -> [ProcessStat] {
         let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []

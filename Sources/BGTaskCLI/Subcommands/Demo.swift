@@ -44,10 +44,12 @@ public struct Demo: Subcommand {
             scene with what really happens: the apps' own lines, the daemon's audit trail and replies, and /proc. \
             The scenes: apps register in the foreground and one leaves it; a background task ends in time while \
             its remaining time counts down, and the app is suspended; a task outlives its background time \
-            (expiration warning, then termination); notifications to a suspended app are coalesced; memory \
-            warnings, then reclamation. Needs no root. Everything the demo starts is stopped and its directory \
-            removed when it ends or is interrupted. --socket and --user do not apply: the demo never talks to \
-            another daemon.
+            (expiration warning, then termination); notifications to a suspended app are coalesced; two apps the \
+            daemon launches itself hold memory, then memory warnings and reclamation, heaviest first. Needs no \
+            root; as root it makes cgroups of its own for the daemon, so the apps it launches are frozen and \
+            measured through cgroups, and says which backends the daemon chose. Everything the demo starts is \
+            stopped, and its cgroups and directory removed, when it ends or is interrupted. --socket and --user do \
+            not apply: the demo never talks to another daemon.
             """,
         options: [backgroundTime],
         examples: [
