@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
@@ -237,6 +238,15 @@ static inline pid_t bgtask_launch(const struct bgtask_launch_spec *spec, int *pi
     if (syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, 8) != 0)
         bgtask_launch_fail(spec->error_pipe, BGTASK_LAUNCH_SIGNALS);
     if (syscall(SYS_setsid) < 0) bgtask_launch_fail(spec->error_pipe, BGTASK_LAUNCH_SESSION);
+    /* The daemon raised its own descriptor limit to the hard one; an app gets the usual soft limit of 1024
+       (select(2) breaks past it), as systemd gives services, its hard limit unchanged. */
+    struct {
+        unsigned long long current, maximum;
+    } files;
+    if (syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, NULL, &files) == 0 && files.current > 1024) {
+        files.current = files.maximum < 1024 ? files.maximum : 1024;
+        (void)syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, &files, NULL);
+    }
     for (int index = 0; index < spec->cgroup_count; index++) {
         if (syscall(SYS_write, spec->cgroup_procs[index], "0", 1) != 1)
             bgtask_launch_fail(spec->error_pipe, BGTASK_LAUNCH_CGROUP);

@@ -27,6 +27,12 @@ struct LaunchTests {
             let app = try fixture.waitForApp("org.example.launched") { $0["state"] == "active" }
             #expect(app["pid"]?.intValue == pid && app["uid"]?.intValue == Int(getuid()))
 
+            // The usual soft descriptor limit, not the one the daemon raised for itself.
+            let limits = try String(contentsOfFile: "/proc/\(pid)/limits", encoding: .utf8)
+            let files = limits.split(separator: "\n").first { $0.hasPrefix("Max open files") }
+            let soft = files.flatMap { $0.split(separator: " ", omittingEmptySubsequences: true).dropFirst(3).first }
+            #expect(soft.flatMap { Int($0) }.map { $0 <= 1024 } == true, "\(files ?? "")")
+
             // It is in the cgroups the daemon made, alone.
             let own = try CgroupHierarchies.probe().cgroups(of: pid_t(pid))
             #expect(own.unified?.path == cgroup || own.freezer?.path == cgroup)
