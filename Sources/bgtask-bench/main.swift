@@ -72,6 +72,14 @@ case "deadlines":
     } catch {
         fail("deadlines: \(error)", status: 1)
     }
+// The launched app of the reclaim benchmark: the suspended victim, or the foreground app that crosses the limit.
+case "reclaim-app":
+    guard let options = ReclaimApp.Options(arguments: Array(arguments.dropFirst())) else {
+        fail(
+            "usage: bgtask-bench reclaim-app --role victim|trigger [--alloc-mib N] [--control PATH] --lifetime S",
+            status: 64)
+    }
+    exit(ReclaimApp.run(options))
 // Hidden modes the deadline benchmark runs itself in: an app's stand-in process, and the status flooder.
 case "app-process":
     guard let options = try? DeadlineBenchmark.options(Array(arguments.dropFirst()), allowed: ["--socket"]),
