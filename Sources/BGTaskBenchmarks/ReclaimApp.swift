@@ -12,8 +12,9 @@ import Glibc
 /// - The **victim** maps and touches its allocation, registers in background and acknowledges
 ///   `didEnterBackground`, so the daemon suspends it at once, holding a known amount of memory.
 /// - The **trigger** registers in the foreground and connects to the benchmark's control socket, whose path it is
-///   given; there it maps and touches memory when told (`touch BYTES`), answering with `CLOCK_MONOTONIC` just
-///   before the first page and right after the last one, and unmaps all of it when told (`release`).
+///   given; there it maps and touches memory when told (`touch BYTES [MARK]`), answering with `CLOCK_MONOTONIC`
+///   just before the first page, right after the page that holds byte MARK (the one that takes the apps over the
+///   limit) and right after the last page, and unmaps all of it when told (`release`).
 ///
 /// Both bound their own lifetime with `alarm`, and both exit when the daemon ends their registration. Their output
 /// goes where the daemon puts a launched app's output (`--log-dir`): one line per step, for a failing run's report.
@@ -136,14 +137,15 @@ public enum ReclaimApp {
         while let command = try control.nextLine(timeout: nil) {
             let words = command.split(separator: " ")
             switch (words.first, words.count) {
-            case ("touch", 2):
+            case ("touch", 2), ("touch", 3):
                 guard let bytes = Int(words[1]), bytes > 0 else { throw BenchmarkError("bad command \(command)") }
+                let mark = words.count == 3 ? Int(words[2]) : bytes
+                guard let mark, (1...bytes).contains(mark) else { throw BenchmarkError("bad command \(command)") }
                 let start = MonotonicClock.now()
-                let chunk = try TouchedMemory(bytes: bytes)
-                // Read right after the last page was touched: the moment the apps' total crossed the limit.
+                let chunk = try TouchedMemory(bytes: bytes, markAfter: mark)
                 let end = MonotonicClock.now()
                 chunks.append(chunk)
-                try control.send("touched \(start) \(end)")
+                try control.send("touched \(start) \(chunk.markedAt) \(end)")
             case ("release", 1):
                 for chunk in chunks { chunk.unmap() }
                 chunks = []
@@ -166,9 +168,13 @@ public enum ReclaimApp {
 struct TouchedMemory {
     let address: UnsafeMutableRawPointer
     let bytes: Int
+    /// `CLOCK_MONOTONIC` read right after the page holding byte `markAfter - 1` was touched, in order from the first
+    /// page: the moment the first `markAfter` bytes were resident.
+    let markedAt: Int64
 
-    /// Maps `bytes` (rounded up to pages) and touches every page.
-    init(bytes: Int) throws {
+    /// Maps `bytes` (rounded up to pages) and touches every page, reading the clock once the first `markAfter`
+    /// bytes are touched (by default, all of them).
+    init(bytes: Int, markAfter: Int? = nil) throws {
         let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
         let length = (bytes + pageSize - 1) / pageSize * pageSize
         guard
@@ -177,9 +183,14 @@ struct TouchedMemory {
         else {
             throw BenchmarkError("mmap of \(length) bytes failed: \(Errno(rawValue: errno, operation: "mmap"))")
         }
+        // The page holding byte mark - 1 starts at or after this offset's page.
+        let markPage = (max(1, markAfter ?? length) - 1) / pageSize * pageSize
+        var markedAt: Int64 = 0
         for offset in stride(from: 0, to: length, by: pageSize) {
             mapped.storeBytes(of: 1, toByteOffset: offset, as: UInt8.self)
+            if offset == markPage { markedAt = MonotonicClock.now() }
         }
+        self.markedAt = markedAt
         address = mapped
         self.bytes = length
     }
