@@ -20,13 +20,16 @@ import Synchronization
 /// 2. the foreground app grows to `approachMarginBytes` under the limit, and the benchmark waits until the
 ///    daemon's own sample shows it (`GetStatus`), as it would see an app growing toward the limit;
 /// 3. the benchmark reads the apps' memory as the daemon reads it and has the foreground app touch the rest of the
-///    way plus `crossingSlackBytes`; the app reads `CLOCK_MONOTONIC` right after its last page: the **trigger**;
+///    way plus `crossingSlackBytes`; the app reads `CLOCK_MONOTONIC` right after the page that takes the apps over
+///    the limit: the **trigger**;
 /// 4. one thread waits on the victim's pidfd (**dead**), another reads its memory every 200 µs until it is back
 ///    (**freed**, `FreedMeasure`: its memory cgroup under `freedCgroupBytes` or removed; for PSS, where the app
 ///    has no cgroup, a memory cgroup the benchmark put the daemon in, or without root the system's free pages, back
 ///    by `freedShare` of the victim's size);
 /// 5. the daemon's own figure is the `latencyMs` its `History` records for the kill, and the foreground app
-///    unmaps what it touched.
+///    unmaps what it touched. A third thread reads the apps' total every `holdCheckInterval` meanwhile: a round in
+///    which it fell back to the limit before the daemon saw it over (its kill less its latency) measured no
+///    crossing, and is run again (counted in the report).
 public struct ReclaimBenchmark: Sendable {
     /// What to run.
     public struct Configuration: Sendable {
@@ -89,10 +92,16 @@ public struct ReclaimBenchmark: Sendable {
     /// often as they near the limit (100 ms plus up to 900 ms by headroom), and an app growing toward it would have
     /// been seen this close.
     static let approachMarginBytes: UInt64 = 16 << 20
-    /// How far past the limit the crossing touch goes: the memory cgroup charges in batches of 64 pages per CPU, and
-    /// the benchmark's reading and the daemon's are taken apart, so the total is over the limit in the daemon's
-    /// reading too. Touching it takes well under a millisecond, the bound on how early the stamp is.
-    static let crossingSlackBytes: UInt64 = 1 << 20
+    /// How far past the limit the crossing touch goes on after the page that crosses it (where the trigger is
+    /// stamped), so that the apps stay over the limit in the daemon's readings too: the memory cgroup charges in
+    /// batches of 64 pages per CPU, and a PSS reading moves as other processes map or unmap the same libraries.
+    static let crossingSlackBytes: UInt64 = 4 << 20
+    /// How long before the victim's death its kill may have begun, taking memory back: readings of the apps that
+    /// late are not held against the crossing.
+    static let killMargin: Duration = .milliseconds(10)
+    /// How often the apps' total is read between the crossing and the victim's death, to tell whether it stayed
+    /// over the limit.
+    static let holdCheckInterval: Duration = .milliseconds(20)
     /// A victim's memory cgroup at or under this is freed: what the kernel keeps charged to an empty cgroup (per-CPU
     /// charge batches, page cache) stays under it.
     static let freedCgroupBytes: UInt64 = 1 << 20
@@ -284,16 +293,30 @@ final class ReclaimSession {
         let foreground = try client.getApp(Self.foregroundName)
         let foregroundGauge = try MemoryGauge(app: foreground)
         var rounds: [ReclaimReport.Round] = []
+        var redone = 0
         var freed = Set<String>()
-        for index in 1...configuration.rounds {
+        var attempt = 0
+        // A round whose crossing did not hold is not a measurement of reclamation: it is run again, twice the
+        // rounds at most in all.
+        while rounds.count < configuration.rounds && attempt < 2 * configuration.rounds {
+            attempt += 1
             try BenchmarkInterruption.check()
             do {
-                let (round, measure) = try round(index, foregroundGauge: foregroundGauge)
+                let (round, measure) = try round(attempt, foregroundGauge: foregroundGauge)
+                guard round.heldOverLimit else {
+                    redone += 1
+                    continue
+                }
                 rounds.append(round)
                 freed.insert(measure.description)
             } catch {
-                throw BenchmarkError("round \(index): \(error); \(BenchmarkDaemon.tail(of: daemon.logPath))")
+                throw BenchmarkError("round \(attempt): \(error); \(BenchmarkDaemon.tail(of: daemon.logPath))")
             }
+        }
+        guard !rounds.isEmpty else {
+            throw BenchmarkError(
+                "no round's crossing held in \(attempt) tries: each time the apps' total fell back to the limit before "
+                    + "the daemon saw it over")
         }
         var backends: [String: String] = [:]
         for (key, value) in status.backends {
@@ -301,7 +324,7 @@ final class ReclaimSession {
         }
         let trigger = status.backends["trigger"]?.stringValue ?? status.memory["trigger"]?.stringValue ?? "polling"
         return ReclaimReport.Measurement(
-            rounds: rounds, daemonBackends: backends, trigger: trigger,
+            rounds: rounds, redone: redone, daemonBackends: backends, trigger: trigger,
             freedMeasure: freed.sorted().joined(separator: "; "))
     }
 
@@ -338,23 +361,28 @@ final class ReclaimSession {
 
         // How the daemon suspended the victim shows once the freeze is confirmed, well before this.
         let suspended = try client.getApp(name)
-        // The crossing: the rest of the way as the daemon reads the apps, plus the slack.
+        // The crossing: the rest of the way as the daemon reads the apps, stamped at the page past it, plus the slack.
         let victimBytes = try victimGauge.read()
         let total = victimBytes + (try foregroundGauge.read())
         guard total < limit else { throw BenchmarkError("the apps crossed the limit before the crossing touch") }
-        let crossing = limit - total + ReclaimBenchmark.crossingSlackBytes
+        let gap = limit - total
+        let crossing = gap + ReclaimBenchmark.crossingSlackBytes
         let measure = freedMeasure(victimGauge)
         let isFreed = try measure.check(victimBytes: victimBytes, crossingBytes: crossing)
+        let appsBytes: @Sendable () -> UInt64? = {
+            guard let victim = try? victimGauge.read(), let foreground = try? foregroundGauge.read() else { return nil }
+            return victim + foreground
+        }
         let watch = VictimWatch(
-            process: victimProcess, isFreed: isFreed, timeout: ReclaimBenchmark.reclaimTimeout)
-        let touched: (start: Int64, end: Int64)
+            process: victimProcess, isFreed: isFreed, appsBytes: appsBytes, timeout: ReclaimBenchmark.reclaimTimeout)
+        let touched: (start: Int64, marked: Int64, end: Int64)
         do {
-            touched = try touch(crossing, on: control)
+            touched = try touch(crossing, markAfter: gap + 1, on: control)
         } catch {
             _ = watch.wait()
             throw error
         }
-        let (deadAt, freedAt) = watch.wait()
+        let (deadAt, freedAt, samples) = watch.wait()
         guard let deadAt else {
             throw BenchmarkError(
                 "\(name) was not killed within \(ReclaimBenchmark.reclaimTimeout) of the crossing; \(output(of: name))")
@@ -364,11 +392,17 @@ final class ReclaimSession {
         guard try control.nextLine(timeout: .seconds(10)) == "released" else {
             throw BenchmarkError("the foreground app did not release its memory")
         }
+        // Until the daemon's first sample over the limit (its kill less its latency; a margin for the kill itself),
+        // the apps must have stayed over it: a reading at or under it means the crossing did not hold (for PSS, the
+        // shares of libraries other processes map move the apps' total by megabytes).
+        let seenOver = deadAt - Int64((entry.latencyMs ?? 0) * 1e6) - ReclaimBenchmark.killMargin.nanosecondCount
+        let heldOverLimit = !samples.contains { $0.at >= touched.marked && $0.at < seenOver && $0.bytes <= limit }
         let result = ReclaimReport.Round(
-            deadMilliseconds: Double(deadAt - touched.end) / 1e6,
-            freedMilliseconds: freedAt.map { Double($0 - touched.end) / 1e6 },
-            daemonMilliseconds: entry.latencyMs, crossingTouchMilliseconds: Double(touched.end - touched.start) / 1e6,
-            crossingBytes: crossing, suspendedWith: suspended.suspendedWith?.rawValue ?? "?",
+            deadMilliseconds: Double(deadAt - touched.marked) / 1e6,
+            freedMilliseconds: freedAt.map { Double($0 - touched.marked) / 1e6 },
+            daemonMilliseconds: entry.latencyMs,
+            crossingMilliseconds: Double(touched.marked - touched.start) / 1e6, crossingBytes: gap,
+            heldOverLimit: heldOverLimit, suspendedWith: suspended.suspendedWith?.rawValue ?? "?",
             memoryBackend: suspended.memoryBackend ?? "?", band: entry.band?.rawValue ?? "?")
         return (result, measure)
     }
@@ -379,17 +413,22 @@ final class ReclaimSession {
         return pssFreedMeasure
     }
 
-    /// Has the foreground app touch `bytes` more; its stamps before the first and after the last page.
-    private func touch(_ bytes: UInt64, on control: LineChannel) throws -> (start: Int64, end: Int64) {
-        try control.send("touch \(bytes)")
+    /// Has the foreground app touch `bytes` more; its stamps before the first page, after the page holding byte
+    /// `markAfter` (by default the last) and after the last page.
+    private func touch(_ bytes: UInt64, markAfter mark: UInt64? = nil, on control: LineChannel) throws -> (
+        start: Int64, marked: Int64, end: Int64
+    ) {
+        try control.send("touch \(bytes) \(mark ?? bytes)")
         guard let reply = try control.nextLine(timeout: .seconds(10)) else {
             throw BenchmarkError("the foreground app closed its control connection; \(output(of: Self.foregroundName))")
         }
         let words = reply.split(separator: " ")
-        guard words.count == 3, words[0] == "touched", let start = Int64(words[1]), let end = Int64(words[2]) else {
+        guard words.count == 4, words[0] == "touched", let start = Int64(words[1]), let marked = Int64(words[2]),
+            let end = Int64(words[3])
+        else {
             throw BenchmarkError("the foreground app answered \(reply.debugDescription)")
         }
-        return (start, end)
+        return (start, marked, end)
     }
 
     /// Calls `GetStatus` every 20 ms until `condition` holds, at most 10 s.
@@ -607,14 +646,25 @@ enum FreedMeasure: Sendable {
     }
 }
 
-/// Two threads timing a victim's end: one blocked on its pidfd (dead), one reading its memory every
-/// `ReclaimBenchmark.freedPollInterval` (freed); both give up after `timeout`.
+/// Three threads timing a victim's end: one blocked on its pidfd (dead), one reading its memory every
+/// `ReclaimBenchmark.freedPollInterval` (freed), one reading the apps' total every
+/// `ReclaimBenchmark.holdCheckInterval` until the victim is dead; all give up after `timeout`.
 final class VictimWatch: Sendable {
+    /// One reading of the apps' total: when it was read, and the bytes.
+    struct Sample: Sendable {
+        var at: Int64
+        var bytes: UInt64
+    }
+
     private let deadAt = Mutex<Int64?>(nil)
     private let freedAt = Mutex<Int64?>(nil)
+    private let samples = Mutex<[Sample]>([])
     private let finished = DispatchGroup()
 
-    init(process: PidFD, isFreed: @escaping @Sendable () -> Bool, timeout: Duration) {
+    init(
+        process: PidFD, isFreed: @escaping @Sendable () -> Bool, appsBytes: @escaping @Sendable () -> UInt64?,
+        timeout: Duration
+    ) {
         let deadline = MonotonicClock.now() + timeout.nanosecondCount
         finished.enter()
         let dead = Thread { [self] in
@@ -637,14 +687,29 @@ final class VictimWatch: Sendable {
             }
             finished.leave()
         }
+        finished.enter()
+        let held = Thread { [self] in
+            let interval = UInt32(ReclaimBenchmark.holdCheckInterval.nanosecondCount / 1000)
+            while MonotonicClock.now() < deadline && deadAt.withLock({ $0 == nil }) {
+                // A reading that fails (the victim gone) says nothing about the crossing.
+                if let bytes = appsBytes() {
+                    let sample = Sample(at: MonotonicClock.now(), bytes: bytes)
+                    samples.withLock { $0.append(sample) }
+                }
+                usleep(interval)
+            }
+            finished.leave()
+        }
         dead.start()
         freed.start()
+        held.start()
     }
 
-    /// Waits for both threads (each ends by the timeout); the `CLOCK_MONOTONIC` stamps, nil where it did not happen.
-    func wait() -> (dead: Int64?, freed: Int64?) {
+    /// Waits for the threads (each ends by the timeout); the `CLOCK_MONOTONIC` stamps, nil where it did not happen,
+    /// and the readings of the apps' total.
+    func wait() -> (dead: Int64?, freed: Int64?, samples: [Sample]) {
         finished.wait()
-        return (deadAt.withLock { $0 }, freedAt.withLock { $0 })
+        return (deadAt.withLock { $0 }, freedAt.withLock { $0 }, samples.withLock { $0 })
     }
 }
 

@@ -12,10 +12,14 @@ public struct ReclaimReport: Sendable {
         public var freedMilliseconds: Double?
         /// The `latencyMs` the daemon recorded for the kill (its trigger → kill), when it recorded one.
         public var daemonMilliseconds: Double?
-        /// How long the crossing touch took, from the foreground app's first page to its last.
-        public var crossingTouchMilliseconds: Double
-        /// How many bytes the crossing touch mapped.
+        /// How long the crossing touch took to cross the limit, from the foreground app's first page to the one
+        /// that took the apps over it.
+        public var crossingMilliseconds: Double
+        /// How many bytes the foreground app touched to cross the limit.
         public var crossingBytes: UInt64
+        /// Whether the apps' total stayed over the limit from the crossing until the daemon saw it over; a round in
+        /// which it did not measured no crossing.
+        public var heldOverLimit: Bool
         /// How the daemon had suspended the victim (`App.suspendedWith`).
         public var suspendedWith: String
         /// How the daemon measured the victim (`App.memoryBackend`).
@@ -26,8 +30,10 @@ public struct ReclaimReport: Sendable {
 
     /// One backend configuration's rounds, and what its daemon said about itself.
     public struct Measurement: Sendable {
-        /// Every round, in order.
+        /// Every round whose crossing held, in order.
         public var rounds: [Round]
+        /// Rounds run again because the apps' total fell back to the limit before the daemon saw it over.
+        public var redone: Int
         /// `GetStatus.backends`: the chains the daemon chose (`freeze`, `memory`, `kill`, the roots).
         public var daemonBackends: [String: String]
         /// The memory trigger the daemon reports (`backends.trigger`), `polling` when it reports none.
@@ -70,11 +76,14 @@ public struct ReclaimReport: Sendable {
         trigger == "polling" ? pollingAimMilliseconds : pressureAimMilliseconds
     }
 
-    /// Whether every backend this host has was measured.
+    /// Whether every backend this host has was measured, each for every round asked for.
     public var isComplete: Bool {
         rows.allSatisfy { row in
-            if case .failed = row.outcome { return false }
-            return true
+            switch row.outcome {
+            case .measured(let measurement): measurement.rounds.count == rounds
+            case .unavailable: true
+            case .failed: false
+            }
         }
     }
 
@@ -124,8 +133,8 @@ public struct ReclaimReport: Sendable {
         }
         lines += notes
         lines += [
-            "the crossing: CLOCK_MONOTONIC right after the foreground app touched its last page, 1 MiB past the limit "
-                + "as the daemon reads the apps; dead: the victim's pidfd readable; freed: as each backend says above, "
+            "the crossing: CLOCK_MONOTONIC right after the foreground app touched the page that took the apps over the "
+                + "limit as the daemon reads them; dead: the victim's pidfd readable; freed: as each backend says above, "
                 + "read every \(ReclaimBenchmark.freedPollInterval.nanosecondCount / 1000) µs",
             "daemon p50: the latencyMs History records, from the daemon's first sample over the limit to its kill: it "
                 + "leaves out the wait for that sample",
@@ -142,12 +151,16 @@ public struct ReclaimReport: Sendable {
         let suspended = Set(rounds.map(\.suspendedWith)).sorted().joined(separator: ",")
         let measured = Set(rounds.map(\.memoryBackend)).sorted().joined(separator: ",")
         let bands = Set(rounds.map(\.band)).sorted().joined(separator: ",")
-        let touch = Self.percentile(rounds.map(\.crossingTouchMilliseconds), 0.5)
+        let touch = Self.percentile(rounds.map(\.crossingMilliseconds), 0.5)
         let crossingMiB = Self.percentile(rounds.map { Double($0.crossingBytes) / Double(1 << 20) }, 0.5)
         let missingFreed = rounds.count - rounds.compactMap(\.freedMilliseconds).count
+        let redone = measurement.redone
         return "\(backend): daemon \(chains.joined(separator: " ")); victims suspended with \(suspended), "
-            + "measured by \(measured), reclaimed from band \(bands); crossing touch p50 \(format(touch)) ms "
-            + "for \(format(crossingMiB)) MiB; freed: \(measurement.freedMeasure)"
+            + "measured by \(measured), reclaimed from band \(bands); the crossing p50 \(format(touch)) ms into a "
+            + "touch, after \(format(crossingMiB)) MiB; freed: \(measurement.freedMeasure)"
+            + (redone > 0
+                ? "; \(redone) round(s) run again: the apps' total fell back to the limit before the daemon saw it over"
+                : "")
             + (missingFreed > 0 ? "; memory not seen back in \(missingFreed) round(s)" : "")
     }
 
