@@ -650,7 +650,7 @@ enum FreedMeasure: Sendable {
 /// `ReclaimBenchmark.freedPollInterval` (freed), one reading the apps' total every
 /// `ReclaimBenchmark.holdCheckInterval` until the victim is dead; all give up after `timeout`.
 final class VictimWatch: Sendable {
-    /// One reading of the apps' total: when it was read, and the bytes.
+    /// One reading of the apps' total: when it began, and the bytes.
     struct Sample: Sendable {
         var at: Int64
         var bytes: UInt64
@@ -691,10 +691,12 @@ final class VictimWatch: Sendable {
         let held = Thread { [self] in
             let interval = UInt32(ReclaimBenchmark.holdCheckInterval.nanosecondCount / 1000)
             while MonotonicClock.now() < deadline && deadAt.withLock({ $0 == nil }) {
-                // A reading that fails (the victim gone) says nothing about the crossing.
+                // Stamped before the reading starts: one that starts after the crossing must see the apps over the
+                // limit, while one that ends after it may have read the foreground app before (a PSS read of a few
+                // hundred megabytes takes milliseconds). A reading that fails (the victim gone) says nothing.
+                let startedAt = MonotonicClock.now()
                 if let bytes = appsBytes() {
-                    let sample = Sample(at: MonotonicClock.now(), bytes: bytes)
-                    samples.withLock { $0.append(sample) }
+                    samples.withLock { $0.append(Sample(at: startedAt, bytes: bytes)) }
                 }
                 usleep(interval)
             }
