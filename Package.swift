@@ -106,11 +106,11 @@ let package = Package(
         .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskConfigTests", dependencies: ["BGTaskConfig", "BGTaskCore", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskProtocolTests", dependencies: ["BGTaskIDL", "BGTaskProtocol", "BGTaskTestSupport"]),
-        // Runs the deadline benchmark at a small size against the real daemon, so it depends on both executables
-        // (bgtask-bench re-runs itself as the apps' stand-in processes and as the status flooder).
+        // Runs the deadline and reclaim benchmarks at a small size against the real daemon, so it depends on both
+        // executables (bgtask-bench re-runs itself as the apps' processes and as the status flooder).
         .testTarget(
             name: "BGTaskBenchmarkTests",
-            dependencies: ["BGTaskBenchmarks", "BGTaskTestSupport", "bgtaskd", "bgtask-bench"]),
+            dependencies: ["BGTaskBenchmarks", "BGTaskSystem", "BGTaskTestSupport", "bgtaskd", "bgtask-bench"]),
         // Depends on the executables it runs as processes (the daemon, the fixture, the example), so they are
         // built before the tests.
         .testTarget(

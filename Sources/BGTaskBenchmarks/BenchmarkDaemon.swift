@@ -34,8 +34,11 @@ public final class BenchmarkDaemon: Sendable {
     public var pid: pid_t { service.pid }
 
     /// Starts `executable --socket DIRECTORY/io.bgtask.Lifecycle --config DIRECTORY/bgtaskd.conf` with
-    /// `configuration` as the file's text, under `timeout LIFETIME`, and waits at most 30 s for `READY=1`.
-    public init(executable: String, directory: String, configuration: String, lifetime: Duration) throws {
+    /// `configuration` as the file's text and `arguments` after, under `timeout LIFETIME`, and waits at most 30 s
+    /// for `READY=1`.
+    public init(
+        executable: String, directory: String, configuration: String, lifetime: Duration, arguments: [String] = []
+    ) throws {
         socketPath = directory + "/io.bgtask.Lifecycle"
         logPath = directory + "/bgtaskd.log"
         let configurationPath = directory + "/bgtaskd.conf"
@@ -46,7 +49,7 @@ public final class BenchmarkDaemon: Sendable {
                 [
                     executable, "--socket", socketPath, "--config", configurationPath, "--state-file",
                     stateDirectory + "/state.json",
-                ], lifetime: lifetime,
+                ] + arguments, lifetime: lifetime,
                 environment: [
                     "BGTASKD_LOG_LEVEL=notice",
                     "PATH=\(ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")",

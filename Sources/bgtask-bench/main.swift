@@ -18,6 +18,13 @@ let usage = """
               reaches the apps against its due time (p50/p99/max ms), the churn per second, and a verdict against
               the aim (p99 under 5 ms). Starts a private bgtaskd unless --socket names a running one, which must
               allow BackgroundTimeSec over 2s and ExpirationWarningSec of 500ms or more, and let nobody reach PATH
+      reclaim [--rounds N]
+              per backend configuration this host has (cgroup2 freeze + v1 memory, v1 freezer + v1 memory: as
+              root; SIGSTOP + PSS), a private bgtaskd with AppsMemoryMax and no warning grace, and N rounds
+              (default 20) in which a foreground app takes the apps over the limit while a suspended 64 MiB app
+              is the heaviest suspended one; reports median and max ms from the crossing to the victim dead
+              (its pidfd readable) and to its memory freed, the daemon's recorded trigger-to-kill latency, and a
+              verdict against the aim (median to dead under 10 ms with a pressure trigger, 50 ms polling)
     """
 
 /// Prints `message` on standard error and exits with `status`.
@@ -72,6 +79,38 @@ case "deadlines":
     } catch {
         fail("deadlines: \(error)", status: 1)
     }
+case "reclaim":
+    var rounds = 20
+    switch arguments.count {
+    case 1:
+        break
+    case 3 where arguments[1] == "--rounds":
+        guard let count = Int(arguments[2]), count > 0 else {
+            fail("reclaim: --rounds takes a positive integer\n\(usage)", status: 64)
+        }
+        rounds = count
+    default:
+        fail("reclaim: unexpected arguments\n\(usage)", status: 64)
+    }
+    do {
+        let executable = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+        var configuration = ReclaimBenchmark.Configuration(
+            executablesDirectory: (executable as NSString).deletingLastPathComponent)
+        configuration.rounds = rounds
+        let report = try ReclaimBenchmark(configuration: configuration).run()
+        for line in report.lines { print(line) }
+        if !report.isComplete { exit(1) }
+    } catch {
+        fail("reclaim: \(error)", status: 1)
+    }
+// The launched app of the reclaim benchmark: the suspended victim, or the foreground app that crosses the limit.
+case "reclaim-app":
+    guard let options = ReclaimApp.Options(arguments: Array(arguments.dropFirst())) else {
+        fail(
+            "usage: bgtask-bench reclaim-app --role victim|trigger [--alloc-mib N] [--control PATH] --lifetime S",
+            status: 64)
+    }
+    exit(ReclaimApp.run(options))
 // Hidden modes the deadline benchmark runs itself in: an app's stand-in process, and the status flooder.
 case "app-process":
     guard let options = try? DeadlineBenchmark.options(Array(arguments.dropFirst()), allowed: ["--socket"]),
