@@ -14,13 +14,15 @@ import Glibc
 /// process that registered (same start time); a group whose leader has exited only if no other process has
 /// taken the leader's pid (a group id cannot be reused while the group has members).
 public enum StoppedRelease {
-    /// Does the release; returns the exit status (0 unless the state file cannot be rewritten).
-    public static func run(statePath: String, logger: Logger, procFS: ProcFS = ProcFS()) -> Int32 {
+    /// Does the release; returns the exit status (0 unless the state file cannot be rewritten). `now` is the
+    /// monotonic clock's reading the state's save time is checked against (the real clock but in tests).
+    public static func run(
+        statePath: String, logger: Logger, procFS: ProcFS = ProcFS(),
+        now: MonotonicInstant = MonotonicInstant(nanoseconds: MonotonicClock.now())
+    ) -> Int32 {
         let store = StateStore(path: statePath)
         var state: DaemonState
-        switch store.load(
-            bootID: StateStore.bootID(procFS: procFS), now: MonotonicInstant(nanoseconds: MonotonicClock.now()))
-        {
+        switch store.load(bootID: StateStore.bootID(procFS: procFS), now: now) {
         case .none:
             logger.info("no state at \(statePath): nothing was left stopped")
             return 0

@@ -270,7 +270,7 @@ struct ManagerRestartTests {
             try FileManager.default.copyItem(atPath: harness.statePath, toPath: copy)
             let status = StoppedRelease.run(
                 statePath: copy, logger: Logger(destination: .stream, threshold: .debug, stream: .standardError),
-                procFS: harness.tree.procFS)
+                procFS: harness.tree.procFS, now: harness.manager.now)
             #expect(status == 0)
             try harness.step(until: "app to be continued") { harness.processState(app) != .stopped }
             let saved = try String(contentsOfFile: copy, encoding: .utf8)
