@@ -27,8 +27,11 @@ func pythonApp(
 final class WatchStream {
     let client: RawVarlinkClient
     private(set) var entries: [[String: JSONValue]] = []
+    /// The daemon watched, for its log when an entry does not come.
+    private weak var daemon: DaemonHarness?
 
     init(_ daemon: DaemonHarness) throws {
+        self.daemon = daemon
         client = try daemon.connect()
         try client.send("io.bgtask.Lifecycle.Watch", more: true)
     }
@@ -46,8 +49,18 @@ final class WatchStream {
         let deadline = MonotonicClock.now() + timeout.nanosecondCount
         while true {
             let remaining = deadline - MonotonicClock.now()
-            guard remaining > 0, let reply = try client.receive(timeout: .nanoseconds(remaining)) else {
-                throw HarnessError("no \(kind) for \(app) on the watch stream; saw \(entries.suffix(10))")
+            var reply: [String: JSONValue]?
+            var problem = "the stream ended"
+            do {
+                if remaining > 0 { reply = try client.receive(timeout: .nanoseconds(remaining)) }
+            } catch {
+                problem = "\(error)"
+            }
+            guard let reply else {
+                let log = daemon.map { $0.log.split(separator: "\n").suffix(40).joined(separator: "\n") } ?? ""
+                throw HarnessError(
+                    "no \(kind) for \(app) on the watch stream (\(problem)); saw \(entries.suffix(10)); the daemon "
+                        + "logged last:\n\(log)")
             }
             guard let entry = reply.parameters["entry"]?.objectValue else {
                 throw HarnessError("unexpected watch reply \(reply)")

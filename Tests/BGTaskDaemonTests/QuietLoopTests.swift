@@ -59,7 +59,9 @@ struct QuietLoopTests {
     @Test("with ten idle apps in the foreground and no AppsMemoryMax, at most two wake-ups over 10 s")
     func idleAppsFewWakeUps() async throws {
         try await offThePool {
-            let daemon = try DaemonHarness()
+            // Without a pressure trigger: stalls of other tests' memory-limited processes show in the system's
+            // PSI and would wake the daemon, rightly, but this counts the wake-ups of its own timers.
+            let daemon = try DaemonHarness(environment: ["MEMORY_PRESSURE_WATCH": "/dev/null"])
             let apps = try manyApps(daemon, count: 10, prefix: "idle")
             defer { apps.terminate() }
             // The first sample is taken as the apps arrive; from then on MemAvailable is read every 5 s while it is far
@@ -118,8 +120,10 @@ struct QuietLoopTests {
                     + "\(longestBucket ?? .nan) ms; longest since start \(after.longestMilliseconds) ms "
                     + "(\(after.longestSource))")
             #expect(total > 1_000)
+            // Alone, 99% take at most 5 ms (debug build); the bound leaves room for the processes other tests left
+            // running on two CPUs. A loop reading /proc or encoding every app per sample would take far longer.
             #expect(
-                (percentile99 ?? .infinity) <= 5, "99% of dispatches took up to \(percentile99 ?? .nan) ms: \(counts)")
+                (percentile99 ?? .infinity) <= 10, "99% of dispatches took up to \(percentile99 ?? .nan) ms: \(counts)")
         }
     }
 
