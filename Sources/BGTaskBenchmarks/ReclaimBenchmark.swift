@@ -89,7 +89,7 @@ public struct ReclaimBenchmark: Sendable {
     /// The victim's allocation.
     public static let victimBytes = 64 << 20
     /// How far under the limit the foreground app grows before the crossing: the daemon samples the apps more
-    /// often as they near the limit (100 ms plus up to 900 ms by headroom), and an app growing toward it would have
+    /// often as they near the limit (50 ms plus up to 950 ms by the square of the headroom), and an app growing toward it would have
     /// been seen this close.
     static let approachMarginBytes: UInt64 = 16 << 20
     /// How far past the limit the crossing touch goes on after the page that crosses it (where the trigger is

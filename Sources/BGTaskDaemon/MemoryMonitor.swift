@@ -101,10 +101,19 @@ final class MemoryMonitor {
         machine.thresholds.appsMemoryMax != nil || machine.isUnderPressure
     }
 
+    /// The core's wait until the next reading, but at least four times as long as the last reading of the apps
+    /// took, so that sampling many apps near the limit costs at most a fifth of the worker's CPU.
+    private func pollingInterval(after reading: MemoryReading) -> Duration {
+        let interval = machine.interval(after: reading)
+        guard let last = lastProcessSample else { return interval }
+        return max(interval, .nanoseconds(last.durationNanoseconds * 4))
+    }
+
     private func schedule(after delay: Duration) {
         do {
             if timer == nil {
-                timer = try manager.clock.makeTimer(name: "memory", accuracy: .milliseconds(20)) { [unowned self] in
+                // Fired at most 5 ms late: the shortest wait is 50 ms, and a crossing is seen that much later.
+                timer = try manager.clock.makeTimer(name: "memory", accuracy: .milliseconds(5)) { [unowned self] in
                     self.requestSample(includingProcesses: self.needsProcessSamples)
                 }
             }
@@ -178,7 +187,7 @@ final class MemoryMonitor {
             if machine.assess(system).level > .normal || machine.isUnderPressure {
                 requestSample(includingProcesses: true)
             } else {
-                schedule(after: machine.interval(after: system))
+                schedule(after: pollingInterval(after: system))
             }
             return
         }
@@ -244,12 +253,12 @@ final class MemoryMonitor {
             manager.logger.notice("memory warning: \(assessment.trigger); asking apps to free \(bytesToFree) bytes")
             manager.perform(manager.core.memoryWarning(readings: apps, bytesToFree: bytesToFree, now: now))
             // Re-measure when the grace is up (at once with no grace), not at the next tick.
-            schedule(after: min(machine.thresholds.warningGrace, machine.interval(after: current)))
+            schedule(after: min(machine.thresholds.warningGrace, pollingInterval(after: current)))
             return
         case .reclaim(let bytesToFree, let triggeredAt):
             reclaim(bytesToFree: bytesToFree, readings: apps, triggeredAt: triggeredAt, trigger: assessment.trigger)
         }
-        schedule(after: machine.interval(after: current))
+        schedule(after: pollingInterval(after: current))
     }
 
     /// Reclaims in the core's order until `bytesToFree` is covered, re-checking the trigger before each kill

@@ -111,16 +111,17 @@ struct MemoryPressureTests {
     }
 
     @Test(
-        "polling speeds up as headroom shrinks: 1 s at ease with AppsMemoryMax, 100 ms at the limit and under pressure")
+        "polling speeds up as headroom shrinks: 1 s at ease with AppsMemoryMax, 50 ms at the limit and under pressure")
     func adaptiveInterval() {
         var machine = MemoryPressureMachine(thresholds: thresholds)
         #expect(machine.interval(after: MemoryReading(appsBytes: 0)) == .seconds(1))
         #expect(machine.interval(after: MemoryReading(appsBytes: 50 * mebibyte)) == .seconds(1))
-        let near = machine.interval(after: MemoryReading(appsBytes: 90 * mebibyte))
-        #expect(near > .milliseconds(100) && near < .seconds(1))
-        #expect(machine.interval(after: MemoryReading(appsBytes: 100 * mebibyte)) == .milliseconds(100))
+        // By the square of the headroom: a quarter left is 288 ms, a tenth 88 ms.
+        #expect(machine.interval(after: MemoryReading(appsBytes: 75 * mebibyte)) == .milliseconds(288))
+        #expect(machine.interval(after: MemoryReading(appsBytes: 90 * mebibyte)) == .milliseconds(88))
+        #expect(machine.interval(after: MemoryReading(appsBytes: 100 * mebibyte)) == .milliseconds(50))
         _ = machine.observe(MemoryReading(appsBytes: 120 * mebibyte), victimsPending: false, now: .seconds(1))
-        #expect(machine.interval(after: MemoryReading(appsBytes: 0)) == .milliseconds(100))
+        #expect(machine.interval(after: MemoryReading(appsBytes: 0)) == .milliseconds(50))
     }
 
     @Test("without AppsMemoryMax, MemAvailable far from the thresholds is read 5 s apart, faster as it falls")
@@ -132,15 +133,15 @@ struct MemoryPressureTests {
         #expect(
             machine.interval(after: MemoryReading(appsBytes: 0, availableBytes: 550, totalBytes: total)) == .seconds(5))
         let closer = machine.interval(after: MemoryReading(appsBytes: 0, availableBytes: 200, totalBytes: total))
-        #expect(closer > .milliseconds(100) && closer < .seconds(5))
+        #expect(closer > .milliseconds(50) && closer < .seconds(5))
         #expect(
             machine.interval(after: MemoryReading(appsBytes: 0, availableBytes: 100, totalBytes: total))
-                == .milliseconds(100))
+                == .milliseconds(50))
         _ = machine.observe(
             MemoryReading(appsBytes: 0, availableBytes: 40, totalBytes: total), victimsPending: false, now: .seconds(1))
         #expect(
             machine.interval(after: MemoryReading(appsBytes: 0, availableBytes: 900, totalBytes: total))
-                == .milliseconds(100))
+                == .milliseconds(50))
     }
 
     @Test("a reclamation record carries its band, memory and trigger-to-kill latency")
