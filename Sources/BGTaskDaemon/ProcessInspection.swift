@@ -156,7 +156,8 @@ struct ProcessInspector: Sendable {
             for process in processes {
                 switch identify(process) {
                 case .live(let stat):
-                    let leadsGroup = stat.processGroupID == process.pid
+                    // A cgroup of the app's own counts its group too: no scan of /proc for the members.
+                    let leadsGroup = stat.processGroupID == process.pid && process.memoryFile == nil
                     if leadsGroup { leaders.insert(process.pid) }
                     live.append((process, leadsGroup))
                 case .gone:
