@@ -71,9 +71,11 @@ public struct ReclaimReport: Sendable {
     /// The same aim when the daemon polls.
     public static let pollingAimMilliseconds = 50.0
 
-    /// The aim for a daemon reporting `trigger`.
+    /// The aim for a daemon reporting `trigger`. Only a usage threshold fires when the apps cross `AppsMemoryMax`;
+    /// a PSI trigger fires on stalls, which an app growing past a limit with memory to spare does not cause, so
+    /// without one the crossing is seen by polling.
     public static func aimMilliseconds(trigger: String) -> Double {
-        trigger == "polling" ? pollingAimMilliseconds : pressureAimMilliseconds
+        trigger.contains("usage-threshold") ? pressureAimMilliseconds : pollingAimMilliseconds
     }
 
     /// Whether every backend this host has was measured, each for every round asked for.
