@@ -23,6 +23,14 @@ func pythonApp(
     return app
 }
 
+extension ChildProcess {
+    /// The first line starting with `prefix` the child printed: one already read, or the next such line.
+    func seenLine(startingWith prefix: String, timeout: Duration = .seconds(20)) throws -> String {
+        if let line = transcript.first(where: { $0.hasPrefix(prefix) }) { return line }
+        return try waitForLine(startingWith: prefix, timeout: timeout)
+    }
+}
+
 /// A `Watch` stream on its own connection.
 final class WatchStream {
     let client: RawVarlinkClient
