@@ -1,5 +1,5 @@
 // Writes the help, the usage lines and the usage-error text from the specs, so none of it can drift.
-import Foundation
+import FoundationEssentials
 
 /// Renders `ToolSpec` and `CommandSpec` data as help text, 80 columns wide.
 public enum HelpFormatter {

@@ -1,5 +1,5 @@
 // The vocabulary of BackgroundApplication: states, task identifiers, the delegate, and what observers are told.
-import Foundation
+import FoundationEssentials
 
 /// Where the app stands, as `UIApplication.State` says it.
 public enum ApplicationState: String, Hashable, Sendable, CustomStringConvertible {

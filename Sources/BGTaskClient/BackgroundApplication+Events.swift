@@ -2,7 +2,7 @@
 
 import BGTaskSystem
 import Dispatch
-import Foundation
+import FoundationEssentials
 import Synchronization
 
 extension BackgroundApplication {

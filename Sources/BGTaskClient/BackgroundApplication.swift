@@ -1,7 +1,7 @@
 // The UIApplication-shaped API apps use: registration, lifecycle callbacks, background tasks, remaining time.
 import BGTaskSystem
 import Dispatch
-import Foundation
+import FoundationEssentials
 import Synchronization
 
 /// An app registered with bgtaskd, used the way an iOS app uses `UIApplication`.
@@ -118,12 +118,17 @@ public final class BackgroundApplication: Sendable {
         let weakSelf = WeakReference(self)
         let wakeUp = wakeUp
         let policy = options.reconnect
-        let thread = Thread {
-            BackgroundApplication.readEvents(
-                application: weakSelf, registration: registration, wakeUp: wakeUp, policy: policy)
+        do {
+            try DetachedThread.start(name: "bgtask-events") {
+                BackgroundApplication.readEvents(
+                    application: weakSelf, registration: registration, wakeUp: wakeUp, policy: policy)
+            }
+        } catch {
+            // No thread for the event stream (the process is out of threads): the registration ends with it.
+            registration.close()
+            client.close()
+            throw ClientError.io(error)
         }
-        thread.name = "bgtask-events"
-        thread.start()
     }
 
     deinit {

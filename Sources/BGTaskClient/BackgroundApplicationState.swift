@@ -2,7 +2,7 @@
 
 import BGTaskSystem
 import Dispatch
-import Foundation
+import FoundationEssentials
 import Synchronization
 
 /// A background task as the client tracks it.

@@ -1,6 +1,6 @@
 // A blocking Varlink client over one Unix socket: plain, streaming (`more`) and oneway calls, with timeouts.
 import BGTaskSystem
-import Foundation
+import FoundationEssentials
 import Synchronization
 
 /// One connection to a Varlink service, used from any thread.

@@ -1,6 +1,6 @@
 // The small file-system interface the loader reads through, with the real one and an in-memory one.
 
-import Foundation
+import Glibc
 
 /// Why a file or directory that exists could not be read.
 public struct FileSystemError: Error, Hashable, Sendable, CustomStringConvertible {
@@ -46,7 +46,7 @@ public protocol ConfigurationFileSystem: Sendable {
     func namesInDirectory(atPath path: String) throws(FileSystemError) -> [String]?
 }
 
-/// The real file system, through Foundation.
+/// The real file system, through the C library.
 public struct LocalFileSystem: ConfigurationFileSystem {
     /// The largest file read: 1 MiB, systemd's `LONG_LINE_MAX` for one line of a unit file.
     public static let maximumFileBytes = 1 << 20
@@ -55,57 +55,58 @@ public struct LocalFileSystem: ConfigurationFileSystem {
     public init() {}
 
     public func contentsOfFile(atPath path: String) throws(FileSystemError) -> String? {
-        let data: Data
-        do {
-            let handle = try FileHandle(forReadingFrom: URL(fileURLWithPath: path))
-            defer {
-                // The descriptor was opened read-only: a close error cannot lose data, and there is no one to
-                // tell but the log, which the read's own result already informs.
-                try? handle.close()
-            }
-            data = try handle.read(upToCount: Self.maximumFileBytes + 1) ?? Data()
-        } catch {
-            if Self.isNoSuchFile(error) { return nil }
-            throw FileSystemError(path: path, reason: .unreadable(Self.systemMessage(error)))
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            let code = errno
+            if code == ENOENT { return nil }
+            throw FileSystemError(path: path, reason: .unreadable(Self.message(code)))
         }
-        if data.count > Self.maximumFileBytes {
+        // Opened read-only: a close error cannot lose data.
+        defer { close(descriptor) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 64 << 10)
+        while bytes.count <= Self.maximumFileBytes {
+            let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw FileSystemError(path: path, reason: .unreadable(Self.message(errno)))
+            }
+            if count == 0 { break }
+            bytes += chunk[..<count]
+        }
+        if bytes.count > Self.maximumFileBytes {
             throw FileSystemError(path: path, reason: .tooLarge(limitBytes: Self.maximumFileBytes))
         }
-        guard let text = String(validating: data, as: UTF8.self) else {
+        guard let text = String(validating: bytes, as: UTF8.self) else {
             throw FileSystemError(path: path, reason: .notUTF8)
         }
         return text
     }
 
     public func namesInDirectory(atPath path: String) throws(FileSystemError) -> [String]? {
-        do {
-            return try FileManager.default.contentsOfDirectory(atPath: path)
-        } catch {
-            if Self.isNoSuchFile(error) { return nil }
-            throw FileSystemError(path: path, reason: .unreadable(Self.systemMessage(error)))
+        guard let directory = opendir(path) else {
+            let code = errno
+            if code == ENOENT { return nil }
+            throw FileSystemError(path: path, reason: .unreadable(Self.message(code)))
+        }
+        defer { closedir(directory) }
+        var names: [String] = []
+        while true {
+            errno = 0
+            guard let entry = readdir(directory) else {
+                if errno != 0 { throw FileSystemError(path: path, reason: .unreadable(Self.message(errno))) }
+                return names
+            }
+            let name = withUnsafeBytes(of: entry.pointee.d_name) {
+                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if name != "." && name != ".." { names.append(name) }
         }
     }
 
-    /// Whether Foundation's error is ENOENT, the one failure that means "not there".
-    private static func isNoSuchFile(_ error: any Error) -> Bool {
-        errno(of: error) == ENOENT
-    }
-
-    /// The system's own words ("Permission denied", "Is a directory") rather than Foundation's generic ones.
-    private static func systemMessage(_ error: any Error) -> String {
-        guard let code = errno(of: error) else { return (error as NSError).localizedDescription }
-        return String(cString: strerror(code))
-    }
-
-    /// The errno under a Foundation error, where there is one. On Linux the underlying error is a Swift
-    /// `POSIXError`, which only bridges to `NSError` through `any Error`.
-    private static func errno(of error: any Error) -> Int32? {
-        let nsError = error as NSError
-        if nsError.domain == NSPOSIXErrorDomain { return Int32(nsError.code) }
-        guard let underlying = nsError.userInfo[NSUnderlyingErrorKey] as? any Error else { return nil }
-        let underlyingError = underlying as NSError
-        guard underlyingError.domain == NSPOSIXErrorDomain else { return nil }
-        return Int32(underlyingError.code)
+    /// The system's own words ("Permission denied", "Is a directory").
+    private static func message(_ code: Int32) -> String {
+        String(cString: strerror(code))
     }
 }
 

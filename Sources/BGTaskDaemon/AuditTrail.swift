@@ -3,7 +3,7 @@
 import BGTaskCore
 import BGTaskProtocol
 import BGTaskSystem
-import Foundation
+import FoundationEssentials
 
 /// Stable journal message ids (`MESSAGE_ID=`), so `journalctl MESSAGE_ID=...` finds every event of a kind
 /// across versions. Never change a value once released.

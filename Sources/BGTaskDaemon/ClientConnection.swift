@@ -3,7 +3,7 @@
 import BGTaskCore
 import BGTaskProtocol
 import BGTaskSystem
-import Foundation
+import FoundationEssentials
 import Glibc
 
 /// What a connection streams after a call with `more: true`.

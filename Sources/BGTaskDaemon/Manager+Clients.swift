@@ -2,7 +2,7 @@
 
 import BGTaskCore
 import BGTaskSystem
-import Foundation
+import FoundationEssentials
 import Glibc
 
 extension Manager {
@@ -13,13 +13,13 @@ extension Manager {
     func openListeners() throws(StartupError) {
         var descriptors = listenedSockets
         if descriptors.isEmpty {
-            let directory = (socketPath as NSString).deletingLastPathComponent
+            let directory = socketPath.lastIndex(of: "/").map { String(socketPath[..<$0]) } ?? ""
             if !directory.isEmpty && !FileManager.default.fileExists(atPath: directory) {
                 do {
                     try FileManager.default.createDirectory(
                         atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
                 } catch {
-                    throw StartupError(description: "cannot create \(directory): \(error.localizedDescription)")
+                    throw StartupError(description: "cannot create \(directory): \(error)")
                 }
             }
             do {

@@ -3,7 +3,7 @@
 
 import BGTaskCore
 import BGTaskSystem
-import Foundation
+import FoundationEssentials
 import Glibc
 
 /// A state write for the writer thread, and what came of it.

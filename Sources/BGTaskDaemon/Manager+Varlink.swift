@@ -3,7 +3,7 @@
 import BGTaskCore
 import BGTaskProtocol
 import BGTaskSystem
-import Foundation
+import FoundationEssentials
 import Glibc
 
 /// One call being answered.

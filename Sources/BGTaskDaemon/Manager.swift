@@ -4,7 +4,7 @@ import BGTaskConfig
 import BGTaskCore
 import BGTaskProtocol
 import BGTaskSystem
-import Foundation
+import FoundationEssentials
 import Glibc
 
 /// Why the daemon could not start.

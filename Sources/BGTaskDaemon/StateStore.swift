@@ -3,7 +3,7 @@
 import BGTaskCore
 import BGTaskProtocol
 import BGTaskSystem
-import Foundation
+import FoundationEssentials
 import Glibc
 
 /// Everything a restarted daemon needs to carry on where the last one stopped (DESIGN §8): the policy's state,
@@ -166,7 +166,7 @@ struct StateStore: Sendable {
 
     /// The kernel's boot id, or an empty text where it cannot be read.
     static func bootID(procFS: ProcFS) -> String {
-        ((try? procFS.read("sys/kernel/random/boot_id")) ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
+        String(((try? procFS.read("sys/kernel/random/boot_id")) ?? "").filter { !$0.isWhitespace })
     }
 
     /// Reads the state back. A file of another format, version or boot, one saved in the future of this clock,

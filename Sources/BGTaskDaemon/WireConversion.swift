@@ -6,7 +6,7 @@
 import BGTaskCore
 import BGTaskProtocol
 import BGTaskSystem
-import Foundation
+import FoundationEssentials
 
 extension AppInfo {
     /// The wire form of a snapshot; `memoryBytes` is measured by the shell.

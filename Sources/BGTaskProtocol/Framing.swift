@@ -1,5 +1,5 @@
 // Varlink framing: each message is a JSON object followed by one NUL byte on a stream socket.
-import Foundation
+import FoundationEssentials
 
 /// A framing failure: the peer broke the framing rules, and the connection must be closed.
 public enum VarlinkFramingError: Error, Hashable, Sendable, CustomStringConvertible {

@@ -3,7 +3,8 @@
 import BGTaskConfig
 import BGTaskDaemon
 import BGTaskSystem
-import Foundation
+import FoundationEssentials
+import Glibc
 
 let environment = ProcessInfo.processInfo.environment
 let standardError = FileDescriptor.standardError

@@ -137,6 +137,32 @@ struct ModuleGraphTests {
         }
     }
 
+    @Test("the daemon and the client library import FoundationEssentials at most, and bgtaskd links no libFoundation")
+    func noFullFoundation() throws {
+        // Foundation costs the daemon about 6 MiB of RSS (ICU, the internationalization tables): every module
+        // bgtaskd or an app linking BGTaskClient loads stays with FoundationEssentials or less.
+        let modules = [
+            "BGTaskVocabulary", "BGTaskCore", "BGTaskSystem", "BGTaskConfig", "BGTaskArguments", "BGTaskProtocol",
+            "BGTaskDaemon", "bgtaskd", "BGTaskClient",
+        ]
+        var offenders: [String] = []
+        for module in modules {
+            let imports = try Self.importedModules(
+                under: "Sources/" + module, among: ["Foundation", "FoundationNetworking", "FoundationXML"])
+            offenders += imports.keys.sorted()
+        }
+        #expect(offenders.isEmpty, "these import full Foundation: \(offenders)")
+        let binary = try Products.path("bgtaskd")
+        let dynamic = try ChildProcess(["readelf", "-d", binary])
+        var needed: [String] = []
+        while let line = try dynamic.nextLine(timeout: .seconds(30)) {
+            if line.contains("(NEEDED)") { needed.append(line) }
+        }
+        #expect(try dynamic.waitForExit() == .exited(0))
+        #expect(needed.contains { $0.contains("libc.so") }, "readelf -d \(binary) listed no libc: \(needed)")
+        #expect(!needed.contains { $0.contains("[libFoundation.so]") }, "bgtaskd links full Foundation: \(needed)")
+    }
+
     @Test("no library or executable depends on an executable (tests may: they run the binaries)")
     func nothingDependsOnAnExecutable() throws {
         let targets = try Self.packageTargets()
