@@ -1,13 +1,12 @@
 // libFuzzer target: one Varlink message through every decoder of the codec, as a call and as a reply.
 //
-// Asserts that `decodeCall` (the daemon's one pass) and `decodeParameters(_:of:)` on its result, for every parameter
+// Asserts that the JSON parser's trees write out and parse back unchanged; that `decodeCall` (the daemon's one pass) and `decodeParameters(_:of:)` on its result, for every parameter
 // type of both interfaces, agree with `decodeCallHeader` and `decodeParameters(_:from:)`, and that these and
 // `decodeReply`, for every reply type, only ever throw their typed errors; that whatever decodes re-encodes to a
 // message that decodes to the same value (calls, replies and error replies alike); that a typed error read from
 // an error reply converts back to the same wire error; and that every error the server would answer with can be
 // encoded.
 import BGTaskProtocol
-import Foundation
 
 /// One codec for every input, as a connection reuses one.
 private let codec = VarlinkCodec()
@@ -23,7 +22,8 @@ private let parameterTypes: [any VarlinkMethodCall.Type] =
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzVarlinkCodec(_ start: UnsafePointer<UInt8>, _ count: Int) -> CInt {
-    let message = Data(UnsafeBufferPointer(start: start, count: count))
+    let message = Array(UnsafeBufferPointer(start: start, count: count))
+    checkParserRoundTrip(message)
     do throws(VarlinkProtocolError) {
         let call = try codec.decodeCall(message)
         let header = try codec.decodeCallHeader(message)
@@ -50,7 +50,7 @@ private func same<T>(_ lhs: T, _ rhs: T) -> Bool {
 }
 
 /// Decodes the call's parameters as `P` and round-trips them; a refusal must encode as an error reply.
-private func checkCall<P: VarlinkMethodCall>(_ type: P.Type, message: Data, call: DecodedCall) {
+private func checkCall<P: VarlinkMethodCall>(_ type: P.Type, message: [UInt8], call: DecodedCall) {
     let header = call.header
     let parameters: P
     do throws(VarlinkError) {
@@ -80,7 +80,7 @@ private func checkCall<P: VarlinkMethodCall>(_ type: P.Type, message: Data, call
 }
 
 /// Decodes the message as a reply to `P`'s method and round-trips the reply or the error it carries.
-private func checkReply<P: VarlinkMethodCall>(_ type: P.Type, message: Data) {
+private func checkReply<P: VarlinkMethodCall>(_ type: P.Type, message: [UInt8]) {
     let reply: VarlinkReply<P.Reply>
     do throws(VarlinkProtocolError) {
         reply = try codec.decodeReply(P.Reply.self, from: message)
@@ -126,7 +126,25 @@ private func checkErrorEncodes(_ reply: VarlinkError) {
 }
 
 /// A framed message without its NUL, checking that the NUL is the only one.
-private func unframed(_ framed: Data) -> Data {
+private func unframed(_ framed: [UInt8]) -> [UInt8] {
     precondition(framed.last == 0 && framed.firstIndex(of: 0) == framed.count - 1, "bad framing")
-    return Data(framed.dropLast())
+    return Array(framed.dropLast())
+}
+
+/// Whatever the JSON parser accepts, written out again, parses to the same value; a refusal is a typed error.
+private func checkParserRoundTrip(_ text: [UInt8]) {
+    let value: JSONValue
+    do throws(JSONParseError) {
+        value = try JSONParser.parse(text)
+    } catch {
+        precondition(error.offset >= 0 && error.offset <= text.count, "an error offset outside the text: \(error)")
+        return
+    }
+    do {
+        let written = try JSONTextEncoder().encode(value)
+        let again = try JSONParser.parse(written)
+        precondition(again == value, "\(value) became \(again)")
+    } catch {
+        preconditionFailure("the parsed value \(value) does not round-trip: \(error)")
+    }
 }

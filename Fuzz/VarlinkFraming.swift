@@ -5,7 +5,6 @@
 // never a message over its limit, never buffers more than the limit plus one read, fails exactly when a piece is
 // too long and stays failed; and that every accepted call's parameters re-encode and decode to the same value.
 import BGTaskProtocol
-import Foundation
 
 /// One codec for every input, as a connection of the daemon reuses one.
 private let codec = VarlinkCodec()
@@ -38,10 +37,10 @@ private func expectedFrames(_ input: [UInt8], limit: Int) -> (messages: [[UInt8]
 
 /// Feeds `input` to a decoder in reads whose sizes come from the input, checks every invariant, and returns the
 /// messages it produced.
-private func checkFraming(_ input: [UInt8], limit: Int) -> [Data] {
+private func checkFraming(_ input: [UInt8], limit: Int) -> [[UInt8]] {
     let expected = expectedFrames(input, limit: limit)
     var decoder = VarlinkFrameDecoder(maximumMessageSize: limit)
-    var messages: [Data] = []
+    var messages: [[UInt8]] = []
     var failed = false
     var offset = 0
     while offset < input.count && !failed {
@@ -79,7 +78,7 @@ private func checkFraming(_ input: [UInt8], limit: Int) -> [Data] {
 }
 
 /// Decodes `message` as the daemon does: the header, then the parameters of the method it names.
-private func decodeAsServer(_ message: Data) {
+private func decodeAsServer(_ message: [UInt8]) {
     let header: VarlinkCallHeader
     do throws(VarlinkProtocolError) {
         header = try codec.decodeCallHeader(message)
@@ -100,7 +99,7 @@ private func decodeAsServer(_ message: Data) {
 
 /// Decodes the parameters as `type`; when they decode, re-encodes the call and checks it decodes to the same
 /// header and parameters. When they do not, the error must be encodable as the daemon's error reply.
-private func checkParameters<P: VarlinkMethodCall>(_ type: P.Type, in message: Data, header: VarlinkCallHeader) {
+private func checkParameters<P: VarlinkMethodCall>(_ type: P.Type, in message: [UInt8], header: VarlinkCallHeader) {
     let parameters: P
     do throws(VarlinkError) {
         parameters = try codec.decodeParameters(P.self, from: message)
@@ -115,7 +114,7 @@ private func checkParameters<P: VarlinkMethodCall>(_ type: P.Type, in message: D
     do {
         let framed = try codec.encodeCall(parameters, more: header.more, oneway: header.oneway)
         precondition(framed.last == 0 && framed.firstIndex(of: 0) == framed.count - 1, "bad framing of a call")
-        let again = Data(framed.dropLast())
+        let again = Array(framed.dropLast())
         let header2 = try codec.decodeCallHeader(again)
         precondition(header2.method.qualified == P.methodName, "re-encoded call names another method")
         precondition(header2.more == header.more && header2.oneway == header.oneway, "flags changed")

@@ -74,7 +74,7 @@ final class EventStream: Sendable {
             try connection.sendAll(
                 codec.encodeCall(RegisterParameters(name: name, backgroundTimeSec: seconds), more: true))
             let deadline = MonotonicClock.now() + timeout.nanosecondCount
-            var first: Data?
+            var first: [UInt8]?
             while first == nil {
                 let remaining = deadline - MonotonicClock.now()
                 guard remaining > 0, try !connection.poll(for: .readable, timeout: .nanoseconds(remaining)).isEmpty

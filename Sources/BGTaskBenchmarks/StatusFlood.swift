@@ -74,7 +74,7 @@ enum StatusFlood {
     /// Floods the daemon at `socketPath` for `duration`, then prints the result line; returns the exit status.
     static func run(socketPath: String, duration: Duration) -> Int32 {
         let codec = VarlinkCodec()
-        let calls: [Data]
+        let calls: [[UInt8]]
         do {
             calls = [
                 try codec.encodeCall(GetStatusParameters()), try codec.encodeCall(ListAppsParameters()),
@@ -85,7 +85,7 @@ enum StatusFlood {
             return 1
         }
         var burst = Data()
-        for _ in 0..<burstSize { burst.append(calls[0]) }
+        for _ in 0..<burstSize { burst.append(contentsOf: calls[0]) }
         var result = StatusFloodResult()
         let end = MonotonicClock.now() + duration.nanosecondCount
         var nextBurst = MonotonicClock.now() + burstInterval.nanosecondCount

@@ -205,7 +205,7 @@ public final class VarlinkConnection: Sendable {
         }
     }
 
-    private func encode<M: VarlinkMethodCall>(_ parameters: M, more: Bool, oneway: Bool) throws(ClientError) -> Data {
+    private func encode<M: VarlinkMethodCall>(_ parameters: M, more: Bool, oneway: Bool) throws(ClientError) -> [UInt8] {
         do throws(VarlinkEncodingError) {
             return try codec.encodeCall(parameters, more: more, oneway: oneway)
         } catch {
@@ -213,7 +213,7 @@ public final class VarlinkConnection: Sendable {
         }
     }
 
-    private func send(_ message: Data, channel: inout Channel) throws(ClientError) {
+    private func send(_ message: [UInt8], channel: inout Channel) throws(ClientError) {
         do throws(Errno) {
             try socket.sendAll(message)
         } catch {
@@ -227,7 +227,7 @@ public final class VarlinkConnection: Sendable {
     private func readReply<Reply: Decodable>(
         _ type: Reply.Type, method: String, deadline: Int64?, channel: inout Channel
     ) throws(ClientError) -> VarlinkReply<Reply> {
-        let message: Data
+        let message: [UInt8]
         do throws(ClientError) {
             message = try readMessage(deadline: deadline, channel: &channel)
         } catch {
@@ -248,7 +248,7 @@ public final class VarlinkConnection: Sendable {
         }
     }
 
-    private func readMessage(deadline: Int64?, channel: inout Channel) throws(ClientError) -> Data {
+    private func readMessage(deadline: Int64?, channel: inout Channel) throws(ClientError) -> [UInt8] {
         while true {
             do throws(VarlinkFramingError) {
                 if let message = try channel.decoder.nextMessage() { return message }

@@ -82,7 +82,7 @@ final class ClientConnection {
     private var isPeerGone = false
 
     /// Called for each complete message, in order.
-    var onMessage: ((ClientConnection, Data) -> Void)?
+    var onMessage: ((ClientConnection, [UInt8]) -> Void)?
     /// Called once when the connection closes, for whatever reason.
     var onClose: ((ClientConnection, String) -> Void)?
     /// Called when complete calls remain after a turn's budget: the manager calls `processMessages()` again on a
@@ -219,7 +219,7 @@ final class ClientConnection {
                 onBacklog?(self)
                 return
             }
-            let message: Data?
+            let message: [UInt8]?
             do {
                 message = try decoder.nextMessage()
             } catch {
@@ -240,7 +240,7 @@ final class ClientConnection {
     }
 
     /// Queues an encoded, NUL-terminated message for the client.
-    func send(_ message: Data) {
+    func send(_ message: [UInt8]) {
         guard !isClosed, !isPeerGone else { return }
         let wasEmpty = bufferedOutput == 0
         if wasEmpty {

@@ -137,7 +137,7 @@ extension Manager {
     /// Sends a reply, event or entry to a client once the state it reflects is saved, in order with what went
     /// before it on that connection. A reply that reflects no change (`reflectsChange` false: a read, an invalid
     /// message) waits only for what went before it.
-    func transmit(_ message: Data, on connection: ClientConnection, reflectsChange: Bool = true) {
+    func transmit(_ message: [UInt8], on connection: ClientConnection, reflectsChange: Bool = true) {
         let isBehindUnsaved = reflectsChange && (savedGeneration < stateGeneration || !heldUntilSaved.isEmpty)
         guard stateStore != nil, isBehindUnsaved || connection.heldOutputBytes > 0, !isFinalStateSaved else {
             connection.send(message)

@@ -25,7 +25,7 @@ extension Manager {
     /// Handles one complete message from a client. A message that is not a well-formed call gets
     /// `InvalidMessage` and the connection stays usable: the NUL framing is intact, so the next call is still
     /// found (only a framing error, an oversized message, closes it).
-    func handle(_ message: Data, from connection: ClientConnection) {
+    func handle(_ message: [UInt8], from connection: ClientConnection) {
         let decoded: DecodedCall
         do {
             decoded = try codec.decodeCall(message)

@@ -1,5 +1,4 @@
 // Encoding and decoding of Varlink calls and replies, with typed errors for every way a message can be wrong.
-import FoundationEssentials
 
 /// A method name split into its interface and its member: `io.bgtask.Lifecycle` and `Register`.
 public struct VarlinkMethodName: Hashable, Sendable, CustomStringConvertible {
@@ -178,13 +177,6 @@ public struct DecodedCall: Hashable, Sendable {
 /// functions append the NUL. Outgoing messages are written by `JSONTextEncoder`: every optional field of a reply
 /// is present, as `null` when absent. A codec is safe to share between threads.
 public struct VarlinkCodec: Sendable {
-    private let parser: JSONDecoder = {
-        let parser = JSONDecoder()
-        // The whole message is parsed as a tree: its depth is bounded by the JSON parser itself; the nesting limit
-        // of `JSONValue` applies to each parameter as it is decoded, so a deep payload is a bad parameter.
-        parser.userInfo[JSONValue.depthLimitKey] = Int.max
-        return parser
-    }()
     private let treeDecoder = JSONValueDecoder()
     private let replyEncoder = JSONTextEncoder()
     private let callEncoder = JSONTextEncoder(writesAbsentOptionals: false)
@@ -196,8 +188,8 @@ public struct VarlinkCodec: Sendable {
 
     /// Parses a call: its header (method and flags) and its parameters, checking that the message is a
     /// well-formed call. The whole message must be valid UTF-8.
-    public func decodeCall(_ message: Data) throws(VarlinkProtocolError) -> DecodedCall {
-        guard isValidUTF8(message) else { throw .invalidUTF8 }
+    public func decodeCall<Message: Collection>(_ message: Message) throws(VarlinkProtocolError) -> DecodedCall
+    where Message.Element == UInt8 {
         guard case .object(let envelope) = try parse(message) else { throw .notAnObject }
         guard let methodValue = envelope["method"] else { throw .missingMethod }
         guard case .string(let name) = methodValue else { throw .methodNotString }
@@ -213,7 +205,9 @@ public struct VarlinkCodec: Sendable {
     }
 
     /// The header of a call (`decodeCall(_:)` without keeping the parameters).
-    public func decodeCallHeader(_ message: Data) throws(VarlinkProtocolError) -> VarlinkCallHeader {
+    public func decodeCallHeader<Message: Collection>(_ message: Message) throws(VarlinkProtocolError)
+        -> VarlinkCallHeader where Message.Element == UInt8
+    {
         try decodeCall(message).header
     }
 
@@ -231,7 +225,9 @@ public struct VarlinkCodec: Sendable {
 
     /// Decodes the parameters of the call in `message` as `type`; a message that is not a well-formed call is an
     /// invalid `parameters`.
-    public func decodeParameters<P: Decodable>(_ type: P.Type, from message: Data) throws(VarlinkError) -> P {
+    public func decodeParameters<P: Decodable, Message: Collection>(_ type: P.Type, from message: Message)
+        throws(VarlinkError) -> P where Message.Element == UInt8
+    {
         let call: DecodedCall
         do {
             call = try decodeCall(message)
@@ -245,12 +241,12 @@ public struct VarlinkCodec: Sendable {
     public func encodeReply<R: Encodable>(
         _ parameters: R,
         continues: Bool = false
-    ) throws(VarlinkEncodingError) -> Data {
+    ) throws(VarlinkEncodingError) -> [UInt8] {
         try encodeFramed(ReplyWire(parameters: parameters, continues: continues), with: replyEncoder)
     }
 
     /// A framed error reply.
-    public func encodeError(_ error: VarlinkError) throws(VarlinkEncodingError) -> Data {
+    public func encodeError(_ error: VarlinkError) throws(VarlinkEncodingError) -> [UInt8] {
         try encodeFramed(ErrorWire(error: error.name, parameters: error.parameters), with: replyEncoder)
     }
 
@@ -263,7 +259,7 @@ public struct VarlinkCodec: Sendable {
         more: Bool = false,
         oneway: Bool = false,
         upgrade: Bool = false
-    ) throws(VarlinkEncodingError) -> Data {
+    ) throws(VarlinkEncodingError) -> [UInt8] {
         try encodeFramed(
             CallWire(method: method, parameters: parameters, more: more, oneway: oneway, upgrade: upgrade),
             with: callEncoder)
@@ -274,16 +270,15 @@ public struct VarlinkCodec: Sendable {
         _ parameters: P,
         more: Bool = false,
         oneway: Bool = false
-    ) throws(VarlinkEncodingError) -> Data {
+    ) throws(VarlinkEncodingError) -> [UInt8] {
         try encodeCall(method: P.methodName, parameters: parameters, more: more, oneway: oneway)
     }
 
     /// Decodes a reply as `type`, or as the error it carries.
-    public func decodeReply<R: Decodable>(
+    public func decodeReply<R: Decodable, Message: Collection>(
         _ type: R.Type,
-        from message: Data
-    ) throws(VarlinkProtocolError) -> VarlinkReply<R> {
-        guard isValidUTF8(message) else { throw .invalidUTF8 }
+        from message: Message
+    ) throws(VarlinkProtocolError) -> VarlinkReply<R> where Message.Element == UInt8 {
         guard case .object(let envelope) = try parse(message) else { throw .notAnObject }
         let continues = try Self.flag("continues", in: envelope)
         switch envelope["error"] {
@@ -315,12 +310,13 @@ public struct VarlinkCodec: Sendable {
 
     // MARK: Helpers
 
-    /// The message as a tree: one pass of the JSON parser over its bytes.
-    private func parse(_ message: Data) throws(VarlinkProtocolError) -> JSONValue {
+    /// The message as a tree: one pass of the JSON parser over its bytes, in place where they are contiguous.
+    private func parse<Message: Collection>(_ message: Message) throws(VarlinkProtocolError) -> JSONValue
+    where Message.Element == UInt8 {
         do {
-            return try parser.decode(JSONValue.self, from: message)
+            return try JSONParser.parse(message)
         } catch {
-            throw .invalidJSON
+            throw error.isInvalidUTF8 ? .invalidUTF8 : .invalidJSON
         }
     }
 
@@ -334,12 +330,12 @@ public struct VarlinkCodec: Sendable {
     }
 
     private func encodeFramed<T: Encodable>(_ value: T, with encoder: JSONTextEncoder) throws(VarlinkEncodingError)
-        -> Data
+        -> [UInt8]
     {
         do {
             var message = try encoder.encode(value)
             message.append(VarlinkFrame.terminator)
-            return Data(message)
+            return message
         } catch let EncodingError.invalidValue(value, context) {
             let path = context.codingPath.map(\.stringValue).joined(separator: ".")
             throw VarlinkEncodingError(description: "cannot encode \(value) at \(path): \(context.debugDescription)")
@@ -359,24 +355,6 @@ public struct VarlinkCodec: Sendable {
         default: path = []
         }
         return path.count > depth ? path[depth].stringValue : "parameters"
-    }
-}
-
-/// Whether `message` is valid UTF-8. Calls are nearly always ASCII, so a word-at-a-time scan for high bits
-/// settles most messages; the rest go through the standard library's validation.
-func isValidUTF8(_ message: Data) -> Bool {
-    message.withUnsafeBytes { (bytes: UnsafeRawBufferPointer) -> Bool in
-        var offset = 0
-        let highBits: UInt64 = 0x8080_8080_8080_8080
-        while offset + 8 <= bytes.count {
-            if bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self) & highBits != 0 { break }
-            offset += 8
-        }
-        while offset < bytes.count, bytes[offset] < 0x80 {
-            offset += 1
-        }
-        if offset == bytes.count { return true }
-        return String(validating: bytes[offset...], as: UTF8.self) != nil
     }
 }
 

@@ -1,5 +1,4 @@
 // Varlink framing: each message is a JSON object followed by one NUL byte on a stream socket.
-import FoundationEssentials
 
 /// A framing failure: the peer broke the framing rules, and the connection must be closed.
 public enum VarlinkFramingError: Error, Hashable, Sendable, CustomStringConvertible {
@@ -58,8 +57,8 @@ public struct VarlinkFrameDecoder: Sendable {
 
     /// The next complete message without its NUL, or nil when the buffered bytes hold no complete message.
     ///
-    /// An empty message (a NUL right after the previous one) is returned as empty data; the codec rejects it.
-    public mutating func nextMessage() throws(VarlinkFramingError) -> Data? {
+    /// An empty message (a NUL right after the previous one) is returned empty; the codec rejects it.
+    public mutating func nextMessage() throws(VarlinkFramingError) -> [UInt8]? {
         if let failure { throw failure }
         guard let terminator = buffer[scanned...].firstIndex(of: 0) else {
             scanned = buffer.count
@@ -67,14 +66,14 @@ public struct VarlinkFrameDecoder: Sendable {
             return nil
         }
         if terminator - start > maximumMessageSize { return try fail() }
-        let message = Data(buffer[start..<terminator])
+        let message = Array(buffer[start..<terminator])
         start = terminator + 1
         scanned = start
         return message
     }
 
     /// Records the size failure, releases the buffer, and throws.
-    private mutating func fail() throws(VarlinkFramingError) -> Data? {
+    private mutating func fail() throws(VarlinkFramingError) -> [UInt8]? {
         let error = VarlinkFramingError.messageTooLarge(limit: maximumMessageSize)
         failure = error
         buffer = []
@@ -90,15 +89,15 @@ public enum VarlinkFrame {
     public static let terminator: UInt8 = 0
 
     /// `json` followed by the NUL that ends a message.
-    public static func frame(_ json: Data) -> Data {
-        var framed = json
+    public static func frame<Bytes: Collection>(_ json: Bytes) -> [UInt8] where Bytes.Element == UInt8 {
+        var framed = Array(json)
         framed.append(terminator)
         return framed
     }
 
     /// Appends `json` and the NUL that ends a message to `output` (a connection's output buffer).
-    public static func append(_ json: Data, to output: inout Data) {
-        output.append(json)
+    public static func append<Bytes: Collection>(_ json: Bytes, to output: inout [UInt8]) where Bytes.Element == UInt8 {
+        output.append(contentsOf: json)
         output.append(terminator)
     }
 }

@@ -99,7 +99,7 @@ public final class RawVarlinkClient {
     /// The next complete reply already read, as a JSON object.
     private func nextDecodedReply() throws -> [String: JSONValue]? {
         guard let message = try decoder.nextMessage() else { return nil }
-        guard case .object(let object) = try JSONDecoder().decode(JSONValue.self, from: message) else {
+        guard case .object(let object) = try JSONDecoder().decode(JSONValue.self, from: Data(message)) else {
             throw HarnessError("reply is not a JSON object: \(String(decoding: message, as: UTF8.self))")
         }
         return object

@@ -176,7 +176,7 @@ final class ScriptedServer: Sendable {
                 decoder.append(contentsOf: bytes)
                 while let message = try decoder.nextMessage() {
                     let header = try codec.decodeCallHeader(message)
-                    let parameters = try JSONDecoder().decode(CallEnvelope.self, from: message).parameters ?? [:]
+                    let parameters = try JSONDecoder().decode(CallEnvelope.self, from: Data(message)).parameters ?? [:]
                     let call = ReceivedCall(method: header.method.member, parameters: parameters, connection: number)
                     let replies = answer(call, codec: codec)
                     record { $0.calls.append(call) }
@@ -205,13 +205,13 @@ final class ScriptedServer: Sendable {
         changed.unlock()
     }
 
-    private func send(_ message: Data, on connection: FileDescriptor) throws {
+    private func send(_ message: [UInt8], on connection: FileDescriptor) throws {
         _ = try connection.poll(for: .writable, timeout: .seconds(10))
         try connection.sendAll(message)
     }
 
     /// The framed replies to `call`.
-    private func answer(_ call: ReceivedCall, codec: VarlinkCodec) -> [Data] {
+    private func answer(_ call: ReceivedCall, codec: VarlinkCodec) -> [[UInt8]] {
         let parameters = call.parameters
         let app = parameters["app"]?.stringValue ?? parameters["name"]?.stringValue ?? ""
         do {

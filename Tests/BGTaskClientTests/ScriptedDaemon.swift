@@ -251,7 +251,7 @@ final class ScriptedDaemon: Sendable {
         let codec = VarlinkCodec()
         while let message = connection.receive() {
             guard let header = try? codec.decodeCallHeader(message),  // A malformed call ends the connection.
-                let parameters = try? JSONDecoder().decode(CallParameters.self, from: message).parameters
+                let parameters = try? JSONDecoder().decode(CallParameters.self, from: Data(message)).parameters
             else { return }
             let entry = append(
                 connection: number, method: header.method.qualified, header: header, parameters: parameters)
@@ -270,7 +270,7 @@ final class ScriptedDaemon: Sendable {
                 for reply in replies { connection.send(reply: reply, continues: true) }
                 connection.send(error: error)
             case .raw(let bytes):
-                connection.send(raw: bytes)
+                connection.send(raw: Array(bytes))
             case .close:
                 return
             case .silence:
@@ -356,7 +356,7 @@ private final class ServerConnection: Sendable {
     }
 
     /// The next message, or nil at end of file or on any failure.
-    func receive() -> Data? {
+    func receive() -> [UInt8]? {
         while true {
             do {
                 if let message = try decoder.withLock({ try $0.nextMessage() }) { return message }
@@ -381,7 +381,7 @@ private final class ServerConnection: Sendable {
     }
 
     @discardableResult
-    func send(raw: Data) -> Bool {
+    func send(raw: [UInt8]) -> Bool {
         writing.withLock { isClosed in
             guard !isClosed else { return false }
             do {
@@ -407,8 +407,8 @@ private final class ServerConnection: Sendable {
         }
     }
 
-    private func encodeReply(_ reply: any Encodable & Sendable, continues: Bool) throws -> Data {
-        func encode<R: Encodable>(_ value: R) throws -> Data { try codec.encodeReply(value, continues: continues) }
+    private func encodeReply(_ reply: any Encodable & Sendable, continues: Bool) throws -> [UInt8] {
+        func encode<R: Encodable>(_ value: R) throws -> [UInt8] { try codec.encodeReply(value, continues: continues) }
         return try encode(reply)
     }
 }

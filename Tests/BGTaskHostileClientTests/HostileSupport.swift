@@ -167,7 +167,7 @@ final class PipelinedCalls {
         case .received(let chunk):
             decoder.append(contentsOf: chunk)
             while let message = try decoder.nextMessage() {
-                guard case .object(let reply) = try jsonDecoder.decode(JSONValue.self, from: message) else {
+                guard case .object(let reply) = try jsonDecoder.decode(JSONValue.self, from: Data(message)) else {
                     throw HarnessError("reply is not an object: \(String(decoding: message, as: UTF8.self))")
                 }
                 replies.append(reply)

@@ -153,10 +153,10 @@ struct FramingTests {
     }
 
     @Test func framingHelpersAppendOneNUL() {
-        let json = Data(#"{"parameters":{}}"#.utf8)
+        let json = Array(#"{"parameters":{}}"#.utf8)
         #expect(VarlinkFrame.frame(json) == json + [0])
-        var output = Data("x".utf8)
+        var output = Array("x".utf8)
         VarlinkFrame.append(json, to: &output)
-        #expect(output == Data("x".utf8) + json + [0])
+        #expect(output == Array("x".utf8) + json + [0])
     }
 }

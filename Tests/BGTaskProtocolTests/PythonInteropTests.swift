@@ -51,7 +51,7 @@ private struct Listener {
 }
 
 /// Writes all of `data` to a blocking socket; replies are small, so this never waits long.
-private func writeAll(_ fd: Int32, _ data: Data) throws {
+private func writeAll(_ fd: Int32, _ data: [UInt8]) throws {
     try data.withUnsafeBytes { (bytes: UnsafeRawBufferPointer) in
         var offset = 0
         while offset < bytes.count {
@@ -72,7 +72,7 @@ private struct FakeDaemon {
     var calls: [String] = []
 
     /// The replies to one message, or nil when the connection must be closed.
-    mutating func handle(_ message: Data) -> [Data]? {
+    mutating func handle(_ message: [UInt8]) -> [[UInt8]]? {
         let header: VarlinkCallHeader
         do {
             header = try codec.decodeCallHeader(message)
@@ -80,7 +80,7 @@ private struct FakeDaemon {
             return nil
         }
         calls.append(header.method.qualified)
-        let replies: [Data]
+        let replies: [[UInt8]]
         do {
             replies = try answer(header, message)
         } catch let error as VarlinkError {
@@ -92,16 +92,16 @@ private struct FakeDaemon {
         return header.oneway ? [] : replies
     }
 
-    private func encodeError(_ error: VarlinkError) -> Data {
+    private func encodeError(_ error: VarlinkError) -> [UInt8] {
         do {
             return try codec.encodeError(error)
         } catch {
             Issue.record("cannot encode \(error)")
-            return Data()
+            return []
         }
     }
 
-    private func answer(_ header: VarlinkCallHeader, _ message: Data) throws -> [Data] {
+    private func answer(_ header: VarlinkCallHeader, _ message: [UInt8]) throws -> [[UInt8]] {
         if let method = VarlinkServiceMethod(header.method) {
             switch method {
             case .getInfo:

@@ -27,10 +27,10 @@ let serviceDefinition: VarlinkInterfaceDefinition = {
 }()
 
 /// A framed message as a JSON value, the NUL removed; records a test failure and returns null when it is not JSON.
-func jsonValue(ofFramed message: Data) -> JSONValue {
+func jsonValue(ofFramed message: [UInt8]) -> JSONValue {
     #expect(message.last == 0, "a framed message ends with NUL")
     do {
-        return try JSONDecoder().decode(JSONValue.self, from: message.dropLast())
+        return try JSONDecoder().decode(JSONValue.self, from: Data(message.dropLast()))
     } catch {
         Issue.record("not JSON: \(error)")
         return .null
@@ -38,7 +38,7 @@ func jsonValue(ofFramed message: Data) -> JSONValue {
 }
 
 /// The message without its NUL, as the frame decoder would return it.
-func unframed(_ message: Data) -> Data { Data(message.dropLast()) }
+func unframed(_ message: [UInt8]) -> [UInt8] { Array(message.dropLast()) }
 
 /// A message from a string, unframed.
 func message(_ text: String) -> Data { Data(text.utf8) }
