@@ -1,5 +1,4 @@
 // Writes the help, the usage lines and the usage-error text from the specs, so none of it can drift.
-import FoundationEssentials
 
 /// Renders `ToolSpec` and `CommandSpec` data as help text, 80 columns wide.
 public enum HelpFormatter {
@@ -186,7 +185,7 @@ public enum HelpFormatter {
 
     /// The paragraphs of a discussion, each with its lines joined.
     static func paragraphs(_ text: String) -> [String] {
-        text.components(separatedBy: "\n\n")
+        text.split(separator: "\n\n", omittingEmptySubsequences: false)
             .map { $0.split(whereSeparator: \.isNewline).joined(separator: " ") }
             .filter { !$0.isEmpty }
     }

@@ -205,7 +205,8 @@ public final class VarlinkConnection: Sendable {
         }
     }
 
-    private func encode<M: VarlinkMethodCall>(_ parameters: M, more: Bool, oneway: Bool) throws(ClientError) -> [UInt8] {
+    private func encode<M: VarlinkMethodCall>(_ parameters: M, more: Bool, oneway: Bool) throws(ClientError) -> [UInt8]
+    {
         do throws(VarlinkEncodingError) {
             return try codec.encodeCall(parameters, more: more, oneway: oneway)
         } catch {

@@ -3,7 +3,6 @@
 import BGTaskCore
 import BGTaskProtocol
 import BGTaskSystem
-import FoundationEssentials
 
 /// Stable journal message ids (`MESSAGE_ID=`), so `journalctl MESSAGE_ID=...` finds every event of a kind
 /// across versions. Never change a value once released.
@@ -82,7 +81,7 @@ final class AuditTrail {
         log(record)
         let isKept = Self.isKeptInHistory(record)
         guard isKept || isWatched else { return nil }
-        let entry = HistoryEntry(record, wallClockSeconds: Date().timeIntervalSince1970)
+        let entry = HistoryEntry(record, wallClockSeconds: WallClock.secondsSince1970())
         if isKept {
             lastSerial += 1
             entries.append((record, entry, lastSerial))

@@ -3,7 +3,6 @@
 import BGTaskCore
 import BGTaskProtocol
 import BGTaskSystem
-import FoundationEssentials
 import Glibc
 
 /// What a connection streams after a call with `more: true`.

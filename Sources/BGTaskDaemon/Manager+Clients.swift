@@ -2,7 +2,6 @@
 
 import BGTaskCore
 import BGTaskSystem
-import FoundationEssentials
 import Glibc
 
 extension Manager {
@@ -10,14 +9,24 @@ extension Manager {
     /// daemon's own signals; 1 s keeps the retry cheap while a client waits about as long as a slow start.
     static let acceptRetryDelay: Duration = .seconds(1)
 
+    /// Creates `path` and its missing parents, each mode 0755 (`mkdir -p`); what exists already is left as it is.
+    static func makeDirectories(_ path: String) throws(Errno) {
+        var prefix = path.hasPrefix("/") ? "" : "."
+        for component in path.split(separator: "/") {
+            prefix += "/" + component
+            guard mkdir(prefix, 0o755) != 0 else { continue }
+            let code = errno
+            if code != EEXIST { throw Errno(rawValue: code, operation: "mkdir(\(prefix))") }
+        }
+    }
+
     func openListeners() throws(StartupError) {
         var descriptors = listenedSockets
         if descriptors.isEmpty {
             let directory = socketPath.lastIndex(of: "/").map { String(socketPath[..<$0]) } ?? ""
-            if !directory.isEmpty && !FileManager.default.fileExists(atPath: directory) {
-                do {
-                    try FileManager.default.createDirectory(
-                        atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
+            if !directory.isEmpty {
+                do throws(Errno) {
+                    try Self.makeDirectories(directory)
                 } catch {
                     throw StartupError(description: "cannot create \(directory): \(error)")
                 }

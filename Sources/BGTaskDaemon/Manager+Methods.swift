@@ -4,7 +4,6 @@
 import BGTaskCore
 import BGTaskProtocol
 import BGTaskSystem
-import FoundationEssentials
 
 /// What a handler returns: the reply (nil when there is none to send: a stream, a oneway call, or a handler that
 /// answered or closed the connection itself) and the actions the call caused, carried out after the reply is sent,

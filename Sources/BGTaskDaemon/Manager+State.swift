@@ -3,7 +3,6 @@
 
 import BGTaskCore
 import BGTaskSystem
-import FoundationEssentials
 import Glibc
 
 /// A state write for the writer thread, and what came of it.

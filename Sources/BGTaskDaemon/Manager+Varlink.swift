@@ -3,7 +3,6 @@
 import BGTaskCore
 import BGTaskProtocol
 import BGTaskSystem
-import FoundationEssentials
 import Glibc
 
 /// One call being answered.

@@ -4,7 +4,6 @@ import BGTaskConfig
 import BGTaskCore
 import BGTaskProtocol
 import BGTaskSystem
-import FoundationEssentials
 import Glibc
 
 /// Why the daemon could not start.
@@ -36,7 +35,6 @@ public final class Manager {
     let logger: Logger
     let notifier = ServiceNotifier()
     let codec = VarlinkCodec()
-    let payloadDecoder = JSONDecoder()
     let procFS: ProcFS
     let inspector: ProcessInspector
     let trail: AuditTrail
@@ -511,7 +509,7 @@ public final class Manager {
 
     private func sendEvent(_ event: AppEvent, to app: AppID) {
         guard let stream = eventStreams[app] else { return }
-        sendStreamed(RegisterReply(app: nil, event: EventInfo(event, decoder: payloadDecoder)), on: stream)
+        sendStreamed(RegisterReply(app: nil, event: EventInfo(event)), on: stream)
     }
 
     /// Sends one reply of a stream (`continues: true`).

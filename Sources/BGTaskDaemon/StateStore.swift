@@ -3,7 +3,6 @@
 import BGTaskCore
 import BGTaskProtocol
 import BGTaskSystem
-import FoundationEssentials
 import Glibc
 
 /// Everything a restarted daemon needs to carry on where the last one stopped (DESIGN §8): the policy's state,
@@ -43,15 +42,13 @@ private struct DaemonStateHead: Encodable {
 /// after one call encodes what that call changed, not every app (the JSON encoder is the bulk of a write's cost).
 /// Used by one thread at a time (the state writer's).
 final class StateEncoder: @unchecked Sendable {
-    private let encoder: JSONEncoder
+    private let encoder = JSONTextEncoder(sortsKeys: true, writesAbsentOptionals: false)
     private var cache: [AppID: (revision: UInt64, bytes: [UInt8])] = [:]
     private var processCache: [SavedProcess: [UInt8]] = [:]
 
-    init() {
-        encoder = JSONEncoder()
-        // "apps" then sorts first in the policy's object, where the apps are put.
-        encoder.outputFormatting = .sortedKeys
-    }
+    // Keys sorted: "apps" then comes first in the policy's object, where the apps are put. Absent optionals left
+    // out, as Foundation's encoder does (files written by earlier versions read the same).
+    init() {}
 
     /// The state as JSON, equal to what `JSONEncoder` makes of it (as a JSON value; the key order differs).
     func encode(_ state: DaemonState) throws -> [UInt8] {
@@ -182,10 +179,12 @@ struct StateStore: Sendable {
             return .unusable("cannot read it: \(error)")
         }
         guard data.count <= Self.sizeLimit else { return .unusable("it is larger than \(Self.sizeLimit) bytes") }
-        let decoder = JSONDecoder()
+        let decoder = JSONValueDecoder()
+        let tree: JSONValue
         let header: DaemonStateHeader
         do {
-            header = try decoder.decode(DaemonStateHeader.self, from: Data(data))
+            tree = try JSONParser.parse(data)
+            header = try decoder.decode(DaemonStateHeader.self, from: tree)
         } catch {
             return .unusable("it is not a state file (\(Self.describe(error)))")
         }
@@ -197,7 +196,7 @@ struct StateStore: Sendable {
         guard header.bootID == bootID else { return .unusable("it was saved before the machine last booted") }
         guard header.savedAt <= now else { return .unusable("it was saved at \(header.savedAt), after now (\(now))") }
         do {
-            return .state(try decoder.decode(DaemonState.self, from: Data(data)))
+            return .state(try decoder.decode(DaemonState.self, from: tree))
         } catch {
             return .unusable("it does not decode (\(Self.describe(error)))")
         }
@@ -206,6 +205,8 @@ struct StateStore: Sendable {
     /// A decoding error in one line: what was wrong and where.
     private static func describe(_ error: any Error) -> String {
         switch error {
+        case let error as JSONParseError:
+            return error.description
         case DecodingError.dataCorrupted(let context), DecodingError.keyNotFound(_, let context),
             DecodingError.typeMismatch(_, let context), DecodingError.valueNotFound(_, let context):
             let path = context.codingPath.map(\.stringValue).joined(separator: ".")
@@ -248,7 +249,7 @@ struct StateStore: Sendable {
 
     /// The entries as JSON lines.
     private static func lines(_ entries: [SavedHistoryEntry]) throws -> [UInt8] {
-        let encoder = JSONEncoder()
+        let encoder = JSONTextEncoder(writesAbsentOptionals: false)
         var bytes: [UInt8] = []
         for entry in entries {
             bytes += try encoder.encode(entry)
@@ -295,11 +296,13 @@ struct StateStore: Sendable {
         } catch {
             return ([], error == .noSuchFileOrDirectory ? 0 : 1)
         }
-        let decoder = JSONDecoder()
+        let decoder = JSONValueDecoder()
         var entries: [SavedHistoryEntry] = []
         var skipped = 0
         for line in data.split(separator: UInt8(ascii: "\n")) {
-            guard let entry = try? decoder.decode(SavedHistoryEntry.self, from: Data(line)) else {
+            guard let tree = try? JSONParser.parse(line),
+                let entry = try? decoder.decode(SavedHistoryEntry.self, from: tree)
+            else {
                 skipped += 1
                 continue
             }

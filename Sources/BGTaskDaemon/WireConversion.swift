@@ -6,7 +6,6 @@
 import BGTaskCore
 import BGTaskProtocol
 import BGTaskSystem
-import FoundationEssentials
 
 extension AppInfo {
     /// The wire form of a snapshot; `memoryBytes` is measured by the shell.
@@ -37,10 +36,11 @@ extension AppInfo {
 
 extension EventInfo {
     /// The wire form of a core event; the payload JSON text is parsed back into an object.
-    init(_ event: AppEvent, decoder: JSONDecoder) {
+    init(_ event: AppEvent) {
         var payload: [String: JSONValue]?
-        if let text = event.payloadJSON, let data = text.data(using: .utf8) {
-            payload = try? decoder.decode([String: JSONValue].self, from: data)
+        // Written by the daemon itself from a validated object: it parses back.
+        if let text = event.payloadJSON, case .object(let members)? = try? JSONParser.parse(text.utf8) {
+            payload = members
         }
         self.init(
             id: Int(event.id.rawValue), kind: event.kind, taskIds: event.taskIDs?.map { Int($0.rawValue) },

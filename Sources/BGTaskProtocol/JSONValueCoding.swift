@@ -239,6 +239,8 @@ private final class EncodingNode {
     enum Content {
         case empty
         case value(JSONValue)
+        /// An integer, written exactly in decimal (a `Double` holds integers exactly only up to 2^53).
+        case integer(String)
         case object([(key: String, node: EncodingNode)])
         case array([EncodingNode])
     }
@@ -252,6 +254,8 @@ private final class EncodingNode {
             output.append(contentsOf: "{}".utf8)
         case .value(let value):
             try value.writeJSON(to: &output, codingPath: codingPath)
+        case .integer(let digits):
+            output.append(contentsOf: digits.utf8)
         case .object(let members):
             output.append(UInt8(ascii: "{"))
             let ordered =
@@ -335,16 +339,16 @@ extension TreeEncoder: SingleValueEncodingContainer {
     func encode(_ value: String) throws { node.content = .value(.string(value)) }
     func encode(_ value: Double) throws { node.content = .value(.number(value)) }
     func encode(_ value: Float) throws { node.content = .value(.number(Double(value))) }
-    func encode(_ value: Int) throws { node.content = .value(.number(Double(value))) }
-    func encode(_ value: Int8) throws { node.content = .value(.number(Double(value))) }
-    func encode(_ value: Int16) throws { node.content = .value(.number(Double(value))) }
-    func encode(_ value: Int32) throws { node.content = .value(.number(Double(value))) }
-    func encode(_ value: Int64) throws { node.content = .value(.number(Double(value))) }
-    func encode(_ value: UInt) throws { node.content = .value(.number(Double(value))) }
-    func encode(_ value: UInt8) throws { node.content = .value(.number(Double(value))) }
-    func encode(_ value: UInt16) throws { node.content = .value(.number(Double(value))) }
-    func encode(_ value: UInt32) throws { node.content = .value(.number(Double(value))) }
-    func encode(_ value: UInt64) throws { node.content = .value(.number(Double(value))) }
+    func encode(_ value: Int) throws { node.content = .integer(String(value)) }
+    func encode(_ value: Int8) throws { node.content = .integer(String(value)) }
+    func encode(_ value: Int16) throws { node.content = .integer(String(value)) }
+    func encode(_ value: Int32) throws { node.content = .integer(String(value)) }
+    func encode(_ value: Int64) throws { node.content = .integer(String(value)) }
+    func encode(_ value: UInt) throws { node.content = .integer(String(value)) }
+    func encode(_ value: UInt8) throws { node.content = .integer(String(value)) }
+    func encode(_ value: UInt16) throws { node.content = .integer(String(value)) }
+    func encode(_ value: UInt32) throws { node.content = .integer(String(value)) }
+    func encode(_ value: UInt64) throws { node.content = .integer(String(value)) }
     func encode<T: Encodable>(_ value: T) throws { try encodeValue(value) }
 }
 

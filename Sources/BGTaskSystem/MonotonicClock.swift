@@ -12,3 +12,14 @@ public enum MonotonicClock {
         return Int64(time.tv_sec) &* 1_000_000_000 &+ Int64(time.tv_nsec)
     }
 }
+
+/// `CLOCK_REALTIME`: the wall clock, for showing people when something happened, never for deadlines.
+public enum WallClock {
+    /// Seconds since the Unix epoch, with the fraction.
+    public static func secondsSince1970() -> Double {
+        var time = timespec()
+        let result = clock_gettime(CLOCK_REALTIME, &time)
+        precondition(result == 0, "clock_gettime(CLOCK_REALTIME) failed")
+        return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
+    }
+}

@@ -3,10 +3,9 @@
 import BGTaskConfig
 import BGTaskDaemon
 import BGTaskSystem
-import FoundationEssentials
 import Glibc
 
-let environment = ProcessInfo.processInfo.environment
+let environment = ProcessEnvironment.current()
 let standardError = FileDescriptor.standardError
 
 func fail(_ message: String, status: Int32) -> Never {
