@@ -108,6 +108,12 @@ public struct ProcFS: Sendable {
         }
     }
 
+    /// The thread ids of process `pid` (the numeric entries of `PID/task`), in directory order; throws
+    /// `.noSuchFileOrDirectory` when the process is gone.
+    public func threadIDs(of pid: pid_t) throws(Errno) -> [pid_t] {
+        try listDirectory("\(pid)/task").compactMap { pid_t($0) }
+    }
+
     /// The locks held through the open files of `pid` (`lock:` lines of `/proc/PID/fdinfo/*`): how an open
     /// file description lock, which `/proc/locks` shows with pid -1, is traced to a process. Files closed while
     /// they are read are skipped; throws when the directory itself cannot be read (the process is gone, or the

@@ -86,6 +86,20 @@ static inline int bgtask_process_mrelease(int pidfd, unsigned int flags) {
     return (int)syscall(__NR_process_mrelease, pidfd, flags);
 }
 
+/// sched_getaffinity(2), the system call itself: writes the CPUs thread `tid` (0: the caller) may run on into `mask`,
+/// a bit per CPU in `words` unsigned longs, and returns how many bytes the kernel wrote (the rest is left as it was),
+/// or -1 with errno set (EINVAL when the mask is smaller than the kernel's). glibc's wrapper and cpu_set_t are GNU
+/// only.
+static inline long bgtask_sched_getaffinity(pid_t tid, size_t words, unsigned long *mask) {
+    return syscall(__NR_sched_getaffinity, tid, words * sizeof(unsigned long), mask);
+}
+
+/// sched_setaffinity(2), the system call itself: lets thread `tid` (0: the caller) run only on the CPUs set in
+/// `mask`, a bit per CPU in `words` unsigned longs; 0, or -1 with errno set.
+static inline int bgtask_sched_setaffinity(pid_t tid, size_t words, const unsigned long *mask) {
+    return (int)syscall(__NR_sched_setaffinity, tid, words * sizeof(unsigned long), mask);
+}
+
 /// waitid(P_PIDFD, pidfd, ...) returning the siginfo fields Swift cannot reach through the union.
 ///
 /// `*pid` is 0 when WNOHANG was given and the child has not changed state yet.

@@ -213,6 +213,16 @@ final class EchoServerProcess {
         try waitForReady(notify, process: process)
     }
 
+    /// The echo server's own pid (the only child of `timeout`), for pinning its threads. Read from
+    /// `/proc/PID/task/PID/children` of `timeout`, which stays this process's unreaped child until `stop()`.
+    func serverProcessID(procFS: ProcFS = ProcFS()) throws -> pid_t {
+        let path = "\(process.pid)/task/\(process.pid)/children"
+        guard let child = try procFS.read(path).split(separator: " ").first.flatMap({ pid_t($0) }) else {
+            throw BenchError("no echo server under timeout (pid \(process.pid)) in /proc/\(path)")
+        }
+        return child
+    }
+
     func stop() {
         try? ProcessGroup(id: process.pid).send(.terminate)
         _ = try? process.waitForExit()

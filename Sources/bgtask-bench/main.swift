@@ -11,6 +11,13 @@ let usage = """
               policy core ns/op for lease begin+end and deadline processing at 100, 10k and 100k live leases
       ipc     lease begin+end through a private bgtaskd with 1, 16 and 64 clients: calls/s, p50/p99, next
               to a raw Unix-socket ping-pong of the same message sizes measured in the same run
+      ipc --pin [--rounds N]
+              one client, pinned with sched_setaffinity: across CPUs (the client thread on the first CPU this
+              process may use, every thread of the server on the second; unavailable with one CPU), then on the
+              same CPU; per placement N rounds (default 20) of 1,000 leases with bgtaskd and as many with the raw
+              echo server, taking turns; reports p50/p99 µs per round trip (one request and its reply: a lease's
+              begin and its end are one each) for both, the p50 ratio, and a verdict against the aims (bgtaskd
+              p50 within 1.25x raw across CPUs, 3x on the same CPU; a miss is reported, not an error)
       deadlines [--apps N] [--duration D] [--socket PATH]
               N apps (default 100) churn for D (default 30s) through background, lease, expiration warning,
               suspension and foreground, posting to each other, while uid nobody calls GetStatus, ListApps and
@@ -50,11 +57,22 @@ case "core":
     } catch {
         fail("the policy refused a benchmark step: \(error)", status: 1)
     }
-case "ipc":
+case "ipc" where arguments.count == 1:
     do {
         for line in try IPCBenchmark().run() { print(line) }
     } catch {
         fail("\(error)", status: 1)
+    }
+case "ipc":
+    let benchmark: IPCPlacementBenchmark
+    switch IPCPlacementBenchmark.parse(Array(arguments.dropFirst())) {
+    case .success(let parsed): benchmark = parsed
+    case .failure(let error): fail("ipc: \(error)\n\(usage)", status: 64)
+    }
+    do {
+        for line in try benchmark.run() { print(line) }
+    } catch {
+        fail("ipc --pin: \(error)", status: 1)
     }
 case "ipc-echo-server" where arguments.count == 2:
     do {
