@@ -485,8 +485,18 @@ public final class Manager {
             pruneProcess(of: app)
         case .audit(let record):
             guard let entry = trail.publish(record, isWatched: !watchers.isEmpty) else { return }
+            // Encoded once, on the first watcher allowed to see it, for every watcher.
+            var encoded: [UInt8]?
             for watcher in watchers.values where isVisible(record, to: watcher) {
-                sendStreamed(WatchReply(entry: entry), on: watcher)
+                if encoded == nil {
+                    do {
+                        encoded = try codec.encodeReply(WatchReply(entry: entry), continues: true)
+                    } catch {
+                        logger.error("cannot encode a Watch entry: \(error)")
+                        return
+                    }
+                }
+                if let encoded { transmit(encoded, on: watcher) }
             }
         }
     }
