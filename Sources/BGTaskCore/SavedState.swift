@@ -87,7 +87,11 @@ extension Lifecycle {
     /// it could hand one app's leases or process to another.
     ///
     /// Call `restarted(now:)` next: it re-suspends what was suspended and arms the timer.
-    public init(restoring saved: SavedLifecycle, policy: CorePolicy) throws(SavedStateError) {
+    /// `isValidPayload` checks the JSON text of every queued notification's payload: the shell sends it to the app
+    /// as it is, so a state holding one that is not a JSON object is refused.
+    public init(
+        restoring saved: SavedLifecycle, policy: CorePolicy, isValidPayload: (String) -> Bool = { _ in true }
+    ) throws(SavedStateError) {
         self.init(policy: policy)
         func fail(_ reason: String) -> SavedStateError { SavedStateError(reason: reason) }
         // Slots are reused, so a running policy's highest slot stays near the most registrations it held at
@@ -118,6 +122,9 @@ extension Lifecycle {
                 DeadlineKind.allCases.allSatisfy({ app.deadlines[$0].map { $0.sequence < saved.nextSequence } ?? true })
             else {
                 throw fail("\(app.name): a deadline sequence not below the next one")
+            }
+            guard app.queue.entries.allSatisfy({ $0.event.payloadJSON.map(isValidPayload) ?? true }) else {
+                throw fail("\(app.name): a queued notification's payload is not a JSON object")
             }
             guard app.queue.isEmpty || app.state == .suspended else {
                 throw fail("\(app.name): events queued for an app that is not suspended")

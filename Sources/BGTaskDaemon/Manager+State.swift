@@ -2,6 +2,7 @@
 // budget and strands no app (DESIGN §8).
 
 import BGTaskCore
+import BGTaskProtocol
 import BGTaskSystem
 import Glibc
 
@@ -206,7 +207,11 @@ extension Manager {
         }
         let restored: Lifecycle
         do {
-            restored = try Lifecycle(restoring: state.lifecycle, policy: configuration.core)
+            // Queued payloads are sent as they are written (`EventReply`): each must be a JSON object.
+            restored = try Lifecycle(restoring: state.lifecycle, policy: configuration.core) { text in
+                if case .object? = try? JSONParser.parse(text.utf8) { return true }
+                return false
+            }
         } catch {
             setAsideState(stateStore, because: "its apps contradict themselves: \(error)")
             return

@@ -519,7 +519,7 @@ public final class Manager {
 
     private func sendEvent(_ event: AppEvent, to app: AppID) {
         guard let stream = eventStreams[app] else { return }
-        sendStreamed(RegisterReply(app: nil, event: EventInfo(event)), on: stream)
+        sendStreamed(EventReply(event), on: stream)
     }
 
     /// Sends one reply of a stream (`continues: true`).

@@ -73,3 +73,31 @@ func varlinkError(_ error: BGTaskCore.LifecycleError) -> VarlinkError {
     case .noSuchEvent(let app, let event): .noSuchEvent(app: app, eventId: Int(event.rawValue))
     }
 }
+
+/// `RegisterReply` carrying one event, as the daemon sends it: the same JSON as `RegisterReply(event:)`, with a
+/// notification's payload copied from the text validated and written once at `Post`, rather than parsed and
+/// encoded again for every recipient and every delivery.
+struct EventReply: Encodable {
+    /// `EventInfo` with the payload as JSON text; the members in `EventInfo`'s order.
+    struct Event: Encodable {
+        var id: Int
+        var kind: EventKind
+        var taskIds: [Int]?
+        var name: String?
+        var payload: RawJSON?
+        var count: Int?
+        var likelyVictim: Bool?
+        var rank: Int?
+    }
+
+    /// Always absent: the app goes only in the first reply.
+    var app: AppInfo? = nil
+    var event: Event
+
+    init(_ event: AppEvent) {
+        self.event = Event(
+            id: Int(event.id.rawValue), kind: event.kind, taskIds: event.taskIDs?.map { Int($0.rawValue) },
+            name: event.name, payload: event.payloadJSON.map { RawJSON(validatedText: Array($0.utf8)) },
+            count: event.count, likelyVictim: event.likelyVictim, rank: event.rank)
+    }
+}

@@ -241,6 +241,8 @@ private final class EncodingNode {
         case value(JSONValue)
         /// An integer, written exactly in decimal (a `Double` holds integers exactly only up to 2^53).
         case integer(String)
+        /// JSON text written as it is (`RawJSON`).
+        case literal([UInt8])
         case object([(key: String, node: EncodingNode)])
         case array([EncodingNode])
     }
@@ -256,6 +258,8 @@ private final class EncodingNode {
             try value.writeJSON(to: &output, codingPath: codingPath)
         case .integer(let digits):
             output.append(contentsOf: digits.utf8)
+        case .literal(let text):
+            output.append(contentsOf: text)
         case .object(let members):
             output.append(UInt8(ascii: "{"))
             let ordered =
@@ -324,6 +328,8 @@ private struct TreeEncoder: Encoder {
     func encodeValue<T: Encodable>(_ value: T) throws {
         if let json = value as? JSONValue {
             node.content = .value(json)
+        } else if let raw = value as? RawJSON {
+            node.content = .literal(raw.text)
         } else if let object = value as? [String: JSONValue] {
             // A free-form object (a payload, `memory`): written with its keys sorted, as every `JSONValue` object.
             node.content = .value(.object(object))
@@ -438,6 +444,29 @@ private struct UnkeyedTreeEncoder: UnkeyedEncodingContainer {
 }
 
 // MARK: - JSON text
+
+/// A JSON value already written as text, which `JSONTextEncoder` copies into its output as it is: a value encoded
+/// once (a posted payload) and sent to many without being parsed and encoded again for each. Other encoders get the
+/// value it stands for.
+public struct RawJSON: Encodable, Hashable, Sendable {
+    /// The JSON text, as UTF-8.
+    public let text: [UInt8]
+
+    /// The JSON text of `value`.
+    public init(_ value: JSONValue) throws {
+        text = try value.jsonText()
+    }
+
+    /// Text known to be one valid JSON value (written by `JSONValue.jsonText()`, or checked by `JSONParser`).
+    public init(validatedText text: [UInt8]) {
+        self.text = text
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        // Only for encoders other than `JSONTextEncoder`, which copies the text.
+        try JSONParser.parse(text).encode(to: encoder)
+    }
+}
 
 extension JSONValue {
     /// The JSON text of the value, object members sorted by key; throws for a NaN or infinite number.

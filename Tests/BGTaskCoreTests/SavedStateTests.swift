@@ -114,6 +114,22 @@ struct SavedStateTests {
         }
     }
 
+    @Test("a queued payload the shell's check refuses refuses the state; the same state restores without the check")
+    func payloadCheck() throws {
+        let h = try busyHarness()
+        let saved = h.core.saved
+        var checked: [String] = []
+        let error = #expect(throws: SavedStateError.self) {
+            _ = try Lifecycle(restoring: saved, policy: h.core.policy) { text in
+                checked.append(text)
+                return false
+            }
+        }
+        #expect(error?.reason.contains("payload") == true, "\(String(describing: error))")
+        #expect(checked == ["1"], "the queued post's payload was not the one checked: \(checked)")
+        _ = try Lifecycle(restoring: saved, policy: h.core.policy) { $0 == "1" }
+    }
+
     @Test("restoring the same state twice gives the same policy")
     func restoreIsDeterministic() throws {
         let h = try busyHarness()
