@@ -1,4 +1,5 @@
-// Keeps the coding path when Foundation's JSONDecoder rejects a number while a message is parsed into a tree.
+// Keeps the coding path when a decoder other than the codec's (Foundation's JSONDecoder, in a client or a test)
+// rejects a number while it decodes a `JSONValue`.
 //
 // Foundation's JSONDecoder reports a number that does not fit the requested type (`1e400` for a `Double`) by
 // throwing an internal, non-`DecodingError` error; this turns it into a `DecodingError` at its path.
