@@ -65,9 +65,30 @@ extension Manager {
         }
     }
 
+    /// The largest state (as last encoded) written on the loop itself rather than by the writer thread: a write
+    /// of a few apps costs the loop tens of microseconds, less than the two thread hand-offs it saves every call
+    /// (the reply waits for the write either way); a larger one would hold the loop up for what it costs.
+    static let inlineStateWriteLimit = 64 * 1024
+
+    /// Does a state write and what comes of it, on whichever thread calls it.
+    static func perform(_ write: StateWrite) -> StateWriteOutcome {
+        do {
+            try write.store.save(write.state, history: write.history)
+            return StateWriteOutcome(generation: write.generation, failure: nil)
+        } catch {
+            return StateWriteOutcome(generation: write.generation, failure: "\(error)")
+        }
+    }
+
     private func submitStateWrite(_ write: StateWrite) {
         var write = write
         write.history = takeHistoryUpdate()
+        if write.store.encoder.lastEncodedSize.load(ordering: .relaxed) <= Self.inlineStateWriteLimit {
+            // Nothing is in flight (the caller checked): the encoder is this thread's for the write.
+            record(Self.perform(write))
+            releaseHeld()
+            return
+        }
         guard let stateWriter, stateWriter.submit(write) else {
             // Only one write is ever queued, so the writer cannot be full; a stopped one writes at stop.
             return
@@ -75,26 +96,30 @@ extension Manager {
         isStateWriteInFlight = true
     }
 
+    /// Takes note of a finished write: what it saved, and whether it failed.
+    private func record(_ outcome: StateWriteOutcome) {
+        // A failed write releases what waited on it too: held forever, clients would hang on a full disk; the
+        // failure is logged, and a restart would lose that change.
+        savedGeneration = max(savedGeneration, outcome.generation)
+        if let failure = outcome.failure {
+            // The lines it was to append may be missing: the next write rewrites the history whole.
+            historyNeedsRewrite = true
+            if !isStateSaveFailureLogged {
+                isStateSaveFailureLogged = true
+                logger.error("cannot save the state to \(stateStore?.path ?? "?"): \(failure); a restart would lose it")
+            }
+        } else if isStateSaveFailureLogged {
+            isStateSaveFailureLogged = false
+            logger.notice("the state is saved again")
+        }
+    }
+
     /// The writer finished a write.
     func stateWritesFinished() {
         guard let stateWriter else { return }
         for outcome in stateWriter.takeOutcomes() {
             isStateWriteInFlight = false
-            // A failed write releases what waited on it too: held forever, clients would hang on a full disk;
-            // the failure is logged, and a restart would lose that change.
-            savedGeneration = max(savedGeneration, outcome.generation)
-            if let failure = outcome.failure {
-                // The lines it was to append may be missing: the next write rewrites the history whole.
-                historyNeedsRewrite = true
-                if !isStateSaveFailureLogged {
-                    isStateSaveFailureLogged = true
-                    logger.error(
-                        "cannot save the state to \(stateStore?.path ?? "?"): \(failure); a restart would lose it")
-                }
-            } else if isStateSaveFailureLogged {
-                isStateSaveFailureLogged = false
-                logger.notice("the state is saved again")
-            }
+            record(outcome)
         }
         if !isStateWriteInFlight, let next = pendingStateWrite {
             pendingStateWrite = nil

@@ -229,13 +229,7 @@ public final class Manager {
         if stateStore != nil {
             do {
                 let writer = try BackgroundWorker<StateWrite, StateWriteOutcome>(name: "bgtaskd-state", capacity: 2) {
-                    write in
-                    do {
-                        try write.store.save(write.state, history: write.history)
-                        return StateWriteOutcome(generation: write.generation, failure: nil)
-                    } catch {
-                        return StateWriteOutcome(generation: write.generation, failure: "\(error)")
-                    }
+                    Manager.perform($0)
                 }
                 stateWriter = writer
                 try loop.addIO(fd: writer.outcomesReady, events: .readable, name: "state-writer") {

@@ -4,6 +4,7 @@ import BGTaskCore
 import BGTaskProtocol
 import BGTaskSystem
 import Glibc
+import Synchronization
 
 /// Everything a restarted daemon needs to carry on where the last one stopped (DESIGN §8): the policy's state,
 /// the processes behind the registrations (pid and start time, so a reused pid is never adopted, and what the
@@ -42,6 +43,9 @@ private struct DaemonStateHead: Encodable {
 /// after one call encodes what that call changed, not every app (the JSON encoder is the bulk of a write's cost).
 /// Used by one thread at a time (the state writer's).
 final class StateEncoder: @unchecked Sendable {
+    /// The size of the last state encoded, in bytes (0 before the first): read by the loop to choose where the
+    /// next write happens.
+    let lastEncodedSize = Atomic<Int>(0)
     private let encoder = JSONTextEncoder(sortsKeys: true, writesAbsentOptionals: false)
     private var cache: [AppID: (revision: UInt64, bytes: [UInt8])] = [:]
     private var processCache: [SavedProcess: [UInt8]] = [:]
@@ -90,6 +94,7 @@ final class StateEncoder: @unchecked Sendable {
         bytes.append(UInt8(ascii: "]"))
         bytes += rest[emptyApps.count...]
         bytes.append(UInt8(ascii: "}"))
+        lastEncodedSize.store(bytes.count, ordering: .relaxed)
         return Array(bytes)
     }
 }

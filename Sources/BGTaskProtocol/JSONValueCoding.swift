@@ -229,77 +229,124 @@ public struct JSONTextEncoder: Sendable {
     public func write<T: Encodable>(_ value: T, to output: inout [UInt8]) throws {
         let root = EncodingNode()
         try TreeEncoder(node: root, codingPath: [], writesAbsentOptionals: writesAbsentOptionals).encodeValue(value)
-        try root.write(to: &output, codingPath: [], sortsKeys: sortsKeys)
+        let start = output.count
+        guard root.write(to: &output, sortsKeys: sortsKeys) else {
+            // Written without keeping the path, which only an error needs: found now, by a second walk.
+            output.removeSubrange(start...)
+            let (number, path) = root.firstNonFiniteNumber(at: []) ?? (.nan, [])
+            throw EncodingError.invalidValue(
+                number, EncodingError.Context(codingPath: path, debugDescription: "JSON has no \(number)"))
+        }
     }
 }
 
 /// A node being built by the encoder: reference semantics, because nested containers fill their node after the
-/// parent already holds it.
+/// parent already holds it. Members and elements are appended in place.
 private final class EncodingNode {
-    enum Content {
+    enum Kind {
         case empty
         case value(JSONValue)
         /// An integer, written exactly in decimal (a `Double` holds integers exactly only up to 2^53).
         case integer(String)
         /// JSON text written as it is (`RawJSON`).
         case literal([UInt8])
-        case object([(key: String, node: EncodingNode)])
-        case array([EncodingNode])
+        case object
+        case array
     }
 
-    var content = Content.empty
+    var kind = Kind.empty
+    /// The members, in the order they were encoded, when `kind` is `.object`.
+    var members: [(key: String, node: EncodingNode)] = []
+    /// The elements, when `kind` is `.array`.
+    var elements: [EncodingNode] = []
 
-    func write(to output: inout [UInt8], codingPath: [any CodingKey], sortsKeys: Bool) throws {
-        switch content {
+    /// Makes this node an object (keeping its members if it is one already).
+    func becomeObject() {
+        if case .object = kind { return }
+        kind = .object
+        members = []
+    }
+
+    /// Makes this node an array (keeping its elements if it is one already).
+    func becomeArray() {
+        if case .array = kind { return }
+        kind = .array
+        elements = []
+    }
+
+    /// Writes the node; false (with `output` partly written) when it holds a NaN or infinite number.
+    func write(to output: inout [UInt8], sortsKeys: Bool) -> Bool {
+        switch kind {
         case .empty:
             // A value that encoded nothing (an empty keyed container never asked for) reads as an empty object.
             output.append(contentsOf: "{}".utf8)
         case .value(let value):
-            try value.writeJSON(to: &output, codingPath: codingPath)
+            return value.writeJSON(to: &output)
         case .integer(let digits):
             output.append(contentsOf: digits.utf8)
         case .literal(let text):
             output.append(contentsOf: text)
-        case .object(let members):
+        case .object:
             output.append(UInt8(ascii: "{"))
             let ordered =
                 sortsKeys ? members.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) } : members
-            for (index, member) in ordered.enumerated() {
-                if index > 0 { output.append(UInt8(ascii: ",")) }
+            var isFirst = true
+            for member in ordered {
+                if !isFirst { output.append(UInt8(ascii: ",")) }
+                isFirst = false
                 JSONValue.writeString(member.key, to: &output)
                 output.append(UInt8(ascii: ":"))
-                try member.node.write(
-                    to: &output, codingPath: codingPath + [AnyCodingKey(member.key)], sortsKeys: sortsKeys)
+                guard member.node.write(to: &output, sortsKeys: sortsKeys) else { return false }
             }
             output.append(UInt8(ascii: "}"))
-        case .array(let elements):
+        case .array:
             output.append(UInt8(ascii: "["))
-            for (index, element) in elements.enumerated() {
-                if index > 0 { output.append(UInt8(ascii: ",")) }
-                try element.write(
-                    to: &output, codingPath: codingPath + [AnyCodingKey(index: index)], sortsKeys: sortsKeys)
+            var isFirst = true
+            for element in elements {
+                if !isFirst { output.append(UInt8(ascii: ",")) }
+                isFirst = false
+                guard element.write(to: &output, sortsKeys: sortsKeys) else { return false }
             }
             output.append(UInt8(ascii: "]"))
         }
+        return true
     }
 
-    /// The member `key` of this object node, made (or replaced) now.
+    /// The first NaN or infinite number under this node, with its path from the top.
+    func firstNonFiniteNumber(at path: [any CodingKey]) -> (Double, [any CodingKey])? {
+        switch kind {
+        case .value(let value):
+            return value.firstNonFiniteNumber(at: path)
+        case .object:
+            for member in members {
+                if let found = member.node.firstNonFiniteNumber(at: path + [AnyCodingKey(member.key)]) { return found }
+            }
+        case .array:
+            for (index, element) in elements.enumerated() {
+                if let found = element.firstNonFiniteNumber(at: path + [AnyCodingKey(index: index)]) { return found }
+            }
+        case .empty, .integer, .literal:
+            break
+        }
+        return nil
+    }
+
+    /// The member `key` of this object node, made (or, encoded again, replaced) now.
     func member(_ key: String) -> EncodingNode {
+        becomeObject()
         let child = EncodingNode()
-        var members: [(key: String, node: EncodingNode)] = []
-        if case .object(let existing) = content { members = existing.filter { $0.key != key } }
+        if let index = members.firstIndex(where: { $0.key == key }) {
+            members.remove(at: index)
+        }
         members.append((key, child))
-        content = .object(members)
         return child
     }
 
     /// A new last element of this array node.
     func appendElement() -> EncodingNode {
+        becomeArray()
         let child = EncodingNode()
-        var elements: [EncodingNode] = []
-        if case .array(let existing) = content { elements = existing }
         elements.append(child)
-        content = .array(elements)
         return child
     }
 }
@@ -312,13 +359,13 @@ private struct TreeEncoder: Encoder {
     var userInfo: [CodingUserInfoKey: Any] { [:] }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
-        if case .object = node.content {} else { node.content = .object([]) }
+        node.becomeObject()
         return KeyedEncodingContainer(
             KeyedTreeEncoder<Key>(node: node, codingPath: codingPath, writesAbsentOptionals: writesAbsentOptionals))
     }
 
     func unkeyedContainer() -> any UnkeyedEncodingContainer {
-        if case .array = node.content {} else { node.content = .array([]) }
+        node.becomeArray()
         return UnkeyedTreeEncoder(node: node, codingPath: codingPath, writesAbsentOptionals: writesAbsentOptionals)
     }
 
@@ -326,13 +373,14 @@ private struct TreeEncoder: Encoder {
 
     /// Encodes `value` into this node; a `JSONValue` is stored as it is.
     func encodeValue<T: Encodable>(_ value: T) throws {
-        if let json = value as? JSONValue {
-            node.content = .value(json)
-        } else if let raw = value as? RawJSON {
-            node.content = .literal(raw.text)
-        } else if let object = value as? [String: JSONValue] {
+        // Types compared before anything is cast: the casts are costly, and most values are none of these.
+        if T.self == JSONValue.self, let json = value as? JSONValue {
+            node.kind = .value(json)
+        } else if T.self == RawJSON.self, let raw = value as? RawJSON {
+            node.kind = .literal(raw.text)
+        } else if T.self == [String: JSONValue].self, let object = value as? [String: JSONValue] {
             // A free-form object (a payload, `memory`): written with its keys sorted, as every `JSONValue` object.
-            node.content = .value(.object(object))
+            node.kind = .value(.object(object))
         } else {
             try value.encode(to: self)
         }
@@ -340,21 +388,21 @@ private struct TreeEncoder: Encoder {
 }
 
 extension TreeEncoder: SingleValueEncodingContainer {
-    func encodeNil() throws { node.content = .value(.null) }
-    func encode(_ value: Bool) throws { node.content = .value(.bool(value)) }
-    func encode(_ value: String) throws { node.content = .value(.string(value)) }
-    func encode(_ value: Double) throws { node.content = .value(.number(value)) }
-    func encode(_ value: Float) throws { node.content = .value(.number(Double(value))) }
-    func encode(_ value: Int) throws { node.content = .integer(String(value)) }
-    func encode(_ value: Int8) throws { node.content = .integer(String(value)) }
-    func encode(_ value: Int16) throws { node.content = .integer(String(value)) }
-    func encode(_ value: Int32) throws { node.content = .integer(String(value)) }
-    func encode(_ value: Int64) throws { node.content = .integer(String(value)) }
-    func encode(_ value: UInt) throws { node.content = .integer(String(value)) }
-    func encode(_ value: UInt8) throws { node.content = .integer(String(value)) }
-    func encode(_ value: UInt16) throws { node.content = .integer(String(value)) }
-    func encode(_ value: UInt32) throws { node.content = .integer(String(value)) }
-    func encode(_ value: UInt64) throws { node.content = .integer(String(value)) }
+    func encodeNil() throws { node.kind = .value(.null) }
+    func encode(_ value: Bool) throws { node.kind = .value(.bool(value)) }
+    func encode(_ value: String) throws { node.kind = .value(.string(value)) }
+    func encode(_ value: Double) throws { node.kind = .value(.number(value)) }
+    func encode(_ value: Float) throws { node.kind = .value(.number(Double(value))) }
+    func encode(_ value: Int) throws { node.kind = .integer(String(value)) }
+    func encode(_ value: Int8) throws { node.kind = .integer(String(value)) }
+    func encode(_ value: Int16) throws { node.kind = .integer(String(value)) }
+    func encode(_ value: Int32) throws { node.kind = .integer(String(value)) }
+    func encode(_ value: Int64) throws { node.kind = .integer(String(value)) }
+    func encode(_ value: UInt) throws { node.kind = .integer(String(value)) }
+    func encode(_ value: UInt8) throws { node.kind = .integer(String(value)) }
+    func encode(_ value: UInt16) throws { node.kind = .integer(String(value)) }
+    func encode(_ value: UInt32) throws { node.kind = .integer(String(value)) }
+    func encode(_ value: UInt64) throws { node.kind = .integer(String(value)) }
     func encode<T: Encodable>(_ value: T) throws { try encodeValue(value) }
 }
 
@@ -372,15 +420,49 @@ private struct KeyedTreeEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol 
 
     mutating func encodeNil(forKey key: Key) throws { try encoder(key).encodeNil() }
 
+    // Scalars straight into the member's node: no encoder, no cast (most members are scalars).
+    private func set(_ kind: EncodingNode.Kind, _ key: Key) { node.member(key.stringValue).kind = kind }
+    mutating func encode(_ value: Bool, forKey key: Key) throws { set(.value(.bool(value)), key) }
+    mutating func encode(_ value: String, forKey key: Key) throws { set(.value(.string(value)), key) }
+    mutating func encode(_ value: Double, forKey key: Key) throws { set(.value(.number(value)), key) }
+    mutating func encode(_ value: Float, forKey key: Key) throws { set(.value(.number(Double(value))), key) }
+    mutating func encode(_ value: Int, forKey key: Key) throws { set(.integer(String(value)), key) }
+    mutating func encode(_ value: Int8, forKey key: Key) throws { set(.integer(String(value)), key) }
+    mutating func encode(_ value: Int16, forKey key: Key) throws { set(.integer(String(value)), key) }
+    mutating func encode(_ value: Int32, forKey key: Key) throws { set(.integer(String(value)), key) }
+    mutating func encode(_ value: Int64, forKey key: Key) throws { set(.integer(String(value)), key) }
+    mutating func encode(_ value: UInt, forKey key: Key) throws { set(.integer(String(value)), key) }
+    mutating func encode(_ value: UInt8, forKey key: Key) throws { set(.integer(String(value)), key) }
+    mutating func encode(_ value: UInt16, forKey key: Key) throws { set(.integer(String(value)), key) }
+    mutating func encode(_ value: UInt32, forKey key: Key) throws { set(.integer(String(value)), key) }
+    mutating func encode(_ value: UInt64, forKey key: Key) throws { set(.integer(String(value)), key) }
+
     mutating func encode<T: Encodable>(_ value: T, forKey key: Key) throws { try encoder(key).encodeValue(value) }
 
     // Every optional member is written, as `null` when absent: the interface's replies name every field.
-    mutating func encodeIfPresent(_ value: Bool?, forKey key: Key) throws { try encodeOptional(value, key) }
-    mutating func encodeIfPresent(_ value: String?, forKey key: Key) throws { try encodeOptional(value, key) }
-    mutating func encodeIfPresent(_ value: Double?, forKey key: Key) throws { try encodeOptional(value, key) }
-    mutating func encodeIfPresent(_ value: Int?, forKey key: Key) throws { try encodeOptional(value, key) }
-    mutating func encodeIfPresent(_ value: Int64?, forKey key: Key) throws { try encodeOptional(value, key) }
-    mutating func encodeIfPresent(_ value: UInt64?, forKey key: Key) throws { try encodeOptional(value, key) }
+    mutating func encodeIfPresent(_ value: Bool?, forKey key: Key) throws {
+        if let value { set(.value(.bool(value)), key) } else { try absent(key) }
+    }
+    mutating func encodeIfPresent(_ value: String?, forKey key: Key) throws {
+        if let value { set(.value(.string(value)), key) } else { try absent(key) }
+    }
+    mutating func encodeIfPresent(_ value: Double?, forKey key: Key) throws {
+        if let value { set(.value(.number(value)), key) } else { try absent(key) }
+    }
+    mutating func encodeIfPresent(_ value: Int?, forKey key: Key) throws {
+        if let value { set(.integer(String(value)), key) } else { try absent(key) }
+    }
+    mutating func encodeIfPresent(_ value: Int64?, forKey key: Key) throws {
+        if let value { set(.integer(String(value)), key) } else { try absent(key) }
+    }
+    mutating func encodeIfPresent(_ value: UInt64?, forKey key: Key) throws {
+        if let value { set(.integer(String(value)), key) } else { try absent(key) }
+    }
+
+    /// An absent optional member: `null`, or nothing when absent optionals are left out.
+    private func absent(_ key: Key) throws {
+        if writesAbsentOptionals { set(.value(.null), key) }
+    }
     mutating func encodeIfPresent<T: Encodable>(_ value: T?, forKey key: Key) throws { try encodeOptional(value, key) }
 
     private func encodeOptional<T: Encodable>(_ value: T?, _ key: Key) throws {
@@ -430,6 +512,26 @@ private struct UnkeyedTreeEncoder: UnkeyedEncodingContainer {
 
     mutating func encodeNil() throws { try next().encodeNil() }
 
+    // Scalars straight into a new element: no encoder, no cast.
+    private mutating func append(_ kind: EncodingNode.Kind) {
+        node.appendElement().kind = kind
+        count += 1
+    }
+    mutating func encode(_ value: Bool) throws { append(.value(.bool(value))) }
+    mutating func encode(_ value: String) throws { append(.value(.string(value))) }
+    mutating func encode(_ value: Double) throws { append(.value(.number(value))) }
+    mutating func encode(_ value: Float) throws { append(.value(.number(Double(value)))) }
+    mutating func encode(_ value: Int) throws { append(.integer(String(value))) }
+    mutating func encode(_ value: Int8) throws { append(.integer(String(value))) }
+    mutating func encode(_ value: Int16) throws { append(.integer(String(value))) }
+    mutating func encode(_ value: Int32) throws { append(.integer(String(value))) }
+    mutating func encode(_ value: Int64) throws { append(.integer(String(value))) }
+    mutating func encode(_ value: UInt) throws { append(.integer(String(value))) }
+    mutating func encode(_ value: UInt8) throws { append(.integer(String(value))) }
+    mutating func encode(_ value: UInt16) throws { append(.integer(String(value))) }
+    mutating func encode(_ value: UInt32) throws { append(.integer(String(value))) }
+    mutating func encode(_ value: UInt64) throws { append(.integer(String(value))) }
+
     mutating func encode<T: Encodable>(_ value: T) throws { try next().encodeValue(value) }
 
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type)
@@ -472,55 +574,88 @@ extension JSONValue {
     /// The JSON text of the value, object members sorted by key; throws for a NaN or infinite number.
     public func jsonText() throws -> [UInt8] {
         var output: [UInt8] = []
-        try writeJSON(to: &output, codingPath: [])
+        guard writeJSON(to: &output) else {
+            let (number, path) = firstNonFiniteNumber(at: []) ?? (.nan, [])
+            throw EncodingError.invalidValue(
+                number, EncodingError.Context(codingPath: path, debugDescription: "JSON has no \(number)"))
+        }
         return output
     }
 
-    /// Appends the JSON text of the value to `output`.
-    func writeJSON(to output: inout [UInt8], codingPath: [any CodingKey]) throws {
+    /// Appends the JSON text of the value to `output`; false (with `output` partly written) when it holds a NaN or
+    /// infinite number, which JSON has no way to write (`firstNonFiniteNumber(at:)` says where).
+    func writeJSON(to output: inout [UInt8]) -> Bool {
         switch self {
         case .null: output.append(contentsOf: "null".utf8)
         case .bool(let flag): output.append(contentsOf: (flag ? "true" : "false").utf8)
-        case .number(let number): try Self.writeNumber(number, to: &output, codingPath: codingPath)
+        case .number(let number): return Self.writeNumber(number, to: &output)
         case .string(let text): Self.writeString(text, to: &output)
         case .array(let elements):
             output.append(UInt8(ascii: "["))
-            for (index, element) in elements.enumerated() {
-                if index > 0 { output.append(UInt8(ascii: ",")) }
-                try element.writeJSON(to: &output, codingPath: codingPath + [AnyCodingKey(index: index)])
+            var isFirst = true
+            for element in elements {
+                if !isFirst { output.append(UInt8(ascii: ",")) }
+                isFirst = false
+                guard element.writeJSON(to: &output) else { return false }
             }
             output.append(UInt8(ascii: "]"))
         case .object(let members):
             output.append(UInt8(ascii: "{"))
-            for (index, key) in members.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }).enumerated() {
-                if index > 0 { output.append(UInt8(ascii: ",")) }
+            var isFirst = true
+            for (key, value) in members.sorted(by: { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }) {
+                if !isFirst { output.append(UInt8(ascii: ",")) }
+                isFirst = false
                 Self.writeString(key, to: &output)
                 output.append(UInt8(ascii: ":"))
-                // The key exists: it was taken from the dictionary itself.
-                try members[key, default: .null].writeJSON(to: &output, codingPath: codingPath + [AnyCodingKey(key)])
+                guard value.writeJSON(to: &output) else { return false }
             }
             output.append(UInt8(ascii: "}"))
         }
+        return true
+    }
+
+    /// The first NaN or infinite number in the value (members in key order), with its path below `path`.
+    func firstNonFiniteNumber(at path: [any CodingKey]) -> (Double, [any CodingKey])? {
+        switch self {
+        case .number(let number) where !number.isFinite:
+            return (number, path)
+        case .array(let elements):
+            for (index, element) in elements.enumerated() {
+                if let found = element.firstNonFiniteNumber(at: path + [AnyCodingKey(index: index)]) { return found }
+            }
+        case .object(let members):
+            for (key, value) in members.sorted(by: { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }) {
+                if let found = value.firstNonFiniteNumber(at: path + [AnyCodingKey(key)]) { return found }
+            }
+        default:
+            break
+        }
+        return nil
     }
 
     /// A number as JSON: integral values within ±2^53 (exact in a `Double`) without a fraction or exponent, so
     /// ids and byte counts read naturally and decode as `int` in strict peers; others in Swift's shortest form.
-    static func writeNumber(_ number: Double, to output: inout [UInt8], codingPath: [any CodingKey]) throws {
-        guard number.isFinite else {
-            throw EncodingError.invalidValue(
-                number, EncodingError.Context(codingPath: codingPath, debugDescription: "JSON has no \(number)"))
-        }
+    /// False for a NaN or infinite number, which it does not write.
+    static func writeNumber(_ number: Double, to output: inout [UInt8]) -> Bool {
+        guard number.isFinite else { return false }
         if number.rounded() == number, abs(number) <= 9_007_199_254_740_992 {
             output.append(contentsOf: String(Int64(number)).utf8)
         } else {
             output.append(contentsOf: number.description.utf8)
         }
+        return true
     }
 
     /// A string as JSON: quotes, backslashes and control characters escaped, everything else (`/` and non-ASCII
     /// included) as it is.
     static func writeString(_ text: String, to output: inout [UInt8]) {
         output.append(UInt8(ascii: "\""))
+        // Most strings need no escape: copied whole.
+        if !text.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+            output.append(contentsOf: text.utf8)
+            output.append(UInt8(ascii: "\""))
+            return
+        }
         for byte in text.utf8 {
             switch byte {
             case UInt8(ascii: "\""): output.append(contentsOf: #"\""#.utf8)
