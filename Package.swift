@@ -93,6 +93,8 @@ let package = Package(
         .target(
             name: "BGTaskBenchmarks",
             dependencies: ["BGTaskClient", "BGTaskConfig", "BGTaskProtocol", "BGTaskSupervision", "BGTaskSystem"]),
+        // The soak test's invariant checker: evidence gathered outside the daemon in, a report of violations out.
+        .target(name: "BGTaskSoak", dependencies: ["BGTaskProtocol"]),
         // Benchmarks; build with `swift build -c release` (every product: ipc and deadlines start the bgtaskd built
         // beside it, and say so when it is missing).
         .executableTarget(
