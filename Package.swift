@@ -101,6 +101,7 @@ let package = Package(
             name: "bgtask-bench", dependencies: ["BGTaskBenchmarks", "BGTaskCore", "BGTaskSystem"]),
         .testTarget(name: "BGTaskCoreTests", dependencies: ["BGTaskCore", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskArgumentsTests", dependencies: ["BGTaskArguments"]),
+        .testTarget(name: "BGTaskSoakTests", dependencies: ["BGTaskSoak", "BGTaskProtocol"]),
         .testTarget(
             name: "BGTaskSupervisionTests", dependencies: ["BGTaskSupervision", "BGTaskSystem", "BGTaskTestSupport"]),
         // docs/ARCHITECTURE.md's module table against this manifest and the sources' imports.
