@@ -93,12 +93,15 @@ let package = Package(
         .target(
             name: "BGTaskBenchmarks",
             dependencies: ["BGTaskClient", "BGTaskConfig", "BGTaskProtocol", "BGTaskSupervision", "BGTaskSystem"]),
+        // The soak test's invariant checker: evidence gathered outside the daemon in, a report of violations out.
+        .target(name: "BGTaskSoak", dependencies: ["BGTaskProtocol"]),
         // Benchmarks; build with `swift build -c release` (every product: ipc and deadlines start the bgtaskd built
         // beside it, and say so when it is missing).
         .executableTarget(
             name: "bgtask-bench", dependencies: ["BGTaskBenchmarks", "BGTaskCore", "BGTaskSystem"]),
         .testTarget(name: "BGTaskCoreTests", dependencies: ["BGTaskCore", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskArgumentsTests", dependencies: ["BGTaskArguments"]),
+        .testTarget(name: "BGTaskSoakTests", dependencies: ["BGTaskSoak", "BGTaskProtocol"]),
         .testTarget(
             name: "BGTaskSupervisionTests", dependencies: ["BGTaskSupervision", "BGTaskSystem", "BGTaskTestSupport"]),
         // docs/ARCHITECTURE.md's module table against this manifest and the sources' imports.

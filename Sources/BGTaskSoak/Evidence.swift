@@ -1,0 +1,200 @@
+// The evidence a soak harness gathers, as plain values: what the daemon said, and what the harness saw for itself.
+//
+// Every time here is the harness's own monotonic clock, as a `Duration` since the soak began: the daemon's
+// wall-clock `HistoryEntry.time` is kept in the entry but never compared with anything.
+
+import BGTaskProtocol
+
+/// Everything a soak run observed, judged by `SoakChecker`.
+public struct SoakEvidence: Hashable, Sendable {
+    /// The `Watch()` stream (with `History()` filling any gap across a restart), each entry once, in the order
+    /// received.
+    public var entries: [ObservedEntry]
+    /// The harness's samples of the apps' processes, with the state the daemon reported about then.
+    public var processSamples: [ProcessSample]
+    /// The harness's own readings of the apps' memory.
+    public var memorySamples: [MemorySample]
+    /// Every daemon restart, in order.
+    public var restarts: [RestartEvidence]
+    /// The harness's samples of the daemon's own resources.
+    public var resourceSamples: [ResourceSample]
+    /// When the daemon was finally stopped, if it was before the evidence closed.
+    public var daemonStoppedAt: Duration?
+    /// When the evidence closed. The harness ends every app before this, so a task still open here never ended.
+    public var end: Duration
+
+    /// Evidence; every collection defaults to empty.
+    public init(
+        entries: [ObservedEntry] = [], processSamples: [ProcessSample] = [], memorySamples: [MemorySample] = [],
+        restarts: [RestartEvidence] = [], resourceSamples: [ResourceSample] = [], daemonStoppedAt: Duration? = nil,
+        end: Duration
+    ) {
+        self.entries = entries
+        self.processSamples = processSamples
+        self.memorySamples = memorySamples
+        self.restarts = restarts
+        self.resourceSamples = resourceSamples
+        self.daemonStoppedAt = daemonStoppedAt
+        self.end = end
+    }
+}
+
+/// A history entry as the daemon emitted it, stamped when the harness received it.
+public struct ObservedEntry: Hashable, Sendable {
+    /// When the harness received it.
+    public var observedAt: Duration
+    /// The entry, unchanged.
+    public var entry: HistoryEntry
+
+    /// An entry received at `observedAt`.
+    public init(observedAt: Duration, entry: HistoryEntry) {
+        self.observedAt = observedAt
+        self.entry = entry
+    }
+}
+
+/// One look at an app's main process: `/proc/PID/stat` and, where the app has a cgroup, `cgroup.events`.
+public struct ProcessSample: Hashable, Sendable {
+    /// When the harness read it.
+    public var takenAt: Duration
+    /// The app the process belongs to.
+    public var app: String
+    /// The process id read.
+    public var pid: Int
+    /// The state letter of `/proc/PID/stat` (the field after the command): `T` stopped, `t` stopped by tracing,
+    /// `R` running, `S` sleeping, `D` in uninterruptible sleep, `Z` zombie, and so on.
+    public var stateLetter: Character
+    /// Whether `cgroup.events` of the app's cgroup says `frozen 1`; nil when the app has no cgroup of its own.
+    public var isCgroupFrozen: Bool?
+    /// The state `ListApps` or `GetApp` reported for the app about then; nil when the daemon could not be asked.
+    public var reportedState: AppState?
+
+    /// A sample.
+    public init(
+        takenAt: Duration, app: String, pid: Int, stateLetter: Character, isCgroupFrozen: Bool? = nil,
+        reportedState: AppState?
+    ) {
+        self.takenAt = takenAt
+        self.app = app
+        self.pid = pid
+        self.stateLetter = stateLetter
+        self.isCgroupFrozen = isCgroupFrozen
+        self.reportedState = reportedState
+    }
+
+    /// Whether the process is stopped by a signal (`T`) or by tracing (`t`).
+    public var isStopped: Bool { stateLetter == "T" || stateLetter == "t" }
+
+    /// Whether the process cannot run app code: stopped, or in a frozen cgroup.
+    public var isHeld: Bool { isStopped || isCgroupFrozen == true }
+
+    /// What the harness saw, for counter-examples.
+    var seen: String {
+        let cgroup =
+            switch isCgroupFrozen {
+            case .some(true): ", cgroup frozen"
+            case .some(false): ", cgroup not frozen"
+            case nil: ""
+            }
+        return "pid \(pid) in state \(stateLetter)\(cgroup)"
+    }
+}
+
+/// One reading of an app's memory, taken by the harness.
+public struct MemorySample: Hashable, Sendable {
+    /// When it was read.
+    public var takenAt: Duration
+    /// The app.
+    public var app: String
+    /// Its memory in bytes (`memory.current` of its cgroup, or PSS summed over its processes).
+    public var memoryBytes: Int
+
+    /// A reading.
+    public init(takenAt: Duration, app: String, memoryBytes: Int) {
+        self.takenAt = takenAt
+        self.app = app
+        self.memoryBytes = memoryBytes
+    }
+}
+
+/// What restarted the daemon, as the harness knows it.
+public enum RestartCause: String, CaseIterable, Codable, Hashable, Sendable {
+    /// The harness sent SIGKILL and systemd restarted it (`Restart=on-failure`).
+    case killed = "kill-9"
+    /// systemd's watchdog found it silent and restarted it.
+    case watchdog
+    /// The harness ran `systemctl restart`.
+    case serviceRestart = "service-restart"
+}
+
+/// The daemon's apps as `ListApps` listed them at one moment.
+public struct AppSnapshot: Hashable, Sendable {
+    /// When the harness received the list.
+    public var takenAt: Duration
+    /// The apps, with their open tasks and remaining background time.
+    public var apps: [AppInfo]
+
+    /// A snapshot.
+    public init(takenAt: Duration, apps: [AppInfo]) {
+        self.takenAt = takenAt
+        self.apps = apps
+    }
+}
+
+/// One restart of the daemon, with the apps just before it went down and just after it was ready again.
+public struct RestartEvidence: Hashable, Sendable {
+    /// What restarted it.
+    public var cause: RestartCause
+    /// Whether the harness made the daemon hang (stopped its loop) before this restart.
+    public var wasHangInjected: Bool
+    /// The apps just before the daemon went down.
+    public var before: AppSnapshot
+    /// When the daemon went down (the kill sent, the hang injected, the restart asked for).
+    public var stoppedAt: Duration
+    /// When the new daemon was ready (`READY=1`, or its socket answering).
+    public var readyAt: Duration
+    /// The apps just after it was ready.
+    public var after: AppSnapshot
+
+    /// A restart.
+    public init(
+        cause: RestartCause, wasHangInjected: Bool, before: AppSnapshot, stoppedAt: Duration, readyAt: Duration,
+        after: AppSnapshot
+    ) {
+        self.cause = cause
+        self.wasHangInjected = wasHangInjected
+        self.before = before
+        self.stoppedAt = stoppedAt
+        self.readyAt = readyAt
+        self.after = after
+    }
+}
+
+/// One sample of the daemon's own resources.
+public struct ResourceSample: Hashable, Sendable {
+    /// When it was taken.
+    public var takenAt: Duration
+    /// The daemon's process id: samples of different processes (across restarts) are judged apart.
+    public var daemonPid: Int
+    /// Resident set size (`VmRSS`) in bytes.
+    public var residentBytes: Int
+    /// Open descriptors (entries of `/proc/PID/fd`).
+    public var openDescriptors: Int
+    /// User plus system CPU time of the daemon so far, in seconds.
+    public var cpuSeconds: Double
+    /// Operations the harness had asked of the daemon so far (calls made), for the CPU per operation.
+    public var operations: Int
+
+    /// A sample.
+    public init(
+        takenAt: Duration, daemonPid: Int, residentBytes: Int, openDescriptors: Int, cpuSeconds: Double,
+        operations: Int
+    ) {
+        self.takenAt = takenAt
+        self.daemonPid = daemonPid
+        self.residentBytes = residentBytes
+        self.openDescriptors = openDescriptors
+        self.cpuSeconds = cpuSeconds
+        self.operations = operations
+    }
+}

@@ -1,0 +1,101 @@
+// `heaviest-first`: each memory-reclaim kill judged against the bands of the other apps at that moment, their
+// memory as the harness read it, and the apps' total against the target.
+
+import BGTaskProtocol
+
+extension SoakChecker {
+    /// Each `terminated` entry with reason `memory-reclaim`: no other app was in a band reclaimed before the
+    /// victim's (suspended, background without task, background with tasks, then foreground, and that only with
+    /// `ReclaimForeground=yes`); no other app in its band was heavier by more than `memoryTolerance`; and the
+    /// apps' total memory was over the target. Weights are the victim's `memoryBytes` and, for the others, the
+    /// harness's readings and the later victims' `memoryBytes`, within `readingWindow` of the kill.
+    static func checkHeaviestFirst(_ evidence: SoakEvidence, _ criteria: SoakCriteria) -> InvariantResult {
+        var log = ViolationLog(.heaviestFirst, limit: criteria.counterExampleLimit)
+        let readings = MemoryReadings(evidence)
+        let window = criteria.readingWindow
+        var tracker = AppTracker()
+        for observed in evidence.entries {
+            tracker.apply(observed)
+            let entry = observed.entry
+            guard entry.kind == .terminated, entry.reason == .memoryReclaim else { continue }
+            let time = observed.observedAt
+            let victim = entry.app
+            log.checked()
+            guard let band = entry.band else {
+                log.violated(at: time, app: victim, "reclaimed at \(moment(time)) with no band recorded")
+                continue
+            }
+            if band == .foreground && !criteria.reclaimsForeground {
+                log.violated(
+                    at: time, app: victim,
+                    "reclaimed from the foreground at \(moment(time)) without ReclaimForeground=yes")
+            }
+            let weight = entry.memoryBytes ?? readings.largest(of: victim, in: (time - window)...(time + window))
+            for (other, record) in tracker.apps.sorted(by: { $0.key < $1.key }) where other != victim {
+                guard let otherBand = record.band else { continue }
+                if otherBand < band {
+                    log.violated(
+                        at: time, app: victim,
+                        "reclaimed from band \(band) at \(moment(time)) while \(other) was still in band \(otherBand)")
+                } else if otherBand == band, let weight,
+                    let otherWeight = readings.smallest(of: other, in: (time - window)...(time + window)),
+                    Double(otherWeight) > Double(weight) * (1 + criteria.memoryTolerance)
+                {
+                    log.violated(
+                        at: time, app: victim,
+                        "reclaimed at \(moment(time)) with \(bytes(weight)) while \(other) in the same band \(band) "
+                            + "had \(bytes(otherWeight))")
+                }
+            }
+            if let target = criteria.appsTargetBytes, let maximum = criteria.appsMemoryMax,
+                let total = readings.total(in: (time - window)...time)
+            {
+                if total <= target {
+                    log.violated(
+                        at: time, app: victim,
+                        "reclaimed at \(moment(time)) while the apps used \(bytes(total)), not over the target of "
+                            + "\(bytes(target)) (\(fixed(criteria.appsTargetFraction * 100, digits: 0))% of "
+                            + "AppsMemoryMax \(bytes(maximum)))")
+                }
+            }
+        }
+        return log.result
+    }
+}
+
+/// The apps' memory over time: the harness's readings, and each reclaimed victim's reading from its entry.
+struct MemoryReadings {
+    private var byApp: [String: [(time: Duration, memoryBytes: Int)]] = [:]
+    /// When the harness itself read anything: a total is judged only where it did.
+    private var harnessTimes: [Duration] = []
+
+    init(_ evidence: SoakEvidence) {
+        for sample in evidence.memorySamples {
+            byApp[sample.app, default: []].append((sample.takenAt, sample.memoryBytes))
+            harnessTimes.append(sample.takenAt)
+        }
+        for observed in evidence.entries
+        where observed.entry.kind == .terminated && observed.entry.reason == .memoryReclaim {
+            if let memoryBytes = observed.entry.memoryBytes {
+                byApp[observed.entry.app, default: []].append((observed.observedAt, memoryBytes))
+            }
+        }
+    }
+
+    /// The lightest reading of `app` in `span`: the least it can have weighed then.
+    func smallest(of app: String, in span: ClosedRange<Duration>) -> Int? {
+        byApp[app]?.filter { span.contains($0.time) }.map(\.memoryBytes).min()
+    }
+
+    /// The heaviest reading of `app` in `span`: the most it can have weighed then.
+    func largest(of app: String, in span: ClosedRange<Duration>) -> Int? {
+        byApp[app]?.filter { span.contains($0.time) }.map(\.memoryBytes).max()
+    }
+
+    /// The apps' total at its largest in `span`, each app's heaviest reading summed; nil when the harness read
+    /// nothing in `span` (the total would rest on the daemon's word alone).
+    func total(in span: ClosedRange<Duration>) -> Int? {
+        guard harnessTimes.contains(where: { span.contains($0) }) else { return nil }
+        return byApp.keys.compactMap { largest(of: $0, in: span) }.reduce(0, +)
+    }
+}

@@ -1,0 +1,116 @@
+// `task-ends-once` and `budget-respected`: the leases as the daemon's entries tell them, judged against its rules.
+
+import BGTaskProtocol
+
+/// A task as the entries name it: ids are unique per daemon, the app keeps two apps' mistakes apart.
+struct TaskKey: Hashable {
+    var app: String
+    var taskId: Int
+}
+
+extension SoakChecker {
+    /// Every `taskBegan` is followed by exactly one `taskEnded` for its id, carrying how it ended; a task still
+    /// open when the evidence closes never ended (the harness ends every app first).
+    static func checkTaskEndsOnce(_ evidence: SoakEvidence, _ criteria: SoakCriteria) -> InvariantResult {
+        var log = ViolationLog(.taskEndsOnce, limit: criteria.counterExampleLimit)
+        var began: [TaskKey: Duration] = [:]
+        var ended: [TaskKey: Duration] = [:]
+        var order: [TaskKey] = []
+        var appEnded: [String: Duration] = [:]
+        for observed in evidence.entries {
+            let entry = observed.entry
+            let time = observed.observedAt
+            switch entry.kind {
+            case .taskBegan:
+                guard let id = entry.taskId else {
+                    log.violated(at: time, app: entry.app, "a taskBegan entry without a task id")
+                    continue
+                }
+                let key = TaskKey(app: entry.app, taskId: id)
+                if let first = began[key], ended[key] == nil {
+                    log.violated(
+                        at: time, app: entry.app,
+                        "task \(id) began again at \(moment(time)), open since \(moment(first))")
+                    continue
+                }
+                if began[key] == nil { order.append(key) }
+                began[key] = time
+                ended[key] = nil
+            case .taskEnded:
+                guard let id = entry.taskId else {
+                    log.violated(at: time, app: entry.app, "a taskEnded entry without a task id")
+                    continue
+                }
+                let key = TaskKey(app: entry.app, taskId: id)
+                if entry.taskEnd == nil {
+                    log.violated(at: time, app: entry.app, "task \(id) ended at \(moment(time)) with no cause")
+                }
+                if let first = ended[key] {
+                    log.violated(
+                        at: time, app: entry.app,
+                        "task \(id) ended twice: at \(moment(first)) and again at \(moment(time))")
+                } else if began[key] == nil {
+                    log.violated(at: time, app: entry.app, "task \(id) ended at \(moment(time)) but never began")
+                } else {
+                    ended[key] = time
+                }
+            case .terminated, .processExited:
+                if appEnded[entry.app] == nil { appEnded[entry.app] = time }
+            case .registered:
+                appEnded[entry.app] = nil
+            case .reattached, .stateChanged, .expirationWarning, .suspensionDeferred, .memoryWarning, .killed,
+                .unregistered, .eventsDropped:
+                break
+            }
+        }
+        log.checked(order.count)
+        for key in order where ended[key] == nil {
+            guard let start = began[key] else { continue }
+            let fate =
+                appEnded[key.app].map { "its app ended at \(moment($0))" }
+                ?? "the evidence closed at \(moment(evidence.end))"
+            log.violated(
+                at: start, app: key.app, "task \(key.taskId) began at \(moment(start)) and never ended; \(fate)")
+        }
+        return log.result
+    }
+
+    /// No app runs in background with a task open past the start of its budget plus the budget and the grace:
+    /// each stretch of "in background with tasks open" is judged when it ends (or when the evidence closes).
+    static func checkBudgetRespected(_ evidence: SoakEvidence, _ criteria: SoakCriteria) -> InvariantResult {
+        var log = ViolationLog(.budgetRespected, limit: criteria.counterExampleLimit)
+        var tracker = AppTracker()
+        var stretches: [String: (since: Duration, budgetStart: Duration, tasks: Set<Int>)] = [:]
+
+        func judge(_ app: String, until end: Duration) {
+            guard let stretch = stretches.removeValue(forKey: app) else { return }
+            log.checked()
+            let budget = criteria.backgroundTime(of: app)
+            let latest = stretch.budgetStart + budget + criteria.budgetGrace
+            guard end > latest else { return }
+            let ids = stretch.tasks.sorted().map(String.init).joined(separator: ", ")
+            log.violated(
+                at: latest, app: app,
+                "in background with task(s) \(ids) open from \(moment(stretch.since)) to \(moment(end)); its budget of "
+                    + "\(seconds(budget)) began at \(moment(stretch.budgetStart)), so with the grace of "
+                    + "\(seconds(criteria.budgetGrace)) it should have been over by \(moment(latest))")
+        }
+
+        for observed in evidence.entries {
+            let app = observed.entry.app
+            tracker.apply(observed)
+            let record = tracker[app]
+            if record.isInBackgroundWithTasks {
+                if stretches[app] == nil {
+                    stretches[app] = (observed.observedAt, record.budgetStart ?? observed.observedAt, record.openTasks)
+                } else {
+                    stretches[app]?.tasks.formUnion(record.openTasks)
+                }
+            } else {
+                judge(app, until: observed.observedAt)
+            }
+        }
+        for app in stretches.keys.sorted() { judge(app, until: evidence.end) }
+        return log.result
+    }
+}

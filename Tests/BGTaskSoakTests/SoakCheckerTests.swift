@@ -1,0 +1,262 @@
+// The invariant checker against a clean soak run, and against the same run doctored to break one invariant each.
+
+import BGTaskProtocol
+import BGTaskSoak
+import Testing
+
+@Suite("Soak invariant checker")
+struct SoakCheckerTests {
+    /// The one invariant a doctored run must fail, with its first counter-example.
+    func failure(
+        of scenario: SoakScenario, _ invariant: Invariant, sourceLocation: SourceLocation = #_sourceLocation
+    ) throws -> CounterExample {
+        let report = scenario.report
+        #expect(report.failedInvariants == [invariant], sourceLocation: sourceLocation)
+        let result = try #require(report[invariant], sourceLocation: sourceLocation)
+        return try #require(result.counterExamples.first, sourceLocation: sourceLocation)
+    }
+
+    @Test("clean evidence passes every invariant, each of them judged at least once")
+    func cleanEvidencePasses() {
+        let report = SoakScenario().report
+        #expect(report.results.map(\.invariant) == Invariant.allCases)
+        for result in report.results {
+            #expect(result.verdict == .pass, "\(result.invariant.rawValue): \(result.counterExamples)")
+            #expect(result.checkedCount > 0, "\(result.invariant.rawValue) judged nothing")
+        }
+        #expect(report.isPassing)
+    }
+
+    @Test("empty evidence is reported unexercised, not passed")
+    func emptyEvidenceIsUnexercised() {
+        let report = SoakChecker.check(SoakEvidence(end: at(1)), criteria: SoakCriteria())
+        #expect(report.results.allSatisfy { $0.verdict == .unexercised })
+    }
+
+    @Test("a task ended twice fails task-ends-once at the second end")
+    func taskEndedTwice() throws {
+        var scenario = SoakScenario()
+        let again = HistoryEntry(time: 0, app: "mail", kind: .taskEnded, taskId: 1, taskEnd: .appEnded)
+        scenario.receive(again, at: at(20))
+        let example = try failure(of: scenario, .taskEndsOnce)
+        #expect(example.app == "mail")
+        #expect(example.at == at(20))
+        #expect(example.evidence.contains("task 1 ended twice"))
+    }
+
+    @Test("a task never ended fails task-ends-once at its beginning")
+    func taskNeverEnded() throws {
+        var scenario = SoakScenario()
+        scenario.evidence.entries.removeAll { $0.entry.kind == .taskEnded && $0.entry.taskId == 3 }
+        let example = try failure(of: scenario, .taskEndsOnce)
+        #expect(example.app == "notes")
+        #expect(example.at == at(26))
+        #expect(example.evidence.contains("task 3 began at t=26.000s and never ended; its app ended at t=55.000s"))
+    }
+
+    @Test("an app in background with a task open past its budget fails budget-respected")
+    func budgetOverrun() throws {
+        var scenario = SoakScenario()
+        // maps holds task 2 until t=40 instead of t=25 (still in background when it re-attaches after the first
+        // restart): its budget began at t=4, so 30 s and the grace of 2 s end at t=36.
+        let maps = scenario.evidence.entries.filter { $0.entry.app == "maps" && $0.observedAt == at(25) }
+        scenario.evidence.entries.removeAll { $0.entry.app == "maps" && $0.observedAt == at(25) }
+        for observed in maps { scenario.receive(observed.entry, at: at(40)) }
+        let reattached = try #require(
+            scenario.evidence.entries.firstIndex { $0.entry.app == "maps" && $0.entry.kind == .reattached })
+        scenario.evidence.entries[reattached].entry.state = .background
+        let example = try failure(of: scenario, .budgetRespected)
+        #expect(example.app == "maps")
+        #expect(example.at == at(36))
+    }
+
+    @Test("a suspended app seen running fails suspended-means-stopped")
+    func suspendedAppRunning() throws {
+        var scenario = SoakScenario()
+        scenario.evidence.processSamples.append(
+            ProcessSample(
+                takenAt: at(15), app: "mail", pid: 101, stateLetter: "R", isCgroupFrozen: false,
+                reportedState: .suspended))
+        let example = try failure(of: scenario, .suspendedMeansStopped)
+        #expect(example.app == "mail")
+        #expect(example.at == at(15))
+        #expect(example.evidence.contains("pid 101 in state R, cgroup not frozen"))
+    }
+
+    @Test("a running app seen stopped fails suspended-means-stopped")
+    func runningAppStopped() throws {
+        var scenario = SoakScenario()
+        scenario.evidence.processSamples.append(
+            ProcessSample(takenAt: at(14), app: "notes", pid: 401, stateLetter: "T", reportedState: .active))
+        let example = try failure(of: scenario, .suspendedMeansStopped)
+        #expect(example.app == "notes")
+        #expect(example.at == at(14))
+    }
+
+    @Test("a sample right after a state change is not judged")
+    func settlingSampleNotJudged() {
+        var scenario = SoakScenario()
+        // mail was suspended at t=10; half a second later it may still be freezing.
+        scenario.evidence.processSamples.append(
+            ProcessSample(takenAt: at(10.5), app: "mail", pid: 101, stateLetter: "R", reportedState: .suspended))
+        #expect(scenario.report.isPassing)
+    }
+
+    @Test("a process left stopped after its app ended fails no-stray-stops")
+    func stoppedAfterAppEnded() throws {
+        var scenario = SoakScenario()
+        scenario.evidence.processSamples.append(
+            ProcessSample(takenAt: at(56.8), app: "maps", pid: 301, stateLetter: "T", reportedState: .terminated))
+        let example = try failure(of: scenario, .noStrayStops)
+        #expect(example.app == "maps")
+        #expect(example.at == at(56.8))
+        #expect(example.evidence.contains("after the app ended at t=55.000s"))
+    }
+
+    @Test("a process left frozen after the daemon stopped fails no-stray-stops")
+    func frozenAfterDaemonStopped() throws {
+        var scenario = SoakScenario()
+        scenario.evidence.processSamples.append(
+            ProcessSample(
+                takenAt: at(59.8), app: "clock", pid: 501, stateLetter: "S", isCgroupFrozen: true, reportedState: nil))
+        let example = try failure(of: scenario, .noStrayStops)
+        #expect(example.app == "clock")
+        #expect(example.at == at(59.8))
+    }
+
+    @Test("a light app killed before a heavier one in its band fails heaviest-first")
+    func lightKilledFirst() throws {
+        var scenario = SoakScenario()
+        // The same two kills in the other order: mail (250 MiB) while photos (300 MiB) is still suspended.
+        let isMailKill = { (observed: ObservedEntry) in observed.entry.app == "mail" && observed.observedAt == at(20) }
+        let mailKill = scenario.evidence.entries.filter(isMailKill)
+        scenario.evidence.entries.removeAll(where: isMailKill)
+        let photosKill = try #require(
+            scenario.evidence.entries.firstIndex { $0.entry.app == "photos" && $0.observedAt == at(20) })
+        scenario.evidence.entries.insert(contentsOf: mailKill, at: photosKill)
+        let example = try failure(of: scenario, .heaviestFirst)
+        #expect(example.app == "mail")
+        #expect(example.at == at(20))
+        #expect(example.evidence.contains("while photos in the same band suspended had 314572800 bytes"))
+    }
+
+    @Test("a kill from a later band while an earlier band has apps fails heaviest-first")
+    func bandSkipped() throws {
+        var scenario = SoakScenario()
+        let maps = HistoryEntry(
+            time: 0, app: "maps", kind: .terminated, reason: .memoryReclaim, band: .backgroundWithTasks,
+            memoryBytes: mebibytes(400))
+        scenario.receive(maps, at: at(19.9))
+        scenario.evidence.processSamples.removeAll { $0.app == "maps" && $0.takenAt > at(19.9) }
+        let example = try failure(of: scenario, .heaviestFirst)
+        #expect(example.app == "maps")
+        #expect(example.at == at(19.9))
+        #expect(example.evidence.contains("while mail was still in band suspended"))
+    }
+
+    @Test("a kill while under target fails heaviest-first")
+    func killUnderTarget() throws {
+        var scenario = SoakScenario()
+        // maps and notes read 100 MiB each: 750 MiB in all, under 90% of AppsMemoryMax (900 MiB).
+        for index in scenario.evidence.memorySamples.indices
+        where ["maps", "notes"].contains(scenario.evidence.memorySamples[index].app) {
+            scenario.evidence.memorySamples[index].memoryBytes = mebibytes(100)
+        }
+        let example = try failure(of: scenario, .heaviestFirst)
+        #expect(example.app == "photos")
+        #expect(example.at == at(20))
+        #expect(example.evidence.contains("the apps used 786432000 bytes (750.0 MiB), not over the target"))
+        #expect(scenario.report[.heaviestFirst]?.violationCount == 2)
+    }
+
+    @Test("a budget that grew across a restart fails restart-keeps-state")
+    func budgetGrewAcrossRestart() throws {
+        var scenario = SoakScenario()
+        let index = try #require(scenario.evidence.restarts[0].after.apps.firstIndex { $0.name == "maps" })
+        scenario.evidence.restarts[0].after.apps[index].backgroundTimeRemaining = 10
+        let example = try failure(of: scenario, .restartKeepsState)
+        #expect(example.app == "maps")
+        #expect(example.at == at(31))
+        #expect(example.evidence.contains("4.100s of background time before the kill-9 restart at t=30.000s"))
+    }
+
+    @Test("a task lost across a restart fails restart-keeps-state")
+    func taskLostAcrossRestart() throws {
+        var scenario = SoakScenario()
+        let index = try #require(scenario.evidence.restarts[0].after.apps.firstIndex { $0.name == "notes" })
+        scenario.evidence.restarts[0].after.apps[index].tasks = []
+        let example = try failure(of: scenario, .restartKeepsState)
+        #expect(example.app == "notes")
+        #expect(example.at == at(31))
+        #expect(example.evidence.contains("task 3 was open"))
+    }
+
+    @Test("an app lost across a restart fails restart-keeps-state")
+    func appLostAcrossRestart() throws {
+        var scenario = SoakScenario()
+        scenario.evidence.restarts[1].after.apps.removeAll { $0.name == "clock" }
+        let example = try failure(of: scenario, .restartKeepsState)
+        #expect(example.app == "clock")
+        #expect(example.at == at(45))
+    }
+
+    @Test("a watchdog restart without a hang fails watchdog-only-on-hang")
+    func watchdogWithoutHang() throws {
+        var scenario = SoakScenario()
+        scenario.evidence.restarts[1].wasHangInjected = false
+        let example = try failure(of: scenario, .watchdogOnlyOnHang)
+        #expect(example.app == nil)
+        #expect(example.at == at(40))
+    }
+
+    @Test("resident memory growing 30% over a daemon's run fails resources-flat")
+    func residentMemoryGrows() throws {
+        var scenario = SoakScenario()
+        scenario.evidence.resourceSamples =
+            SoakScenario.resourceSamples(pid: 100, from: 0, to: 29)
+            + SoakScenario.resourceSamples(pid: 200, from: 31, to: 58, residentGrowth: 0.3)
+        let example = try failure(of: scenario, .resourcesFlat)
+        #expect(example.app == nil)
+        #expect(example.at == at(58))
+        #expect(example.evidence.contains("resident memory grew"))
+        #expect(example.evidence.contains("daemon pid 200"))
+    }
+
+    @Test("a few descriptors more are within the slack; many more fail resources-flat")
+    func descriptorGrowth() throws {
+        var scenario = SoakScenario()
+        func descriptors(extra: Int) -> [ResourceSample] {
+            SoakScenario.resourceSamples(pid: 200, from: 31, to: 58).map { sample in
+                var sample = sample
+                if sample.takenAt > at(50) { sample.openDescriptors += extra }
+                return sample
+            }
+        }
+        scenario.evidence.resourceSamples = descriptors(extra: 3)
+        #expect(scenario.report.isPassing)
+        scenario.evidence.resourceSamples = descriptors(extra: 12)
+        let example = try failure(of: scenario, .resourcesFlat)
+        #expect(example.evidence.contains("open descriptors grew"))
+    }
+
+    @Test("CPU per operation is reported, not judged")
+    func cpuPerOperation() throws {
+        let result = try #require(SoakScenario().report[.resourcesFlat])
+        let perOperation = try #require(result.measurements.first { $0.name == "CPU seconds per operation" })
+        // 0.01 s of CPU and 50 operations a second.
+        #expect(abs(perOperation.value - 0.0002) < 1e-9)
+    }
+
+    @Test("only the first counter-examples are kept, earliest first, with the full count")
+    func counterExampleLimit() {
+        var scenario = SoakScenario()
+        scenario.criteria.counterExampleLimit = 2
+        for second in [16.0, 14.0, 18.0] {
+            scenario.evidence.processSamples.append(
+                ProcessSample(takenAt: at(second), app: "mail", pid: 101, stateLetter: "R", reportedState: .suspended))
+        }
+        let result = scenario.report[.suspendedMeansStopped]
+        #expect(result?.violationCount == 3)
+        #expect(result?.counterExamples.map(\.at) == [at(14), at(16)])
+    }
+}

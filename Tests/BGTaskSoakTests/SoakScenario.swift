@@ -1,0 +1,159 @@
+// A clean soak run, written out as the harness would gather it, for the tests to doctor.
+
+import BGTaskProtocol
+import BGTaskSoak
+
+/// Seconds on the harness's clock.
+func at(_ seconds: Double) -> Duration { .nanoseconds(Int64((seconds * 1e9).rounded())) }
+
+/// Mebibytes in bytes.
+func mebibytes(_ count: Int) -> Int { count * 1_048_576 }
+
+/// The story of the clean run, with the times the doctored tests refer to:
+/// - `mail` begins task 1 in the foreground (t=1), goes to background (t=2), ends it (t=10) and is suspended;
+/// - `photos` goes to background (t=3) and is suspended at once (t=3.5);
+/// - `maps` goes to background (t=4) holding task 2, ends it at t=25 and is suspended;
+/// - memory: the apps read 1300 MiB against `AppsMemoryMax` 1000 MiB (target 900 MiB) at t=19.5, so at t=20 the
+///   daemon reclaims the suspended band heaviest first: `photos` (300 MiB), then `mail` (250 MiB);
+/// - `notes` begins task 3 in the foreground (t=26);
+/// - restart at t=30 (kill -9; `maps` suspended with 4.1 s left, `notes` holding task 3), ready at t=31;
+/// - restart at t=40 (watchdog after an injected hang), ready at t=45;
+/// - `notes` ends task 3 (t=50); `maps` and `notes` are terminated by the controller (t=55), exit at t=57;
+/// - `clock` runs in the foreground throughout; the daemon stops at t=58; the evidence closes at t=60.
+struct SoakScenario {
+    var evidence: SoakEvidence
+    var criteria = SoakCriteria(
+        backgroundTime: .seconds(30), budgetGrace: .seconds(2), settling: .seconds(1),
+        appsMemoryMax: mebibytes(1000), readingWindow: .seconds(2), restartTolerance: .seconds(1))
+
+    init() {
+        var entries: [ObservedEntry] = []
+        func add(
+            _ time: Double, _ app: String, _ kind: AuditKind, state: AppState? = nil, taskId: Int? = nil,
+            taskEnd: TaskEndCause? = nil, reason: TerminationReason? = nil, band: ReclamationBand? = nil,
+            memoryBytes: Int? = nil
+        ) {
+            // The daemon's wall clock is some other clock entirely: the checker must not use it.
+            let entry = HistoryEntry(
+                time: 1_700_000_000 + time * 0.5, app: app, kind: kind, reason: reason, band: band,
+                memoryBytes: memoryBytes, state: state, taskId: taskId, taskEnd: taskEnd)
+            entries.append(ObservedEntry(observedAt: at(time), entry: entry))
+        }
+        func registerActive(_ time: Double, _ app: String) {
+            add(time, app, .registered)
+            add(time, app, .stateChanged, state: .active)
+        }
+        func toBackground(_ time: Double, _ app: String) {
+            add(time, app, .stateChanged, state: .inactive)
+            add(time, app, .stateChanged, state: .background)
+        }
+        func reclaim(_ time: Double, _ app: String, _ band: ReclamationBand, _ memoryBytes: Int) {
+            add(time, app, .stateChanged, state: .terminated)
+            add(time, app, .terminated, reason: .memoryReclaim, band: band, memoryBytes: memoryBytes)
+            add(time, app, .killed, reason: .memoryReclaim)
+        }
+        func terminate(_ time: Double, _ app: String) {
+            add(time, app, .stateChanged, state: .terminated)
+            add(time, app, .terminated, reason: .controller)
+        }
+
+        for app in ["mail", "photos", "maps", "notes", "clock"] { registerActive(0, app) }
+        add(1, "mail", .taskBegan, taskId: 1)
+        toBackground(2, "mail")
+        toBackground(3, "photos")
+        add(3.5, "photos", .stateChanged, state: .suspended)
+        add(4, "maps", .taskBegan, taskId: 2)
+        toBackground(4, "maps")
+        add(10, "mail", .taskEnded, taskId: 1, taskEnd: .ended)
+        add(10, "mail", .stateChanged, state: .suspended)
+        add(19.5, "photos", .memoryWarning, band: .suspended, memoryBytes: mebibytes(300))
+        reclaim(20, "photos", .suspended, mebibytes(300))
+        reclaim(20, "mail", .suspended, mebibytes(250))
+        add(20.3, "photos", .processExited, reason: .memoryReclaim)
+        add(20.3, "mail", .processExited, reason: .memoryReclaim)
+        add(25, "maps", .taskEnded, taskId: 2, taskEnd: .ended)
+        add(25, "maps", .stateChanged, state: .suspended)
+        add(26, "notes", .taskBegan, taskId: 3)
+        add(31.2, "maps", .reattached, state: .suspended)
+        add(31.2, "notes", .reattached, state: .active)
+        add(50, "notes", .taskEnded, taskId: 3, taskEnd: .ended)
+        terminate(55, "maps")
+        terminate(55, "notes")
+        add(57, "maps", .processExited, reason: .controller)
+        add(57, "notes", .processExited, reason: .controller)
+
+        let task3 = TaskInfo(id: 3, name: "sync", ageSec: 3.9)
+        func maps(remaining: Double) -> AppInfo {
+            AppInfo(
+                name: "maps", state: .suspended, pid: 301, uid: 1000, managed: true, backgroundTimeRemaining: remaining)
+        }
+        func notes(tasks: [TaskInfo]) -> AppInfo {
+            AppInfo(name: "notes", state: .active, pid: 401, uid: 1000, managed: false, tasks: tasks)
+        }
+        let clock = AppInfo(name: "clock", state: .active, pid: 501, uid: 1000, managed: false)
+        let restarts = [
+            RestartEvidence(
+                cause: .killed, wasHangInjected: false,
+                before: AppSnapshot(takenAt: at(29.9), apps: [maps(remaining: 4.1), notes(tasks: [task3]), clock]),
+                stoppedAt: at(30), readyAt: at(31),
+                after: AppSnapshot(takenAt: at(31), apps: [maps(remaining: 3.0), notes(tasks: [task3]), clock])),
+            RestartEvidence(
+                cause: .watchdog, wasHangInjected: true,
+                before: AppSnapshot(takenAt: at(39.9), apps: [maps(remaining: 0), notes(tasks: [task3]), clock]),
+                stoppedAt: at(40), readyAt: at(45),
+                after: AppSnapshot(takenAt: at(45), apps: [maps(remaining: 0), notes(tasks: [task3]), clock])),
+        ]
+
+        let processSamples = [
+            ProcessSample(takenAt: at(5), app: "photos", pid: 201, stateLetter: "T", reportedState: .suspended),
+            ProcessSample(takenAt: at(6), app: "maps", pid: 301, stateLetter: "S", reportedState: .background),
+            ProcessSample(
+                takenAt: at(12), app: "mail", pid: 101, stateLetter: "S", isCgroupFrozen: true,
+                reportedState: .suspended),
+            ProcessSample(takenAt: at(12), app: "notes", pid: 401, stateLetter: "R", reportedState: .active),
+            ProcessSample(
+                takenAt: at(27), app: "maps", pid: 301, stateLetter: "S", isCgroupFrozen: true,
+                reportedState: .suspended),
+            // In its willTerminate grace, thawed and running its handlers.
+            ProcessSample(takenAt: at(56.5), app: "maps", pid: 301, stateLetter: "S", reportedState: .terminated),
+            // After the daemon stopped: nothing is left frozen.
+            ProcessSample(takenAt: at(59.5), app: "clock", pid: 501, stateLetter: "S", reportedState: nil),
+        ]
+
+        let memorySamples = [
+            MemorySample(takenAt: at(19.5), app: "photos", memoryBytes: mebibytes(300)),
+            MemorySample(takenAt: at(19.5), app: "mail", memoryBytes: mebibytes(250)),
+            MemorySample(takenAt: at(19.5), app: "maps", memoryBytes: mebibytes(400)),
+            MemorySample(takenAt: at(19.5), app: "notes", memoryBytes: mebibytes(350)),
+        ]
+
+        evidence = SoakEvidence(
+            entries: entries, processSamples: processSamples, memorySamples: memorySamples, restarts: restarts,
+            resourceSamples: Self.resourceSamples(pid: 100, from: 0, to: 29)
+                + Self.resourceSamples(pid: 200, from: 31, to: 58),
+            daemonStoppedAt: at(58), end: at(60))
+    }
+
+    /// One sample a second of a daemon process from `from` to `to`; `residentGrowth` is how much its resident
+    /// memory has grown by the last sample, linearly from the first (around 12 MiB, with a little noise).
+    static func resourceSamples(pid: Int, from: Int, to: Int, residentGrowth: Double = 0) -> [ResourceSample] {
+        (from...to).map { second in
+            let progress = Double(second - from) / Double(max(1, to - from))
+            let noise = [0, 40_960, -20_480, 8_192][second % 4]
+            return ResourceSample(
+                takenAt: at(Double(second)), daemonPid: pid,
+                residentBytes: Int(Double(mebibytes(12)) * (1 + residentGrowth * progress)) + noise,
+                openDescriptors: 24 + second % 3, cpuSeconds: Double(second - from) * 0.01,
+                operations: (second - from) * 50)
+        }
+    }
+
+    /// Adds an entry received at `time`, after those received before or at it.
+    mutating func receive(_ entry: HistoryEntry, at time: Duration) {
+        let index = evidence.entries.firstIndex { $0.observedAt > time } ?? evidence.entries.endIndex
+        evidence.entries.insert(ObservedEntry(observedAt: time, entry: entry), at: index)
+    }
+
+    /// The report on the evidence as it stands.
+    var report: SoakReport { SoakChecker.check(evidence, criteria: criteria) }
+}
