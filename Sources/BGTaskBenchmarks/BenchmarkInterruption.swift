@@ -1,4 +1,5 @@
-// Ctrl-C, SIGTERM and SIGHUP during a benchmark that owns cgroups: noted by a handler, acted on between steps.
+// Ctrl-C, SIGTERM and SIGHUP during a benchmark that owns cgroups or processes: noted by a handler, acted on
+// between steps.
 
 import BGTaskSystem
 import Glibc
@@ -9,9 +10,9 @@ import Synchronization
 /// The handler only records the signal: every wait of the benchmark is bounded and short, and it checks between
 /// steps, so it leaves through its ordinary error path and the same clean-up runs as at the end (daemon stopped,
 /// what is left in its cgroups killed, the cgroups removed).
-enum BenchmarkInterruption {
+public enum BenchmarkInterruption {
     /// The signals that interrupt.
-    static let signals: [Signal] = [.interrupt, .terminate, .hangUp]
+    public static let signals: [Signal] = [.interrupt, .terminate, .hangUp]
 
     /// The signal number received, or 0. An atomic, because the handler runs on whatever thread the signal
     /// interrupts and must not take a lock.
@@ -19,7 +20,7 @@ enum BenchmarkInterruption {
 
     /// Installs the handlers (the static is initialized here first, since a global's lazy initialization is not
     /// async-signal-safe).
-    static func install() {
+    public static func install() {
         received.store(0, ordering: .sequentiallyConsistent)
         for signal in signals {
             var action = sigaction()
@@ -35,14 +36,14 @@ enum BenchmarkInterruption {
     }
 
     /// Restores the default actions.
-    static func uninstall() {
+    public static func uninstall() {
         for signal in signals {
             Glibc.signal(signal.rawValue, SIG_DFL)
         }
     }
 
     /// Throws when a signal asked the benchmark to stop.
-    static func check() throws {
+    public static func check() throws {
         let number = received.load(ordering: .sequentiallyConsistent)
         guard number != 0 else { return }
         throw BenchmarkError("interrupted by \(Signal(rawValue: number)?.name ?? "signal \(number)")")

@@ -166,8 +166,9 @@ func taskID(in reply: [UInt8]) -> Int? {
     return Int(text[range.upperBound...].prefix { $0.isNumber })
 }
 
-func temporaryDirectory() throws -> String {
-    var template = Array("\(ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp")/bgtask-bench-XXXXXX".utf8CString)
+/// A fresh directory under `$TMPDIR` (or `/tmp`) named `PREFIX-XXXXXX`.
+func temporaryDirectory(prefix: String = "bgtask-bench") throws -> String {
+    var template = Array("\(ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp")/\(prefix)-XXXXXX".utf8CString)
     guard let path = mkdtemp(&template) else { throw BenchError("mkdtemp failed") }
     return String(cString: path)
 }

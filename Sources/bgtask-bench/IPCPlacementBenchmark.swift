@@ -281,8 +281,12 @@ struct LeaseCaller {
     init(connection: FileDescriptor, app: String) {
         self.connection = connection
         self.app = app
-        beginMessage = Self.frame(
-            #"{"method":"io.bgtask.Lifecycle.BeginBackgroundTask","parameters":{"app":"\#(app)","name":null}}"#)
+        beginMessage = Self.beginMessage(app: app)
+    }
+
+    /// `BeginBackgroundTask` of an unnamed lease for `app`, NUL-terminated.
+    static func beginMessage(app: String) -> [UInt8] {
+        frame(#"{"method":"io.bgtask.Lifecycle.BeginBackgroundTask","parameters":{"app":"\#(app)","name":null}}"#)
     }
 
     /// Makes `pairs` leases, each a begin and an end round trip, and appends each round trip's latency in
