@@ -1,4 +1,5 @@
 // The process's descriptor limit, and the boot clock that /proc start times are counted on.
+import CSystemd
 import Glibc
 
 /// `RLIMIT_NOFILE`: how many descriptors the process may hold.
@@ -24,6 +25,17 @@ public enum DescriptorLimit {
 
     /// `RLIMIT_NOFILE` in the type Glibc's `getrlimit` takes on this platform.
     private static var openFilesResource: __rlimit_resource_t { __rlimit_resource_t(UInt32(RLIMIT_NOFILE.rawValue)) }
+}
+
+/// The C library's allocator, tuned for a process that lives for months.
+public enum MemoryAllocator {
+    /// Has blocks of `bytes` or more (the state file's text, a long reply) mapped on their own and given back to
+    /// the kernel when freed. glibc otherwise raises its threshold after the first such block is freed, and every
+    /// later one is carved from the heap, whose top stays resident: one large state write would then keep its
+    /// size for the life of the daemon.
+    public static func mapBlocks(ofAtLeast bytes: Int) {
+        _ = bgtask_set_mmap_threshold(Int32(bytes))
+    }
 }
 
 /// `CLOCK_BOOTTIME` in clock ticks: the clock and unit of a process's start time in `/proc/PID/stat`.

@@ -11,6 +11,7 @@
 #include <systemd/sd-journal.h>
 
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stddef.h>
@@ -289,6 +290,13 @@ static inline pid_t bgtask_launch(const struct bgtask_launch_spec *spec, int *pi
 /// A journal stream for a launched app's output (sd_journal_stream_fd), or a negative errno.
 static inline int bgtask_journal_stream(const char *identifier, int priority) {
     return sd_journal_stream_fd(identifier, priority, 0);
+}
+
+/// mallopt(M_MMAP_THRESHOLD): blocks of at least `bytes` are mapped on their own and unmapped when freed. Setting it
+/// also stops glibc from raising the threshold after the first such free, which keeps later large blocks in the
+/// heap for good.
+static inline int bgtask_set_mmap_threshold(int bytes) {
+    return mallopt(M_MMAP_THRESHOLD, bytes);
 }
 
 #endif

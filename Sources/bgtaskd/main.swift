@@ -5,6 +5,9 @@ import BGTaskDaemon
 import BGTaskSystem
 import Glibc
 
+// Large blocks (the state file's text, a big reply) go back to the kernel when freed.
+MemoryAllocator.mapBlocks(ofAtLeast: 128 * 1024)
+
 let environment = ProcessEnvironment.current()
 let standardError = FileDescriptor.standardError
 
