@@ -3,17 +3,22 @@
 // Asserts that whatever decodes as a `SavedLifecycle` is either refused whole by `Lifecycle(restoring:policy:)`
 // (its typed error) or restored into a policy that runs without trapping: `restarted(now:)`, every deadline it
 // reaches in order, the snapshots, and every app's process exiting; and that the state it then holds saves and
-// restores again (a state the policy reaches from a consistent one is consistent).
+// restores again (a state the policy reaches from a consistent one is consistent). Read and written as the daemon
+// reads and writes its state file: `JSONParser` and `JSONValueDecoder`, `JSONTextEncoder`.
 import BGTaskCore
-import Foundation
+import BGTaskProtocol
 
-private let decoder = JSONDecoder()
-private let encoder = JSONEncoder()
+private let decoder = JSONValueDecoder()
+private let encoder = JSONTextEncoder(sortsKeys: true, writesAbsentOptionals: false)
+
+/// The state `text` holds; throws when it holds none.
+private func decodeState<Bytes: Collection>(_ text: Bytes) throws -> SavedLifecycle where Bytes.Element == UInt8 {
+    try decoder.decode(SavedLifecycle.self, from: JSONParser.parse(text))
+}
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzSavedState(_ start: UnsafePointer<UInt8>, _ count: Int) -> CInt {
-    let data = Data(UnsafeBufferPointer(start: start, count: count))
-    guard let saved = try? decoder.decode(SavedLifecycle.self, from: data) else { return 0 }
+    guard let saved = try? decodeState(UnsafeBufferPointer(start: start, count: count)) else { return 0 }
     var core: Lifecycle
     do throws(SavedStateError) {
         core = try Lifecycle(restoring: saved, policy: CorePolicy())
@@ -32,7 +37,7 @@ public func fuzzSavedState(_ start: UnsafePointer<UInt8>, _ count: Int) -> CInt 
         _ = core.processExited(snapshot.id, how: .exited, now: now)
     }
     do {
-        let again = try decoder.decode(SavedLifecycle.self, from: encoder.encode(core.saved))
+        let again = try decodeState(encoder.encode(core.saved))
         _ = try Lifecycle(restoring: again, policy: CorePolicy())
     } catch {
         preconditionFailure("a state the policy reached does not restore: \(error)")
