@@ -61,13 +61,13 @@ case "core":
         fail("unexpected arguments\n\(usage)", status: 64)
     }
     do {
-        for line in try benchmark.run() { print(line) }
+        for line in try benchmark.run().lines { print(line) }
     } catch {
         fail("the policy refused a benchmark step: \(error)", status: 1)
     }
 case "ipc" where arguments.count == 1:
     do {
-        for line in try IPCBenchmark().run() { print(line) }
+        for line in try IPCBenchmark().run().lines { print(line) }
     } catch {
         fail("\(error)", status: 1)
     }
@@ -78,7 +78,7 @@ case "ipc":
     case .failure(let error): fail("ipc: \(error)\n\(usage)", status: 64)
     }
     do {
-        for line in try benchmark.run() { print(line) }
+        for line in try benchmark.run().lines { print(line) }
     } catch {
         fail("ipc --pin: \(error)", status: 1)
     }
