@@ -203,7 +203,8 @@ extension BenchmarkSummary.Row {
                 let isComplete = rounds == report.rounds
                 return Self(
                     mode: "reclaim", figure: figure, value: "\(decimal(median)) ms",
-                    reference: "\(measurement.trigger), \(rounds) rounds", ratio: times(median / aim),
+                    reference: "\(triggerName(measurement.trigger)), \(rounds) round\(rounds == 1 ? "" : "s")",
+                    ratio: times(median / aim),
                     aim: "< \(decimal(aim)) ms",
                     verdict: isComplete
                         ? (median < aim ? .meets : .misses)
@@ -212,16 +213,23 @@ extension BenchmarkSummary.Row {
         }
     }
 
+    /// The part of the daemon's `backends.trigger` its aim depends on: "usage threshold" or "polling" (the
+    /// paths and figures it adds are in `reclaim`'s own lines).
+    static func triggerName(_ trigger: String) -> String {
+        ReclaimReport.aimMilliseconds(trigger: trigger) == ReclaimReport.pressureAimMilliseconds
+            ? "usage threshold" : "polling"
+    }
+
     /// The row of a mode that threw before it produced a figure.
     public static func failed(mode: String, reason: String) -> Self {
         Self(mode: mode, figure: "-", value: "-", reference: "-", ratio: "-", aim: "-", verdict: .failed(reason))
     }
 
-    /// `value` with one decimal under 100, none from there.
+    /// `value` with one decimal under 100, none from there, thousands separated.
     static func decimal(_ value: Double) -> String {
         guard value.isFinite else { return "-" }
         return abs(value) >= 100 || value == value.rounded()
-            ? String(Int(value.rounded())) : String(format: "%.1f", value)
+            ? grouped(Int(value.rounded())) : String(format: "%.1f", value)
     }
 
     /// `ratio` as "1.23x".

@@ -54,6 +54,7 @@ struct BenchmarkSummaryTests {
         #expect(rows[9].verdict == .unavailable("not root"))
         // The median of 4 and 60 by nearest rank is 4, under the polling aim of 50 ms.
         #expect(rows[10].value == "4 ms" && rows[10].aim == "< 50 ms" && rows[10].verdict == .meets)
+        #expect(rows[10].reference == "polling, 2 rounds")
         #expect(rows[11].verdict == .failed("no daemon"))
         #expect(Self.summary.hasFailure)
         #expect(!BenchmarkSummary(rows: Array(rows.prefix(10))).hasFailure, "a miss is not a failure")
@@ -66,6 +67,15 @@ struct BenchmarkSummaryTests {
             rows: [.init(backend: "SIGSTOP + PSS", outcome: .measured(Self.measurement(dead: [4], trigger: "polling")))]
         )
         #expect(BenchmarkSummary.Row.reclaim(report).map(\.verdict) == [.failed("1 of 3 rounds measured")])
+        let threshold = ReclaimReport(
+            rounds: 1,
+            rows: [
+                .init(
+                    backend: "cgroup2",
+                    outcome: .measured(Self.measurement(dead: [12], trigger: "usage-threshold(/x) + psi")))
+            ])
+        let row = BenchmarkSummary.Row.reclaim(threshold)[0]
+        #expect(row.reference == "usage threshold, 1 round" && row.aim == "< 10 ms" && row.verdict == .misses)
     }
 
     @Test("the Markdown table has a header, a separator and a row per figure, then the notes")
