@@ -8,13 +8,13 @@ import Glibc
 let usage = """
     usage: bgtask-bench MODE
       all [--write-docs]
-              core, ipc --pin --rounds 10, ipc, scale and reclaim --rounds 10 in one run (a few minutes), each
-              printing its own lines, then one table: every headline figure beside its same-run floor or
-              reference, the ratio, the aim and a verdict (a miss is reported, not an error; a mode that fails
-              is a failed row and the exit status is 1). --write-docs replaces the section between the
-              `<!-- bgtask-bench all: begin/end -->` markers of docs/PERFORMANCE.md (found above this
-              executable or the current directory) with the table, the date and the command; a run with a
-              failed mode writes nothing
+              core --populations 100,1000,10000, ipc --pin --rounds 10, ipc, scale and reclaim --rounds 10 in
+              one run (a few minutes), each printing its own lines, then one table: every headline figure
+              beside its same-run floor or reference, the ratio, the aim and a verdict (a miss is reported, not
+              an error; a mode that fails is a failed row and the exit status is 1). --write-docs replaces the
+              section between the `<!-- bgtask-bench all: begin/end -->` markers of docs/PERFORMANCE.md (found
+              above this executable or the current directory) with the table, the date and the command; a run
+              with a failed mode writes nothing
       core [--populations N,N,...]
               policy core ns/op for lease begin+end and deadline processing at 100, 10k and 100k live leases
       ipc     lease begin+end through a private bgtaskd with 1, 16 and 64 clients: calls/s, p50/p99, next
