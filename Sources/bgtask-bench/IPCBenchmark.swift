@@ -30,7 +30,25 @@ struct IPCBenchmark {
         }
     }
 
-    func run() throws -> [String] {
+    /// One client count measured against both servers.
+    struct Comparison {
+        /// Concurrent clients.
+        var clients: Int
+        /// The raw ping-pong of the same sizes.
+        var raw: Result
+        /// Lease begin+end through bgtaskd.
+        var daemon: Result
+    }
+
+    /// What `run()` measured, and the lines it prints.
+    struct Report {
+        /// One per client count, in the order of `clientCounts`.
+        var comparisons: [Comparison]
+        /// The table, the ratios and the note.
+        var lines: [String]
+    }
+
+    func run() throws -> Report {
         let directory = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         // Room for 64 clients' leases and connections; the default policy otherwise.
@@ -45,9 +63,11 @@ struct IPCBenchmark {
             "clients  server   calls/s   pairs/s   p50 µs   p99 µs"
         ]
         var ratios: [String] = []
+        var comparisons: [Comparison] = []
         for clients in clientCounts {
             let raw = try measure(clients: clients, socket: echo.socketPath, registerWith: nil)
             let lease = try measure(clients: clients, socket: daemon.socketPath, registerWith: daemon.socketPath)
+            comparisons.append(Comparison(clients: clients, raw: raw, daemon: lease))
             for (name, result) in [("raw", raw), ("bgtaskd", lease)] {
                 lines.append(
                     pad(String(clients), 7) + "  " + name.padding(toLength: 7, withPad: " ", startingAt: 0)
@@ -58,13 +78,16 @@ struct IPCBenchmark {
                 "\(clients) client(s): p50 \(format(lease.percentile(0.5) / raw.percentile(0.5)))x raw, "
                     + "p99 \(format(lease.percentile(0.99) / raw.percentile(0.99)))x raw")
         }
-        return lines + ["bgtaskd vs raw ping-pong of the same sizes (same run):"] + ratios.map { "  " + $0 }
-            + [
-                "bgtaskd saved its state in \(daemon.stateDirectory)"
-                    + (BenchmarkDaemon.memoryFileSystem == nil
-                        ? " (no memory filesystem here: a service's /run is one, so calls there cost less)"
-                        : " (a memory filesystem, as a service's /run is)")
-            ]
+        let notes = [
+            "bgtaskd saved its state in \(daemon.stateDirectory)"
+                + (BenchmarkDaemon.memoryFileSystem == nil
+                    ? " (no memory filesystem here: a service's /run is one, so calls there cost less)"
+                    : " (a memory filesystem, as a service's /run is)")
+        ]
+        return Report(
+            comparisons: comparisons,
+            lines: lines + ["bgtaskd vs raw ping-pong of the same sizes (same run):"] + ratios.map { "  " + $0 } + notes
+        )
     }
 
     /// Runs `clients` threads, each doing `pairsPerClient` begin+end pairs (or the same bytes against the echo

@@ -120,8 +120,17 @@ struct IPCPlacementBenchmark {
         var raw: LeaseCaller
     }
 
-    /// Starts both servers, measures each placement, and returns the table, the verdicts and the notes.
-    func run() throws -> [String] {
+    /// What `run()` measured, and the lines it prints.
+    struct Report {
+        /// One per placement, in `Placement.allCases` order.
+        var outcomes: [(Placement, Outcome)]
+        /// The table, the verdicts and the notes.
+        var lines: [String]
+    }
+
+    /// Starts both servers, measures each placement, and returns what came of each with the table, the verdicts
+    /// and the notes.
+    func run() throws -> Report {
         let allowed = try CPUAffinity.allowedCPUs()
         guard let firstCPU = allowed.numbers.first else { throw BenchError("sched_getaffinity allowed no CPU") }
         let directory = try temporaryDirectory()
@@ -160,7 +169,7 @@ struct IPCPlacementBenchmark {
                 outcomes.append((placement, .measured(try measure(servers, clientCPU: firstCPU, serverCPU: firstCPU))))
             }
         }
-        return report(outcomes)
+        return Report(outcomes: outcomes, lines: report(outcomes))
     }
 
     /// Registers `app` on a connection of its own, kept open for the run (closing it would unregister the app).

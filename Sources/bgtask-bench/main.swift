@@ -7,6 +7,14 @@ import Glibc
 
 let usage = """
     usage: bgtask-bench MODE
+      all [--write-docs]
+              core --populations 100,1000,10000, ipc --pin --rounds 10, ipc, scale and reclaim --rounds 10 in
+              one run (a few minutes), each printing its own lines, then one table: every headline figure
+              beside its same-run floor or reference, the ratio, the aim and a verdict (a miss is reported, not
+              an error; a mode that fails is a failed row and the exit status is 1). --write-docs replaces the
+              section between the `<!-- bgtask-bench all: begin/end -->` markers of docs/PERFORMANCE.md (found
+              above this executable or the current directory) with the table, the date and the command; a run
+              with a failed mode writes nothing
       core [--populations N,N,...]
               policy core ns/op for lease begin+end and deadline processing at 100, 10k and 100k live leases
       ipc     lease begin+end through a private bgtaskd with 1, 16 and 64 clients: calls/s, p50/p99, next
@@ -61,13 +69,48 @@ case "core":
         fail("unexpected arguments\n\(usage)", status: 64)
     }
     do {
-        for line in try benchmark.run() { print(line) }
+        for line in try benchmark.run().lines { print(line) }
     } catch {
         fail("the policy refused a benchmark step: \(error)", status: 1)
     }
+case "all":
+    let benchmark: AllBenchmark
+    switch AllBenchmark.parse(Array(arguments.dropFirst())) {
+    case .success(let parsed): benchmark = parsed
+    case .failure(let error): fail("all: \(error)\n\(usage)", status: 64)
+    }
+    let executablesDirectory: String
+    var documentPath: String?
+    do {
+        let executable = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+        executablesDirectory = (executable as NSString).deletingLastPathComponent
+        // Found before the run, so a missing document does not cost one.
+        if benchmark.writesDocs {
+            documentPath = try PerformanceDocument.locate(
+                from: [executablesDirectory, FileManager.default.currentDirectoryPath])
+        }
+    } catch {
+        fail("all: \(error)", status: 1)
+    }
+    let summary = benchmark.run(executablesDirectory: executablesDirectory)
+    print("== summary ==")
+    for line in summary.lines { print(line) }
+    if summary.hasFailure {
+        fail(
+            "all: a mode failed" + (documentPath == nil ? "" : "; \(PerformanceDocument.relativePath) left as it was"),
+            status: 1)
+    }
+    if let documentPath {
+        do {
+            try AllBenchmark.writeDocs(summary, to: documentPath)
+            print("wrote the summary into \(documentPath)")
+        } catch {
+            fail("all: \(error)", status: 1)
+        }
+    }
 case "ipc" where arguments.count == 1:
     do {
-        for line in try IPCBenchmark().run() { print(line) }
+        for line in try IPCBenchmark().run().lines { print(line) }
     } catch {
         fail("\(error)", status: 1)
     }
@@ -78,7 +121,7 @@ case "ipc":
     case .failure(let error): fail("ipc: \(error)\n\(usage)", status: 64)
     }
     do {
-        for line in try benchmark.run() { print(line) }
+        for line in try benchmark.run().lines { print(line) }
     } catch {
         fail("ipc --pin: \(error)", status: 1)
     }
