@@ -93,7 +93,7 @@ public final class BenchmarkDaemon: Sendable {
 
 /// A fresh directory under `$TMPDIR` (or `/tmp`), world-traversable (mode 0755) so that a process running as
 /// another user can reach the socket and the executable copied into it.
-func makeScratchDirectory(prefix: String, in parent: String? = nil) throws -> String {
+public func makeScratchDirectory(prefix: String, in parent: String? = nil) throws -> String {
     let base = parent ?? ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp"
     var template = Array("\(base)/\(prefix)-XXXXXX".utf8CString)
     guard let path = mkdtemp(&template) else {

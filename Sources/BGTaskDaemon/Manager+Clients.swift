@@ -23,13 +23,11 @@ extension Manager {
     func openListeners() throws(StartupError) {
         var descriptors = listenedSockets
         if descriptors.isEmpty {
-            let directory = socketPath.lastIndex(of: "/").map { String(socketPath[..<$0]) } ?? ""
-            if !directory.isEmpty {
-                do throws(Errno) {
-                    try Self.makeDirectories(directory)
-                } catch {
-                    throw StartupError(description: "cannot create \(directory): \(error)")
-                }
+            let directory = StateStore.directory(of: socketPath)
+            do throws(Errno) {
+                try Self.makeDirectories(directory)
+            } catch {
+                throw StartupError(description: "cannot create \(directory): \(error)")
             }
             do {
                 descriptors = [try UnixSocket.listen(path: socketPath, mode: 0o666)]

@@ -64,7 +64,9 @@ final class StateEncoder: @unchecked Sendable {
         let rest = Array(try encoder.encode(state.lifecycle.withoutApps))
         let emptyApps = Array(#"{"apps":[]"#.utf8)
         guard head.last == UInt8(ascii: "}"), rest.starts(with: emptyApps) else {
-            return Array(try encoder.encode(state))
+            let whole = try encoder.encode(state)
+            lastEncodedSize.store(whole.count, ordering: .relaxed)
+            return whole
         }
         var bytes = head.dropLast() + Array(#","processes":["#.utf8)
         var keptProcesses: [SavedProcess: [UInt8]] = [:]

@@ -34,20 +34,6 @@ extension AppInfo {
     }
 }
 
-extension EventInfo {
-    /// The wire form of a core event; the payload JSON text is parsed back into an object.
-    init(_ event: AppEvent) {
-        var payload: [String: JSONValue]?
-        // Written by the daemon itself from a validated object: it parses back.
-        if let text = event.payloadJSON, case .object(let members)? = try? JSONParser.parse(text.utf8) {
-            payload = members
-        }
-        self.init(
-            id: Int(event.id.rawValue), kind: event.kind, taskIds: event.taskIDs?.map { Int($0.rawValue) },
-            name: event.name, payload: payload, count: event.count, likelyVictim: event.likelyVictim, rank: event.rank)
-    }
-}
-
 extension HistoryEntry {
     /// The wire form of an audit entry, stamped with wall-clock time.
     init(_ record: AuditEntry, wallClockSeconds: Double) {

@@ -22,11 +22,6 @@ public enum JSONValue: Hashable, Sendable {
     /// The deepest nesting of arrays and objects accepted when decoding, counted from the top of the message.
     /// 64 is far more than any payload needs and keeps the recursion's stack use small on a worker thread.
     public static let maximumDepth = 64
-
-    /// A `JSONDecoder.userInfo` key holding another nesting limit (an `Int`) for decoding `JSONValue` with that
-    /// decoder: the codec parses whole messages as trees, bounded by the JSON parser's own limit, and applies
-    /// `maximumDepth` to each parameter as it decodes it.
-    public static let depthLimitKey = CodingUserInfoKey(rawValue: "bgtask.jsonValue.depthLimit")!
 }
 
 extension JSONValue: Codable {
@@ -35,11 +30,11 @@ extension JSONValue: Codable {
     /// Codable cannot ask which kind of value is next, so each container kind is tried in turn; a failed `try?`
     /// here is the answer "not this kind", not a hidden error. Only the last attempt's error is reported.
     public init(from decoder: any Decoder) throws {
-        let limit = decoder.userInfo[JSONValue.depthLimitKey] as? Int ?? JSONValue.maximumDepth
-        guard decoder.codingPath.count <= limit else {
+        guard decoder.codingPath.count <= JSONValue.maximumDepth else {
             throw DecodingError.dataCorrupted(
                 DecodingError.Context(
-                    codingPath: decoder.codingPath, debugDescription: "JSON nested deeper than \(limit) levels"))
+                    codingPath: decoder.codingPath,
+                    debugDescription: "JSON nested deeper than \(JSONValue.maximumDepth) levels"))
         }
         if var array = try? decoder.unkeyedContainer() {
             var elements: [JSONValue] = []

@@ -49,7 +49,7 @@ struct IPCBenchmark {
     }
 
     func run() throws -> Report {
-        let directory = try temporaryDirectory()
+        let directory = try makeScratchDirectory(prefix: "bgtask-bench")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         // Room for 64 clients' leases and connections; the default policy otherwise.
         let daemon = try BenchmarkDaemon(
@@ -187,13 +187,6 @@ func taskID(in reply: [UInt8]) -> Int? {
     let text = String(decoding: reply, as: UTF8.self)
     guard let range = text.range(of: "\"taskId\":") else { return nil }
     return Int(text[range.upperBound...].prefix { $0.isNumber })
-}
-
-/// A fresh directory under `$TMPDIR` (or `/tmp`) named `PREFIX-XXXXXX`.
-func temporaryDirectory(prefix: String = "bgtask-bench") throws -> String {
-    var template = Array("\(ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp")/\(prefix)-XXXXXX".utf8CString)
-    guard let path = mkdtemp(&template) else { throw BenchError("mkdtemp failed") }
-    return String(cString: path)
 }
 
 /// The executable `name` next to this one.

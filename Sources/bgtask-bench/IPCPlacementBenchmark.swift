@@ -133,7 +133,7 @@ struct IPCPlacementBenchmark {
     func run() throws -> Report {
         let allowed = try CPUAffinity.allowedCPUs()
         guard let firstCPU = allowed.numbers.first else { throw BenchError("sched_getaffinity allowed no CPU") }
-        let directory = try temporaryDirectory()
+        let directory = try makeScratchDirectory(prefix: "bgtask-bench")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let daemon = try BenchmarkDaemon(
             executable: try sibling("bgtaskd"), directory: directory, configuration: "", lifetime: .seconds(600))

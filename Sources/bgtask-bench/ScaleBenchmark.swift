@@ -98,7 +98,7 @@ struct ScaleBenchmark {
         BenchmarkInterruption.install()
         defer { BenchmarkInterruption.uninstall() }
         try raiseDescriptorLimit()
-        let directory = try temporaryDirectory(prefix: "bgtask-bench-scale-\(getpid())")
+        let directory = try makeScratchDirectory(prefix: "bgtask-bench-scale-\(getpid())")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         // Declared before the daemon, so closed after it stopped: the daemon then ends no registration one by one.
         let fleet = try ScaleFleet()

@@ -7,6 +7,20 @@ import Testing
 
 @testable import BGTaskDaemon
 
+extension EventInfo {
+    /// The interface's own form of a core event, the payload parsed back into an object: what the daemon sent
+    /// before it copied payloads as they were written.
+    init(_ event: AppEvent) {
+        var payload: [String: JSONValue]?
+        if let text = event.payloadJSON, case .object(let members)? = try? JSONParser.parse(text.utf8) {
+            payload = members
+        }
+        self.init(
+            id: Int(event.id.rawValue), kind: event.kind, taskIds: event.taskIDs?.map { Int($0.rawValue) },
+            name: event.name, payload: payload, count: event.count, likelyVictim: event.likelyVictim, rank: event.rank)
+    }
+}
+
 @Suite("Event replies")
 struct EventReplyTests {
     static let events: [AppEvent] = [
