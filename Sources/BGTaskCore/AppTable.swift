@@ -17,6 +17,15 @@ struct AppTable: Sendable {
     /// so an app with an unchanged identity and revision is unchanged (the state writer reuses its encoding).
     private var revisions: [UInt64] = []
     private var lastRevision: UInt64 = 0
+    /// While tracking: the revision at the last `takeChanges()` (a slot whose revision is above it changed
+    /// since), the slots changed since, and the identities removed since.
+    private var markRevision: UInt64 = 0
+    private var changedSlots: [Int] = []
+    private var removedIDs: [AppID] = []
+    /// Whether changes are recorded for `takeChanges()`.
+    var isTracking = false {
+        didSet { _ = takeChanges() }
+    }
 
     /// Number of apps.
     private(set) var count = 0
@@ -65,8 +74,7 @@ struct AppTable: Sendable {
         precondition(slots[record.id.slot] == nil, "slot of \(record.id) is taken")
         slots[record.id.slot] = record
         identities[record.id.slot] = record.id.rawValue
-        lastRevision += 1
-        revisions[record.id.slot] = lastRevision
+        noteChange(of: record.id.slot)
         count += 1
     }
 
@@ -76,6 +84,7 @@ struct AppTable: Sendable {
         slots[id.slot] = nil
         identities[id.slot] = 0
         freeSlots.append(id.slot)
+        if isTracking { removedIDs.append(id) }
         count -= 1
     }
 
@@ -92,8 +101,7 @@ struct AppTable: Sendable {
         }
         _modify {
             precondition(contains(id), "no app for \(id)")
-            lastRevision += 1
-            revisions[id.slot] = lastRevision
+            noteChange(of: id.slot)
             yield &slots[id.slot]
             precondition(slots[id.slot] != nil, "the app of \(id) was removed in place")
         }
@@ -104,6 +112,25 @@ struct AppTable: Sendable {
         var total = 0
         for index in slots.indices where slots[index].map(predicate) == true { total += 1 }
         return total
+    }
+
+    /// Gives the slot a new revision, and remembers it changed.
+    private mutating func noteChange(of slot: Int) {
+        if isTracking && revisions[slot] <= markRevision { changedSlots.append(slot) }
+        lastRevision += 1
+        revisions[slot] = lastRevision
+    }
+
+    /// The apps inserted or changed since the last call, as they are now, and the identities removed since (an
+    /// identity may be in both: changed, then removed and its slot reused).
+    mutating func takeChanges() -> (changed: [TrackedApp], removed: [AppID]) {
+        defer {
+            markRevision = lastRevision
+            changedSlots = []
+            removedIDs = []
+        }
+        guard isTracking else { return ([], []) }
+        return (changedSlots.sorted().compactMap { slots[$0] }, removedIDs)
     }
 
     /// Every app, in slot order.

@@ -151,6 +151,7 @@ extension Lifecycle {
         if liveNames[app.name] == id { liveNames[app.name] = nil }
         detachedNames[app.name] = id
         detachedOrder.append(id)
+        isHistoryOrderChanged = true
         changeState(id, to: .notRunning, now: now, into: &actions)
         audit(.unregistered, id, now: now, into: &actions)
         evictDetached(into: &actions)
@@ -165,6 +166,7 @@ extension Lifecycle {
         while detachedCount > policy.historySize {
             let oldest = detachedOrder[detachedOrderStart]
             detachedOrderStart += 1
+            isHistoryOrderChanged = true
             detachedCount -= 1
             guard let app = apps[oldest], app.state == .notRunning, !app.isRegistered, !app.isProcessGone,
                 app.deadlines.isEmpty

@@ -65,6 +65,7 @@ extension Lifecycle {
         if detachedNames[app.name] == id { detachedNames[app.name] = nil }
         endedNames[app.name] = id
         endedOrder.append(id)
+        isHistoryOrderChanged = true
         changeState(id, to: .terminated, now: now, into: &actions)
         audit(.terminated, id, now: now, into: &actions) {
             $0.reason = reason
@@ -102,6 +103,7 @@ extension Lifecycle {
             let oldest = endedOrder[endedOrderStart]
             if let app = apps[oldest], !app.isProcessGone { break }
             endedOrderStart += 1
+            isHistoryOrderChanged = true
             if let app = apps[oldest] {
                 if endedNames[app.name] == oldest { endedNames[app.name] = nil }
                 apps.remove(oldest)

@@ -16,12 +16,12 @@ public struct Lifecycle: Sendable {
 
     var apps = AppTable()
     /// Apps holding their name (see `TrackedApp.holdsName`).
-    var liveNames: [String: AppID] = [:]
+    var liveNames = NameTable<AppID>()
     /// Registrations whose event stream closed while their process lives on, by name, until the process is
     /// gone or the name registers again.
-    var detachedNames: [String: AppID] = [:]
+    var detachedNames = NameTable<AppID>()
     /// The latest ended registration of each name still remembered, for `GetApp`.
-    var endedNames: [String: AppID] = [:]
+    var endedNames = NameTable<AppID>()
     /// Ended registrations in the order they ended; the oldest are forgotten past `historySize`.
     var endedOrder: [AppID] = []
     var endedOrderStart = 0
@@ -29,11 +29,13 @@ public struct Lifecycle: Sendable {
     /// detached, the oldest are forgotten, so a process cycling through names cannot grow the table.
     var detachedOrder: [AppID] = []
     var detachedOrderStart = 0
+    /// Whether either order changed since the last `takeChanges()`.
+    var isHistoryOrderChanged = false
     /// Open leases across all apps.
     public internal(set) var openTaskCount = 0
     var deadlines = DeadlineQueue()
     var armedDeadline: MonotonicInstant?
-    var ledgers: [String: UsageLedger] = [:]
+    var ledgers = NameTable<UsageLedger>()
     var nextTaskID: Int64 = 1
     var nextEventID: Int64 = 1
     var nextSequence: UInt64 = 0

@@ -76,9 +76,9 @@ extension Lifecycle {
     public var saved: SavedLifecycle {
         let (values, revisions) = apps.valuesWithRevisions
         return SavedLifecycle(
-            apps: values, nextSerial: apps.upcomingSerial, liveNames: liveNames, detachedNames: detachedNames,
-            endedNames: endedNames, endedOrder: Array(endedOrder[endedOrderStart...]),
-            detachedOrder: Array(detachedOrder[detachedOrderStart...]), ledgers: ledgers, nextTaskID: nextTaskID,
+            apps: values, nextSerial: apps.upcomingSerial, liveNames: liveNames.storage,
+            detachedNames: detachedNames.storage, endedNames: endedNames.storage, endedOrder: Array(endedOrder[endedOrderStart...]),
+            detachedOrder: Array(detachedOrder[detachedOrderStart...]), ledgers: ledgers.storage, nextTaskID: nextTaskID,
             nextEventID: nextEventID, nextSequence: nextSequence, revisions: revisions)
     }
 
@@ -144,12 +144,12 @@ extension Lifecycle {
             throw fail("\(id) in the history was never made")
         }
         apps = table
-        liveNames = saved.liveNames
-        detachedNames = saved.detachedNames
-        endedNames = saved.endedNames
+        liveNames = NameTable(saved.liveNames)
+        detachedNames = NameTable(saved.detachedNames)
+        endedNames = NameTable(saved.endedNames)
         endedOrder = saved.endedOrder
         detachedOrder = saved.detachedOrder
-        ledgers = saved.ledgers
+        ledgers = NameTable(saved.ledgers)
         nextTaskID = saved.nextTaskID
         nextEventID = saved.nextEventID
         nextSequence = saved.nextSequence

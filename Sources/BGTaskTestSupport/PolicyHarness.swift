@@ -170,6 +170,16 @@ public final class PolicyHarness {
         return data
     }
 
+    /// Starts recording the policy's changes (`Lifecycle.tracksChanges`), as a daemon with a state file does.
+    public func startTrackingChanges() {
+        core.tracksChanges = true
+    }
+
+    /// The policy's changes since the last call (`Lifecycle.takeChanges()`).
+    public func takeChanges() -> LifecycleChanges {
+        core.takeChanges()
+    }
+
     /// The second half of a restart: the restart's actions carried out (suspended apps suspended again, the
     /// timer armed).
     public func resumeAfterRestart() {

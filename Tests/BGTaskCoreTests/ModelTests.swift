@@ -26,10 +26,13 @@ private struct ModelRun {
     var lastRemaining: [AppID: Duration] = [:]
     /// What a restart lost or changed, if anything.
     var restartProblem: String?
+    /// With `checksChanges`: the state saved at the start, with every step's `takeChanges()` applied since (as
+    /// the daemon's journal replays them), compared with the state after each step.
+    var replica: SavedLifecycle?
 
     static let names = ["a", "b", "c", "d", "e"]
 
-    init(seed: UInt64, verbose: Bool) {
+    init(seed: UInt64, verbose: Bool, checksChanges: Bool = false) {
         self.seed = seed
         self.verbose = verbose
         random = SeededGenerator(seed: seed)
@@ -49,6 +52,31 @@ private struct ModelRun {
         policy.historySize = Int.random(in: 1...4, using: &random)
         policy.reclaimForeground = random.chance(50)
         h = PolicyHarness(policy: policy)
+        if checksChanges {
+            h.startTrackingChanges()
+            replica = h.core.saved
+        }
+    }
+
+    /// Nil when the replica, with this step's changes applied, saves as the policy's state does.
+    mutating func checkChanges() -> String? {
+        guard var replica else { return nil }
+        replica.apply(h.takeChanges())
+        self.replica = replica
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        guard let expected = try? encoder.encode(h.core.saved), let replayed = try? encoder.encode(replica) else {
+            return "the state does not encode"
+        }
+        guard expected == replayed else {
+            return """
+                the saved state with the changes applied differs from the state:
+                \(String(decoding: replayed, as: UTF8.self))
+                expected
+                \(String(decoding: expected, as: UTF8.self))
+                """
+        }
+        return nil
     }
 
     /// Runs `steps` random operations; returns the first invariant violation, if any.
@@ -68,7 +96,7 @@ private struct ModelRun {
             if failed, h.core.snapshots(now: h.now, includeEnded: true) != before {
                 return "step \(step): a refused request changed the state (\(description))"
             }
-            if let violation = checkInvariants() {
+            if let violation = checkInvariants() ?? checkChanges() {
                 return "step \(step) (\(description)): \(violation)"
             }
         }
@@ -190,6 +218,11 @@ private struct ModelRun {
                 restartProblem = "the restart changed the apps: \(before) became \(after)"
             } else if h.core.nextDeadline != deadline {
                 restartProblem = "the restart moved the next deadline from \(String(describing: deadline))"
+            }
+            // A restarted daemon saves its whole state, then journals the changes after it.
+            if replica != nil {
+                h.startTrackingChanges()
+                replica = h.core.saved
             }
             // Then the policy carries on: suspended apps are suspended again (a lock taken meanwhile defers it).
             h.resumeAfterRestart()
@@ -331,5 +364,27 @@ struct ModelTests {
         print(
             "model coverage: \(coverage.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))"
         )
+    }
+
+    @Test("400 random sequences: the state saved at the start plus each step's changes is the state after it")
+    func changesReplayToTheState() {
+        var failures = 0
+        var journaledApps = 0
+        for index in 0..<400 {
+            let seed = 0xC4A1_0000 + UInt64(index)
+            var run = ModelRun(seed: seed, verbose: false, checksChanges: true)
+            if let failure = run.run(steps: 20 + Int(seed % 61)) {
+                failures += 1
+                Issue.record(
+                    """
+                    changes lost with seed \(seed): \(failure)
+                    last steps:
+                    \(run.log.suffix(12).joined(separator: "\n"))
+                    """)
+                if failures >= 3 { break }
+            }
+            journaledApps += run.replica?.appCount ?? 0
+        }
+        #expect(journaledApps > 0)
     }
 }

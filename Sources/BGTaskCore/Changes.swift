@@ -1,0 +1,183 @@
+// What changed in the policy's state since the daemon last saved it: the record its state journal appends, so a
+// lease call saves the one app it touched instead of every app.
+
+/// A name table (or the ledgers) that remembers which names changed while tracking is on.
+///
+/// The policy's name tables change in a handful of places; recording every change here, rather than at each of
+/// them, means a new place cannot forget to.
+struct NameTable<Value: Sendable & Codable>: Sendable {
+    private(set) var storage: [String: Value] = [:]
+    /// The names changed since `takeChangedNames()`, while `isTracking`.
+    private var changedNames: Set<String> = []
+    /// Whether changes are recorded: only a daemon saving its state takes them, so without one nothing is kept.
+    var isTracking = false
+
+    init(_ storage: [String: Value] = [:]) {
+        self.storage = storage
+    }
+
+    subscript(name: String) -> Value? {
+        get { storage[name] }
+        set {
+            storage[name] = newValue
+            noteChange(of: name)
+        }
+    }
+
+    subscript(name: String, default value: @autoclosure () -> Value) -> Value {
+        get { storage[name] ?? value() }
+        _modify {
+            noteChange(of: name)
+            yield &storage[name, default: value()]
+        }
+    }
+
+    @discardableResult
+    mutating func removeValue(forKey name: String) -> Value? {
+        noteChange(of: name)
+        return storage.removeValue(forKey: name)
+    }
+
+    var values: Dictionary<String, Value>.Values { storage.values }
+    var count: Int { storage.count }
+
+    private mutating func noteChange(of name: String) {
+        if isTracking { changedNames.insert(name) }
+    }
+
+    /// The names changed since the last call, each with its value now (nil: removed), sorted by name.
+    mutating func takeChanges() -> [NamedChange<Value>] {
+        defer { changedNames = [] }
+        return changedNames.sorted().map { NamedChange(name: $0, value: storage[$0]) }
+    }
+}
+
+/// One name's entry in a table after a change: its value, or nil when the name left the table.
+public struct NamedChange<Value: Sendable & Codable>: Sendable, Codable {
+    public var name: String
+    public var value: Value?
+}
+
+extension NamedChange: Equatable where Value: Equatable {}
+
+/// Everything that changed in a `Lifecycle` since the last `takeChanges()`: each changed registration whole, the
+/// identities forgotten, the name-table and ledger entries that changed, the history orders when they changed,
+/// and the counters. Applied in order to the state saved before them (`SavedLifecycle.apply(_:)`), the records
+/// give the state as it is now.
+public struct LifecycleChanges: Sendable, Codable {
+    /// Registrations made or changed, as they are now.
+    var apps: [TrackedApp] = []
+    /// Registrations forgotten (their slots may hold one of `apps` already).
+    var forgotten: [AppID] = []
+    var liveNames: [NamedChange<AppID>] = []
+    var detachedNames: [NamedChange<AppID>] = []
+    var endedNames: [NamedChange<AppID>] = []
+    var ledgers: [NamedChange<UsageLedger>] = []
+    /// The orders whole, when they changed.
+    var endedOrder: [AppID]?
+    var detachedOrder: [AppID]?
+    var nextSerial: Int64
+    var nextTaskID: Int64
+    var nextEventID: Int64
+    var nextSequence: UInt64
+
+    /// How many registrations it carries.
+    public var appCount: Int { apps.count }
+
+    /// Whether it changes nothing but, perhaps, the counters.
+    public var isEmpty: Bool {
+        apps.isEmpty && forgotten.isEmpty && liveNames.isEmpty && detachedNames.isEmpty && endedNames.isEmpty
+            && ledgers.isEmpty && endedOrder == nil && detachedOrder == nil
+    }
+
+    /// The record without its registrations, for an encoder that writes those itself (`savedApps`).
+    public var withoutApps: LifecycleChanges {
+        var copy = self
+        copy.apps = []
+        return copy
+    }
+
+    /// The changed registrations, for an encoder: each encodes as it does within the state.
+    public var savedApps: [SavedApp] {
+        apps.map { SavedApp(app: $0, revision: nil) }
+    }
+}
+
+extension Lifecycle {
+    /// Whether changes are recorded for `takeChanges()`. Turn on before the first change to be saved (a daemon
+    /// with a state file does, right after it saved the whole state); off, nothing is kept.
+    public var tracksChanges: Bool {
+        get { apps.isTracking }
+        set {
+            apps.isTracking = newValue
+            liveNames.isTracking = newValue
+            detachedNames.isTracking = newValue
+            endedNames.isTracking = newValue
+            ledgers.isTracking = newValue
+            isHistoryOrderChanged = false
+            _ = takeChanges()
+        }
+    }
+
+    /// What changed since the last call (or since tracking began), and starts recording afresh.
+    public mutating func takeChanges() -> LifecycleChanges {
+        let (changedApps, forgotten) = apps.takeChanges()
+        var changes = LifecycleChanges(
+            apps: changedApps, forgotten: forgotten, liveNames: liveNames.takeChanges(),
+            detachedNames: detachedNames.takeChanges(), endedNames: endedNames.takeChanges(),
+            ledgers: ledgers.takeChanges(), nextSerial: apps.upcomingSerial, nextTaskID: nextTaskID,
+            nextEventID: nextEventID, nextSequence: nextSequence)
+        if isHistoryOrderChanged {
+            isHistoryOrderChanged = false
+            changes.endedOrder = Array(endedOrder[endedOrderStart...])
+            changes.detachedOrder = Array(detachedOrder[detachedOrderStart...])
+        }
+        return changes
+    }
+}
+
+extension SavedLifecycle {
+    /// Applies a record of changes taken after this state was saved: the state as it was after them.
+    public mutating func apply(_ changes: LifecycleChanges) {
+        var replay = Replay(self)
+        replay.apply(changes)
+        self = replay.state
+    }
+
+    /// Applies many records in a row without rebuilding the registrations' array for each (a journal's replay).
+    public struct Replay: Sendable {
+        private var base: SavedLifecycle
+        private var apps: [AppID: TrackedApp]
+
+        /// Starts from `state`.
+        public init(_ state: SavedLifecycle) {
+            base = state
+            apps = Dictionary(state.apps.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+        }
+
+        /// Applies the next record.
+        public mutating func apply(_ changes: LifecycleChanges) {
+            for id in changes.forgotten { apps[id] = nil }
+            for app in changes.apps { apps[app.id] = app }
+            for change in changes.liveNames { base.liveNames[change.name] = change.value }
+            for change in changes.detachedNames { base.detachedNames[change.name] = change.value }
+            for change in changes.endedNames { base.endedNames[change.name] = change.value }
+            for change in changes.ledgers { base.ledgers[change.name] = change.value }
+            if let order = changes.endedOrder { base.endedOrder = order }
+            if let order = changes.detachedOrder { base.detachedOrder = order }
+            base.nextSerial = changes.nextSerial
+            base.nextTaskID = changes.nextTaskID
+            base.nextEventID = changes.nextEventID
+            base.nextSequence = changes.nextSequence
+        }
+
+        /// The state after every record applied, its registrations in slot order (as a running policy saves
+        /// them).
+        public var state: SavedLifecycle {
+            var result = base
+            result.apps = apps.values.sorted { $0.id.slot < $1.id.slot }
+            result.revisions = []
+            return result
+        }
+    }
+}
