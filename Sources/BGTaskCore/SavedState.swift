@@ -77,9 +77,10 @@ extension Lifecycle {
         let (values, revisions) = apps.valuesWithRevisions
         return SavedLifecycle(
             apps: values, nextSerial: apps.upcomingSerial, liveNames: liveNames.storage,
-            detachedNames: detachedNames.storage, endedNames: endedNames.storage, endedOrder: Array(endedOrder[endedOrderStart...]),
-            detachedOrder: Array(detachedOrder[detachedOrderStart...]), ledgers: ledgers.storage, nextTaskID: nextTaskID,
-            nextEventID: nextEventID, nextSequence: nextSequence, revisions: revisions)
+            detachedNames: detachedNames.storage, endedNames: endedNames.storage,
+            endedOrder: Array(endedOrder[endedOrderStart...]), detachedOrder: Array(detachedOrder[detachedOrderStart...]),
+            ledgers: ledgers.storage, nextTaskID: nextTaskID, nextEventID: nextEventID, nextSequence: nextSequence,
+            revisions: revisions)
     }
 
     /// The policy state `saved` describes, under `policy`. Every cross-reference is checked (identities,

@@ -89,7 +89,9 @@ extension Manager {
             _ = cgroups?.removeEmpty()
             throw error
         }
-        let process = TrackedProcess(serial: nextProcessSerial, pidFD: child.pidFD, uid: uid, startTime: startTime)
+        let process = TrackedProcess(
+            serial: nextProcessSerial, pidFD: child.pidFD, uid: uid, startTime: startTime,
+            changes: processChanges)
         nextProcessSerial += 1
         process.cgroups = cgroups
         process.child = child

@@ -70,7 +70,9 @@ extension Manager {
             processOfApp[app] = existing
             return
         }
-        let process = TrackedProcess(serial: nextProcessSerial, pidFD: peer.pidFD, uid: uid, startTime: peer.startTime)
+        let process = TrackedProcess(
+            serial: nextProcessSerial, pidFD: peer.pidFD, uid: uid, startTime: peer.startTime,
+            changes: processChanges)
         nextProcessSerial += 1
         guard watchExit(of: process) else {
             // Fail closed: an app whose exit cannot be watched is not tracked at all, and its registration ends.
@@ -115,6 +117,7 @@ extension Manager {
         }
         process.release()
         processes[process.serial] = nil
+        processChanges.note(process.serial)
         memoryMonitor?.appsChanged()
         resumeListeners()
     }
@@ -123,6 +126,7 @@ extension Manager {
     /// stopped of its group is continued (or killed, when the daemon was ending the app).
     func processExited(_ process: TrackedProcess) {
         guard processes.removeValue(forKey: process.serial) != nil else { return }
+        processChanges.note(process.serial)
         let apps = process.apps.sorted()
         let isBeingKilled = apps.contains { core.state(of: $0) == .terminated }
         do {

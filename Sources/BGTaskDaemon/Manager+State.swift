@@ -6,37 +6,36 @@ import BGTaskProtocol
 import BGTaskSystem
 import Glibc
 
-/// A state write for the writer thread, and what came of it.
+/// A snapshot for the writer thread.
 struct StateWrite: Sendable {
     let store: StateStore
     let state: DaemonState
-    /// The history entries kept since the last write, or the whole history (added when it is handed over).
+    /// What it does to the history file (snapshots on the writer thread leave it alone).
     var history: HistoryUpdate = .none
-    /// The change it covers (`Manager.stateGeneration` when it was taken).
-    let generation: Int
 }
 
-/// What came of a state write: the change it covered, and why it failed, if it did.
+/// What came of a snapshot: its journal generation, and why it failed, if it did.
 struct StateWriteOutcome: Sendable {
-    let generation: Int
+    let journal: Int?
     let failure: String?
 }
 
 extension Manager {
-    /// The state as it is now.
-    func currentState() -> DaemonState {
+    /// The state as it is now, as a snapshot followed by the journal of `journal`.
+    func currentState(journal: Int?) -> DaemonState {
         DaemonState(
             bootID: bootID, savedAt: clock.freshNow, lifecycle: core.saved,
             processes: processes.values.sorted { $0.serial < $1.serial }.map(\.saved),
-            historySerial: trail.lastSerial)
+            historySerial: trail.lastSerial, journal: journal)
     }
 
     // MARK: Saving
 
-    /// Something the state file holds changed: it is saved soon, once for everything that changes meanwhile (one
-    /// write per loop iteration at most, however many calls the iteration served). The write itself (encoding,
-    /// `rename`) happens on the writer thread, so its cost, which grows with the apps, never blocks the
-    /// loop; writes never overlap, and the last state always gets written.
+    /// Something the state holds changed: it is saved soon, once for everything that changes meanwhile (one
+    /// write per loop iteration at most, however many calls the iteration served).
+    ///
+    /// The save appends what changed to the journal with one `write` (`saveState()`); now and then the whole state
+    /// is written as a snapshot on the writer thread and the journal starts afresh (`compactJournal()`).
     func stateChanged() {
         guard stateStore != nil, !isStopping else { return }
         stateGeneration += 1
@@ -53,54 +52,129 @@ extension Manager {
         }
     }
 
-    /// Hands the current state to the writer, or keeps it for when the write in flight is done.
+    /// Saves what changed: a record appended to the journal, or, without a journal (a failed append), a snapshot.
     private func saveState() {
         guard isStateDirty, let stateStore, !isStopping else { return }
+        guard let journal else {
+            saveSnapshot()
+            return
+        }
         isStateDirty = false
-        let write = StateWrite(store: stateStore, state: currentState(), generation: stateGeneration)
-        if isStateWriteInFlight {
-            pendingStateWrite = write
-        } else {
-            submitStateWrite(write)
+        let generation = stateGeneration
+        var entry = JournalRecord(
+            savedAt: clock.freshNow, historySerial: trail.lastSerial, lifecycle: core.takeChanges())
+        takeProcessChanges(into: &entry)
+        var outcome = StateWriteOutcome(journal: journal.generation, failure: nil)
+        do {
+            // The history first: a record never names history entries that are not in the file.
+            try stateStore.updateHistory(takeHistoryUpdate())
+            try journal.append(try journalEncoder.line(entry))
+        } catch {
+            // The changes taken are in no file now: the next save writes the whole state.
+            outcome = StateWriteOutcome(journal: journal.generation, failure: "\(error)")
+            self.journal = nil
+        }
+        record(outcome, covering: generation)
+        releaseHeld()
+        if self.journal != nil, journal.size > journalCompactionSize { compactJournal() }
+    }
+
+    /// The journal is replaced by a snapshot once it holds more than the snapshot (and `journalCompactionFloor`,
+    /// 1 MiB): a restart
+    /// then replays at most about one state's worth of records, and the journal's disk use stays bounded.
+    var journalCompactionSize: Int { max(journalCompactionFloor, lastSnapshotSize) }
+
+    /// The processes changed since the last record, as the record carries them.
+    private func takeProcessChanges(into record: inout JournalRecord) {
+        for serial in processChanges.take().sorted() {
+            if let process = processes[serial] {
+                let saved = process.saved
+                guard journaledProcesses[serial] != saved else { continue }
+                journaledProcesses[serial] = saved
+                record.processes.append(saved)
+            } else if journaledProcesses.removeValue(forKey: serial) != nil {
+                record.endedProcesses.append(serial)
+            }
         }
     }
 
-    /// The largest state (as last encoded) written on the loop itself rather than by the writer thread: a write
-    /// of a few apps costs the loop tens of microseconds, less than the two thread hand-offs it saves every call
-    /// (the reply waits for the write either way); a larger one would hold the loop up for what it costs.
-    static let inlineStateWriteLimit = 64 * 1024
+    /// Writes the whole state as the snapshot of a new generation, on the loop, then starts its journal (at
+    /// start, and after a failed append). While the writer thread writes a snapshot it waits: an older snapshot
+    /// must never replace a newer one.
+    private func saveSnapshot(startingJournal: Bool = true) {
+        guard let stateStore else { return }
+        guard !isSnapshotInFlight else { return }
+        isStateDirty = false
+        let generation = stateGeneration
+        let journalGeneration = self.journalGeneration + 1
+        let state = takeWholeState(journal: journalGeneration)
+        var failure: String?
+        do {
+            try stateStore.save(state, history: takeHistoryUpdate())
+            lastSnapshotSize = stateStore.encoder.lastEncodedSize.load(ordering: .relaxed)
+            self.journalGeneration = journalGeneration
+            stateStore.removeJournals(before: journalGeneration)
+            if startingJournal {
+                do {
+                    journal = try StateJournal(store: stateStore, generation: journalGeneration)
+                } catch {
+                    // The snapshot holds everything so far; the next save tries a snapshot again.
+                    logger.warning("cannot create \(stateStore.journalPath(journalGeneration)): \(error)")
+                }
+            }
+        } catch {
+            failure = "\(error)"
+        }
+        record(StateWriteOutcome(journal: journalGeneration, failure: failure), covering: generation)
+        releaseHeld()
+    }
 
-    /// Does a state write and what comes of it, on whichever thread calls it.
+    /// The whole state for a snapshot, the changes so far counted in it: the journal after it starts from here.
+    private func takeWholeState(journal: Int) -> DaemonState {
+        _ = core.takeChanges()
+        _ = processChanges.take()
+        let state = currentState(journal: journal)
+        journaledProcesses = Dictionary(
+            state.processes.compactMap { process in process.serial.map { ($0, process) } },
+            uniquingKeysWith: { first, _ in first })
+        return state
+    }
+
+    /// Starts a new journal and has the writer thread save the whole state as the snapshot it follows. Until the
+    /// snapshot is in place, a restart reads the old snapshot, its journal and the new one; once it is, the old
+    /// journals go.
+    private func compactJournal() {
+        guard let stateStore, let stateWriter, !isSnapshotInFlight else { return }
+        let generation = journalGeneration + 1
+        let next: StateJournal
+        do {
+            next = try StateJournal(store: stateStore, generation: generation)
+        } catch {
+            logger.warning("cannot create \(stateStore.journalPath(generation)): \(error); compacting later")
+            return
+        }
+        let state = takeWholeState(journal: generation)
+        journal = next
+        journalGeneration = generation
+        guard stateWriter.submit(StateWrite(store: stateStore, state: state)) else { return }
+        isSnapshotInFlight = true
+    }
+
+    /// Does a snapshot write and what comes of it, on the writer thread.
     static func perform(_ write: StateWrite) -> StateWriteOutcome {
         do {
             try write.store.save(write.state, history: write.history)
-            return StateWriteOutcome(generation: write.generation, failure: nil)
+            return StateWriteOutcome(journal: write.state.journal, failure: nil)
         } catch {
-            return StateWriteOutcome(generation: write.generation, failure: "\(error)")
+            return StateWriteOutcome(journal: write.state.journal, failure: "\(error)")
         }
     }
 
-    private func submitStateWrite(_ write: StateWrite) {
-        var write = write
-        write.history = takeHistoryUpdate()
-        if write.store.encoder.lastEncodedSize.load(ordering: .relaxed) <= Self.inlineStateWriteLimit {
-            // Nothing is in flight (the caller checked): the encoder is this thread's for the write.
-            record(Self.perform(write))
-            releaseHeld()
-            return
-        }
-        guard let stateWriter, stateWriter.submit(write) else {
-            // Only one write is ever queued, so the writer cannot be full; a stopped one writes at stop.
-            return
-        }
-        isStateWriteInFlight = true
-    }
-
-    /// Takes note of a finished write: what it saved, and whether it failed.
-    private func record(_ outcome: StateWriteOutcome) {
+    /// Takes note of a finished save covering the changes up to `generation`, and whether it failed.
+    private func record(_ outcome: StateWriteOutcome, covering generation: Int) {
         // A failed write releases what waited on it too: held forever, clients would hang on a full disk; the
         // failure is logged, and a restart would lose that change.
-        savedGeneration = max(savedGeneration, outcome.generation)
+        savedGeneration = max(savedGeneration, generation)
         if let failure = outcome.failure {
             // The lines it was to append may be missing: the next write rewrites the history whole.
             historyNeedsRewrite = true
@@ -114,18 +188,32 @@ extension Manager {
         }
     }
 
-    /// The writer finished a write.
+    /// The writer finished a snapshot: the journals before it go. A failed one leaves them, and the restart
+    /// replays them all.
     func stateWritesFinished() {
-        guard let stateWriter else { return }
+        guard let stateWriter, let stateStore else { return }
         for outcome in stateWriter.takeOutcomes() {
-            isStateWriteInFlight = false
-            record(outcome)
+            isSnapshotInFlight = false
+            if let failure = outcome.failure {
+                logger.warning(
+                    "cannot save a snapshot of the state to \(stateStore.path): \(failure); keeping its journals")
+            } else {
+                lastSnapshotSize = stateStore.encoder.lastEncodedSize.load(ordering: .relaxed)
+                if let generation = outcome.journal { stateStore.removeJournals(before: generation) }
+            }
         }
-        if !isStateWriteInFlight, let next = pendingStateWrite {
-            pendingStateWrite = nil
-            submitStateWrite(next)
-        }
-        releaseHeld()
+        // A save that waited for the snapshot (no journal) goes now.
+        if journal == nil, isStateDirty { saveState() }
+    }
+
+    /// Writes the first snapshot, at start (after restoring), and starts recording changes for the journal. The
+    /// generation is above every journal present, so a stale one is never read after it.
+    func startJournal() {
+        guard let stateStore else { return }
+        journalGeneration = max(journalGeneration, stateStore.journalGenerations().last ?? 0)
+        core.tracksChanges = true
+        isStateDirty = true
+        saveSnapshot()
     }
 
     /// What the next write does to the history file: appends the entries kept since the last write, or rewrites
@@ -194,7 +282,7 @@ extension Manager {
 
     /// Whether every change is saved and nothing waits for a write (for tests stepping the manager).
     public var isStateSettled: Bool {
-        !isStateDirty && !isStateWriteInFlight && pendingStateWrite == nil && heldUntilSaved.isEmpty
+        !isStateDirty && !isSnapshotInFlight && heldUntilSaved.isEmpty
     }
 
     /// Saves the state on the spot, after the writer's last write: the daemon is stopping, with every stopped app
@@ -202,9 +290,15 @@ extension Manager {
     func saveFinalState() {
         guard let stateStore, !isFinalStateSaved else { return }
         stateWriter?.stop(timeout: .seconds(10))
+        isSnapshotInFlight = false
+        let generation = journalGeneration + 1
         do {
-            try stateStore.save(currentState(), history: takeHistoryUpdate())
+            try stateStore.save(takeWholeState(journal: generation), history: takeHistoryUpdate())
+            journalGeneration = generation
+            journal = nil
+            stateStore.removeJournals(before: generation)
         } catch {
+            // The last snapshot and its journals stay: a restart loses only what changed since the last record.
             logger.error("cannot save the state to \(stateStore.path) on stopping: \(error)")
         }
         isFinalStateSaved = true
@@ -228,7 +322,11 @@ extension Manager {
             setAsideState(stateStore, because: reason)
             return
         case .state(let loaded):
-            state = loaded
+            state = loaded.state
+            journalGeneration = loaded.lastGeneration
+            if loaded.tornLines > 0 {
+                logger.notice("the journal's last record was cut short (never acknowledged); restoring the rest")
+            }
         }
         let restored: Lifecycle
         do {
@@ -272,7 +370,8 @@ extension Manager {
                 continue
             }
             let process = TrackedProcess(
-                serial: nextProcessSerial, pidFD: pidFD, uid: saved.uid, startTime: saved.startTime)
+                serial: nextProcessSerial, pidFD: pidFD, uid: saved.uid, startTime: saved.startTime,
+                changes: processChanges)
             nextProcessSerial += 1
             // The old daemon's stop, if the process is still stopped or its cgroup still frozen (the service's
             // clean-up continues and thaws them).

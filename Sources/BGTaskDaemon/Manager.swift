@@ -46,11 +46,23 @@ public final class Manager {
     /// The state changed since it was last handed to the writer; a save is scheduled (`stateSaveSource`).
     var isStateDirty = false
     var stateSaveSource: EventSource?
-    /// The thread that encodes and writes the state file, one write at a time.
+    /// The thread that encodes and writes snapshots of the state, one at a time (see `compactJournal()`).
     var stateWriter: BackgroundWorker<StateWrite, StateWriteOutcome>?
-    var isStateWriteInFlight = false
-    /// The newest state, waiting for the write in flight.
-    var pendingStateWrite: StateWrite?
+    var isSnapshotInFlight = false
+    /// The journal changes are appended to; nil before the first snapshot, and after a failed append until a
+    /// snapshot is saved again.
+    var journal: StateJournal?
+    /// The newest generation used: the journal's, or that of the snapshot written without one.
+    var journalGeneration = 0
+    let journalEncoder = JournalEncoder()
+    /// What the journal holds of each process, by serial, and the processes changed since it was last written.
+    var journaledProcesses: [Int: SavedProcess] = [:]
+    let processChanges = ProcessChangeLog()
+    /// The size of the last snapshot written: the journal is compacted once it outgrows it (see
+    /// `journalCompactionSize`).
+    var lastSnapshotSize = 0
+    /// The least journal size compacted (tests lower it to compact at every record).
+    var journalCompactionFloor = 1 << 20
     var isStateSaveFailureLogged = false
     var isFinalStateSaved = false
     /// Counts changes of the saved state, and the change the last finished write covers: output and stops of a
@@ -254,6 +266,7 @@ public final class Manager {
         fileDescriptorStoreLimit = notifier.fileDescriptorStoreLimit
         try takeListenedDescriptors()
         restoreState()
+        startJournal()
         discardStoredStreams()
         try openListeners()
         let appsLimit = configuration.memory.appsMemoryMaxBytes.map { "\($0) bytes" } ?? "infinity"

@@ -11,11 +11,16 @@ import Synchronization
 /// daemon had stopped of each), and how far the history goes. The history itself lives in a file of its own that
 /// each write appends to (`StateStore.historyPath`): rewriting hundreds of entries on every change would cost
 /// more than everything else together.
+///
+/// The file is a snapshot: what changed after it is in the journal it names (`journal`, see `StateJournal`),
+/// and the state is the snapshot with the journal applied.
 struct DaemonState: Codable, Sendable {
     /// What the file is, so a foreign file is never read as state.
     static let formatName = "bgtaskd-state"
     /// The layout's version: a file of another version is set aside, never guessed at.
-    static let currentVersion = 2
+    static let currentVersion = 3
+    /// The versions read: 2 is 3 without a journal.
+    static let readableVersions = 2...3
 
     var format = DaemonState.formatName
     var version = DaemonState.currentVersion
@@ -28,6 +33,8 @@ struct DaemonState: Codable, Sendable {
     /// The serial of the newest history entry this state covers: entries past it in the history file belong to a
     /// state that was never saved, and are not restored.
     var historySerial: Int
+    /// The generation of the journal that follows this snapshot (`StateStore.journalPath(_:)`); nil: none.
+    var journal: Int?
 }
 
 /// The state's fields but the policy's and the processes (see `StateEncoder`).
@@ -37,6 +44,7 @@ private struct DaemonStateHead: Encodable {
     var bootID: String
     var savedAt: MonotonicInstant
     var historySerial: Int
+    var journal: Int?
 }
 
 /// Encodes states one after another, keeping each app's and each process's encoding until it changes: a write
@@ -60,7 +68,7 @@ final class StateEncoder: @unchecked Sendable {
             try encoder.encode(
                 DaemonStateHead(
                     format: state.format, version: state.version, bootID: state.bootID, savedAt: state.savedAt,
-                    historySerial: state.historySerial)))
+                    historySerial: state.historySerial, journal: state.journal)))
         let rest = Array(try encoder.encode(state.lifecycle.withoutApps))
         let emptyApps = Array(#"{"apps":[]"#.utf8)
         guard head.last == UInt8(ascii: "}"), rest.starts(with: emptyApps) else {
@@ -111,6 +119,8 @@ struct DaemonStateHeader: Decodable {
 
 /// A process behind registrations, as saved.
 struct SavedProcess: Codable, Sendable, Hashable {
+    /// The daemon's serial for it, which the journal's records name it by; nil in files of version 2.
+    var serial: Int? = nil
     var pid: pid_t
     var uid: uid_t
     /// Its start time in clock ticks after boot (`/proc/PID/stat` field 22): with the pid, its identity.
@@ -154,7 +164,8 @@ enum LoadedState {
     case none
     /// A file that cannot be used, and why; the caller sets it aside.
     case unusable(String)
-    case state(DaemonState)
+    /// The snapshot with its journals applied.
+    case state(ReplayedState)
 }
 
 /// The state file and its history file: `save` replaces the state atomically (a temporary file in the same
@@ -196,16 +207,27 @@ struct StateStore: Sendable {
             return .unusable("it is not a state file (\(Self.describe(error)))")
         }
         guard header.format == DaemonState.formatName else { return .unusable("it is a \(header.format) file") }
-        guard header.version == DaemonState.currentVersion else {
+        guard DaemonState.readableVersions.contains(header.version) else {
             return .unusable(
-                "it has version \(header.version); this bgtaskd reads version \(DaemonState.currentVersion)")
+                "it has version \(header.version); this bgtaskd reads versions \(DaemonState.readableVersions.lowerBound) "
+                    + "to \(DaemonState.readableVersions.upperBound)")
         }
         guard header.bootID == bootID else { return .unusable("it was saved before the machine last booted") }
         guard header.savedAt <= now else { return .unusable("it was saved at \(header.savedAt), after now (\(now))") }
+        let snapshot: DaemonState
         do {
-            return .state(try decoder.decode(DaemonState.self, from: tree))
+            snapshot = try decoder.decode(DaemonState.self, from: tree)
         } catch {
             return .unusable("it does not decode (\(Self.describe(error)))")
+        }
+        switch replayJournals(onto: snapshot) {
+        case .failure(let error):
+            return .unusable(error.description)
+        case .success(let replayed):
+            guard replayed.state.savedAt <= now else {
+                return .unusable("its journal was written at \(replayed.state.savedAt), after now (\(now))")
+            }
+            return .state(replayed)
         }
     }
 
@@ -228,17 +250,29 @@ struct StateStore: Sendable {
     func setAside() -> String? {
         let destination = path + ".bad"
         _ = rename(historyPath, historyPath + ".bad")
+        setAsideJournals()
         return rename(path, destination) == 0 ? destination : nil
+    }
+
+    /// The state file's path without `.json`: the other files' names start with it.
+    var basePath: String {
+        path.hasSuffix(".json") ? String(path.dropLast(5)) : path
     }
 
     /// The history file: `state.history.jsonl` next to `state.json`.
     var historyPath: String {
-        (path.hasSuffix(".json") ? String(path.dropLast(5)) : path) + ".history.jsonl"
+        basePath + ".history.jsonl"
     }
 
     /// Updates the history file, then writes `state` atomically. The history goes first: a crash between the two
     /// leaves entries past the state's `historySerial`, which loading ignores.
     func save(_ state: DaemonState, history: HistoryUpdate = .none) throws {
+        try updateHistory(history)
+        try replace(path, with: try encoder.encode(state))
+    }
+
+    /// Appends to the history file, or replaces it.
+    func updateHistory(_ history: HistoryUpdate) throws {
         switch history {
         case .none:
             break
@@ -251,7 +285,6 @@ struct StateStore: Sendable {
         case .rewrite(let entries):
             try replace(historyPath, with: try Self.lines(entries))
         }
-        try replace(path, with: try encoder.encode(state))
     }
 
     /// The entries as JSON lines.
@@ -324,6 +357,32 @@ struct StateStore: Sendable {
     func remove() {
         unlink(path)
         unlink(historyPath)
+        for generation in journalGenerations() { unlink(journalPath(generation)) }
+    }
+
+    /// The generations of the journals present, oldest first.
+    func journalGenerations() -> [Int] {
+        let directoryPath = Self.directory(of: path)
+        let prefix = String(journalPath(0).dropLast()).split(separator: "/").last.map(String.init) ?? ""
+        guard let directory = opendir(directoryPath) else { return [] }
+        defer { closedir(directory) }
+        var generations: [Int] = []
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) {
+                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if name.hasPrefix(prefix), let generation = Int(name.dropFirst(prefix.count)), generation > 0 {
+                generations.append(generation)
+            }
+        }
+        return generations.sorted()
+    }
+
+    /// Moves the journals out of the way with the state (`.bad` appended).
+    private func setAsideJournals() {
+        for generation in journalGenerations() {
+            _ = rename(journalPath(generation), journalPath(generation) + ".bad")
+        }
     }
 
     static func directory(of path: String) -> String {

@@ -31,7 +31,8 @@ public enum StoppedRelease {
             logger.warning("cannot use \(statePath) (\(reason)): not continuing anything from it")
             return 0
         case .state(let loaded):
-            state = loaded
+            // The snapshot with its journals: a stop journaled after the snapshot is found too.
+            state = loaded.state
         }
         let stopped = state.processes.indices.filter { state.processes[$0].isStopped }
         guard !stopped.isEmpty else {
@@ -47,7 +48,12 @@ public enum StoppedRelease {
         }
         logger.notice("continued \(released) of \(stopped.count) process(es) bgtaskd had stopped")
         do {
-            try store.save(state)
+            // The state saved is the snapshot with its journals applied: it stands alone, and the journals go
+            // (replayed after it, they would say the processes are still stopped).
+            var whole = state
+            whole.journal = nil
+            try store.save(whole)
+            store.removeJournals(before: Int.max)
         } catch {
             logger.error("cannot record the release in \(statePath): \(error)")
             return 1

@@ -33,9 +33,13 @@ final class TrackedProcess {
     /// The loop source reporting the pidfd readable (the process exited).
     var exitSource: IOSource?
     /// Registrations of this process the policy still tracks.
-    var apps: Set<AppID> = []
+    var apps: Set<AppID> = [] {
+        didSet { changes?.note(serial) }
+    }
     /// What the daemon has stopped, if anything (or decided to stop: see `isStopPending`).
-    private(set) var stopped: StopTarget?
+    private(set) var stopped: StopTarget? {
+        didSet { changes?.note(serial) }
+    }
     /// The stop is decided (and in the state to be saved) but its signal waits for the save: no process is
     /// stopped before the state file says so, since after a crash that file is what continues it.
     private(set) var isStopPending = false
@@ -47,7 +51,11 @@ final class TrackedProcess {
     /// Whether the latest memory read failed (`memoryBytes` is then the reading before it).
     var isMemoryReadingStale = false
     /// The cgroups the daemon made for it (a managed app): frozen, measured and killed through, removed once empty.
-    var cgroups: AppCgroups?
+    var cgroups: AppCgroups? {
+        didSet { changes?.note(serial) }
+    }
+    /// Where a change of what the state saves of it (`saved`, but the memory reading) is noted for the journal.
+    let changes: ProcessChangeLog?
     /// The process as the daemon's own child (a managed app), to reap it and learn how it ended.
     var child: SpawnedProcess?
 
@@ -58,7 +66,8 @@ final class TrackedProcess {
         InspectedProcess(key: serial, pid: pid, startTime: startTime, memoryFile: cgroups?.memorySource?.path)
     }
 
-    init(serial: Int, pidFD: PidFD, uid: uid_t, startTime: UInt64) {
+    init(serial: Int, pidFD: PidFD, uid: uid_t, startTime: UInt64, changes: ProcessChangeLog? = nil) {
+        self.changes = changes
         self.serial = serial
         self.pidFD = pidFD
         self.uid = uid
@@ -212,7 +221,7 @@ final class TrackedProcess {
         var groupID: pid_t?
         if case .group(let id) = stopped { groupID = id }
         return SavedProcess(
-            pid: pid, uid: uid, startTime: startTime, isStopped: stopped != nil, stoppedGroup: groupID,
+            serial: serial, pid: pid, uid: uid, startTime: startTime, isStopped: stopped != nil, stoppedGroup: groupID,
             frozenCgroup: frozenCgroup?.path, apps: apps.sorted(), memoryBytes: memoryBytes,
             controlCgroup: cgroups?.control?.path, memoryCgroup: cgroups?.memory?.path)
     }
@@ -236,5 +245,22 @@ final class TrackedProcess {
         exitSource?.cancel()
         exitSource = nil
         try? pidFD.close()
+    }
+}
+
+/// The processes whose saved form changed since the journal last took them (by serial): added, removed, stopped,
+/// continued, their registrations or cgroups changed. A memory reading alone is not a change: it is saved with the
+/// next change of the process and in every snapshot, and a restarted daemon reads memory again anyway.
+final class ProcessChangeLog {
+    private(set) var serials: Set<Int> = []
+
+    func note(_ serial: Int) {
+        serials.insert(serial)
+    }
+
+    /// The serials noted since the last call.
+    func take() -> Set<Int> {
+        defer { serials = [] }
+        return serials
     }
 }

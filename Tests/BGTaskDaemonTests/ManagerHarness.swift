@@ -35,6 +35,17 @@ final class ManagerHarness {
     let socketPath: String
     /// The state file the manager saves to and restores from.
     let statePath: String
+
+    /// The state file's text followed by that of its journals (`state.journal.N`): what the daemon saved, the
+    /// changes after the snapshot included.
+    var savedText: String {
+        var text = (try? String(contentsOfFile: statePath, encoding: .utf8)) ?? ""
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
+        for name in names.sorted() where name.hasPrefix("state.journal.") && !name.hasSuffix(".bad") {
+            text += (try? String(contentsOfFile: directory.path + "/" + name, encoding: .utf8)) ?? ""
+        }
+        return text
+    }
     private let configuration: DaemonConfiguration
     private let configurationPath: String
     /// The instant the manual clock started at.

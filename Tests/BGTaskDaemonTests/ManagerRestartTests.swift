@@ -184,9 +184,7 @@ struct ManagerRestartTests {
             #expect(try harness.call("GetApp", ["app": "app"]).errorName == "io.bgtask.Lifecycle.NoSuchApp")
             // A fresh registration works, and the new state saves.
             _ = try harness.reattach(app)
-            try harness.step(until: "the new state to be saved") {
-                (try? String(contentsOfFile: harness.statePath, encoding: .utf8))?.contains("\"app\"") == true
-            }
+            try harness.step(until: "the new state to be saved") { harness.savedText.contains("\"app\"") }
         }
     }
 
@@ -237,7 +235,7 @@ struct ManagerRestartTests {
             let store = try #require(harness.manager.stateStore)
             func matches(_ step: String) throws {
                 try harness.settle()
-                let state = harness.manager.currentState()
+                let state = harness.manager.currentState(journal: 1)
                 // The writer's encoder, cache and all, against a plain encoding of the same state.
                 let cached = try JSONSerialization.jsonObject(with: Data(store.encoder.encode(state))) as? NSDictionary
                 let plain = try JSONSerialization.jsonObject(with: JSONEncoder().encode(state)) as? NSDictionary
@@ -262,19 +260,30 @@ struct ManagerRestartTests {
             defer { harness.close() }
             let app = try suspended("app", in: harness)
             // As after a kill -9: the last saved state says the process is stopped, and it still is.
-            try harness.step(until: "the stop to be saved") {
-                (try? String(contentsOfFile: harness.statePath, encoding: .utf8))?.contains("\"isStopped\":true")
-                    == true
-            }
+            try harness.step(until: "the stop to be saved") { harness.savedText.contains("\"isStopped\":true") }
+            // The snapshot and its journals, copied as they are: the stop is in a journal's record.
             let copy = harness.directory.path + "/crashed.json"
             try FileManager.default.copyItem(atPath: harness.statePath, toPath: copy)
+            var journals = 0
+            for name in try FileManager.default.contentsOfDirectory(atPath: harness.directory.path)
+            where name.hasPrefix("state.journal.") {
+                journals += 1
+                try FileManager.default.copyItem(
+                    atPath: harness.directory.path + "/" + name,
+                    toPath: harness.directory.path + "/crashed" + name.dropFirst("state".count))
+            }
+            #expect(journals > 0)
             let status = StoppedRelease.run(
                 statePath: copy, logger: Logger(destination: .stream, threshold: .debug, stream: .standardError),
                 procFS: harness.tree.procFS, now: harness.manager.now)
             #expect(status == 0)
             try harness.step(until: "app to be continued") { harness.processState(app) != .stopped }
             let saved = try String(contentsOfFile: copy, encoding: .utf8)
-            #expect(!saved.contains("\"isStopped\":true"), "the release was not recorded")
+            #expect(
+                saved.contains("\"apps\":[") && !saved.contains("\"isStopped\":true"), "the release was not recorded")
+            let left = try FileManager.default.contentsOfDirectory(atPath: harness.directory.path)
+            #expect(
+                !left.contains { $0.hasPrefix("crashed.journal.") }, "the journals replayed into it are left: \(left)")
         }
     }
 }

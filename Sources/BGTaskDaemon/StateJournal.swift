@@ -1,0 +1,158 @@
+// The state journal: what changed, appended after each loop iteration that changed anything, so saving a lease
+// call costs one `write` of what it touched, whatever the number of apps.
+
+import BGTaskCore
+import BGTaskProtocol
+import BGTaskSystem
+import Glibc
+
+/// One line of the journal: what changed in one loop iteration, applied in order to the snapshot it follows.
+struct JournalRecord: Codable, Sendable {
+    /// When it was written, on `CLOCK_MONOTONIC`.
+    var savedAt: MonotonicInstant
+    /// The newest history entry it covers (see `DaemonState.historySerial`).
+    var historySerial: Int
+    var lifecycle: LifecycleChanges
+    /// Processes added or changed, as they are now (each with its `serial`).
+    var processes: [SavedProcess] = []
+    /// The serials of processes no longer tracked.
+    var endedProcesses: [Int] = []
+}
+
+/// The journal file the daemon appends to: `state.journal.N` next to `state.json`, where `N` is the generation of
+/// the snapshot it follows (`DaemonState.journal`).
+///
+/// Each record is one line, written with one `write`. A record is acknowledged only once written whole; a failed
+/// write is cut off again (`ftruncate`), and a line a crash cut short is the last one, which loading skips.
+/// Used on the loop's thread only.
+final class StateJournal {
+    let generation: Int
+    let path: String
+    private let descriptor: FileDescriptor
+    /// Bytes in the file.
+    private(set) var size = 0
+
+    /// Creates (or empties) the journal of `generation` beside `store`'s state file.
+    init(store: StateStore, generation: Int) throws(Errno) {
+        self.generation = generation
+        path = store.journalPath(generation)
+        descriptor = try FileDescriptor.open(
+            path, .writeOnly, options: [.create, .truncate, .append, .noFollow], permissions: 0o600)
+    }
+
+    /// Appends a record's line. On failure the file is cut back to where it was, so no torn line is ever followed
+    /// by another.
+    func append(_ line: [UInt8]) throws(Errno) {
+        do {
+            try descriptor.writeAll(line)
+            size += line.count
+        } catch {
+            _ = ftruncate(descriptor.rawValue, off_t(size))
+            throw error
+        }
+    }
+
+    deinit {
+        try? descriptor.close()
+    }
+}
+
+/// Encodes journal records: the changed apps' encodings as the snapshot writes them, the rest as it is.
+struct JournalEncoder {
+    private let encoder = JSONTextEncoder(sortsKeys: true, writesAbsentOptionals: false)
+
+    /// The record as one line of JSON, newline included.
+    func line(_ record: JournalRecord) throws -> [UInt8] {
+        var bytes = Array(try encoder.encode(record))
+        bytes.append(UInt8(ascii: "\n"))
+        return bytes
+    }
+}
+
+extension StateStore {
+    /// The journal following the snapshot of `generation`.
+    func journalPath(_ generation: Int) -> String {
+        basePath + ".journal.\(generation)"
+    }
+
+    /// Removes the journals of generations before `generation`: the snapshot of `generation` holds all they do.
+    func removeJournals(before generation: Int) {
+        for older in journalGenerations() where older < generation { unlink(journalPath(older)) }
+    }
+
+    /// Applies the journals from `state.journal` on, each generation's in turn while the next exists: a snapshot
+    /// still being written when the daemon stopped leaves its predecessor and the journals after it. Returns
+    /// the state, the last generation read and the number of records and cut-short lines, or why it cannot be
+    /// used.
+    func replayJournals(onto state: DaemonState) -> Result<ReplayedState, JournalError> {
+        guard let first = state.journal else { return .success(ReplayedState(state: state, lastGeneration: 0)) }
+        var replay = SavedLifecycle.Replay(state.lifecycle)
+        var processes: [Int: SavedProcess] = [:]
+        for (index, process) in state.processes.enumerated() { processes[process.serial ?? -1 - index] = process }
+        var result = ReplayedState(state: state, lastGeneration: first)
+        let decoder = JSONValueDecoder()
+        var generation = first
+        while true {
+            let data: [UInt8]
+            do {
+                let descriptor = try FileDescriptor.open(journalPath(generation), .readOnly)
+                defer { try? descriptor.close() }
+                data = try descriptor.readToEnd(limit: Self.sizeLimit + 1)
+            } catch {
+                // The chain ends at the first generation with no journal (a snapshot's journal is created
+                // after it, so a crash between the two leaves none).
+                if error == .noSuchFileOrDirectory { break }
+                return .failure(JournalError("cannot read \(journalPath(generation)): \(error)"))
+            }
+            guard data.count <= Self.sizeLimit else {
+                return .failure(JournalError("\(journalPath(generation)) is larger than \(Self.sizeLimit) bytes"))
+            }
+            var lines = data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
+            // The part after the last newline: empty, or a line a crash cut short (never acknowledged).
+            if let torn = lines.popLast(), !torn.isEmpty { result.tornLines += 1 }
+            for (number, line) in lines.enumerated() {
+                let record: JournalRecord
+                do {
+                    record = try decoder.decode(JournalRecord.self, from: try JSONParser.parse(line))
+                } catch {
+                    return .failure(
+                        JournalError("line \(number + 1) of \(journalPath(generation)) does not decode (\(error))"))
+                }
+                replay.apply(record.lifecycle)
+                for serial in record.endedProcesses { processes[serial] = nil }
+                for process in record.processes {
+                    guard let serial = process.serial else {
+                        return .failure(
+                            JournalError(
+                                "line \(number + 1) of \(journalPath(generation)) names a process without "
+                                    + "its serial"))
+                    }
+                    processes[serial] = process
+                }
+                result.state.savedAt = record.savedAt
+                result.state.historySerial = record.historySerial
+                result.records += 1
+            }
+            result.lastGeneration = generation
+            generation += 1
+        }
+        result.state.lifecycle = replay.state
+        result.state.processes = processes.sorted { $0.key < $1.key }.map(\.value)
+        return .success(result)
+    }
+}
+
+/// A snapshot with its journals applied.
+struct ReplayedState {
+    var state: DaemonState
+    /// The newest journal generation read (the next snapshot takes one above it).
+    var lastGeneration: Int
+    var records = 0
+    var tornLines = 0
+}
+
+/// Why the journals cannot be used.
+struct JournalError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}

@@ -1,0 +1,131 @@
+// The state journal: a change is saved as one appended record, the snapshot stays as it was, and a daemon that
+// ended without saving (a kill -9) restores the snapshot with the journal applied.
+
+import BGTaskCore
+import BGTaskProtocol
+import BGTaskSystem
+import BGTaskTestSupport
+import Foundation
+import Testing
+
+@testable import BGTaskDaemon
+
+@Suite("State journal on a manual clock")
+struct StateJournalTests {
+    /// The snapshot and the journals in the harness's directory, by name.
+    private func savedFiles(_ harness: ManagerHarness) throws -> [String: Data] {
+        var files: [String: Data] = [:]
+        for name in try FileManager.default.contentsOfDirectory(atPath: harness.directory.path)
+        where name == "state.json" || name.hasPrefix("state.journal.") {
+            files[name] = try Data(contentsOf: URL(fileURLWithPath: harness.directory.path + "/" + name))
+        }
+        return files
+    }
+
+    /// Restarts the manager as if it had been killed at the moment `files` were taken: its clean stop's final
+    /// snapshot is replaced by them.
+    private func restartAsAfterKill(_ harness: ManagerHarness, with files: [String: Data]) throws {
+        try harness.restart(after: .seconds(1)) {
+            for name in try FileManager.default.contentsOfDirectory(atPath: harness.directory.path)
+            where name == "state.json" || name.hasPrefix("state.journal.") {
+                try FileManager.default.removeItem(atPath: harness.directory.path + "/" + name)
+            }
+            for (name, data) in files { try data.write(to: URL(fileURLWithPath: harness.directory.path + "/" + name)) }
+        }
+    }
+
+    @Test("a lease call appends one record and leaves the snapshot alone; after a kill the lease is restored from it")
+    func leaseFromJournal() async throws {
+        try await offThePool {
+            let harness = try ManagerHarness()
+            defer { harness.close() }
+            let mail = try harness.register("mail")
+            defer { withExtendedLifetime(mail) {} }
+            try harness.settle()
+            let before = try savedFiles(harness)
+            let journalName = try #require(before.keys.first { $0.hasPrefix("state.journal.") }, "\(before.keys)")
+            let begun = try harness.call("BeginBackgroundTask", ["app": "mail", "name": "upload"])
+            let task = try #require(begun.parameters["taskId"]?.intValue, "\(begun) \(harness.log)")
+            try harness.settle()
+            let after = try savedFiles(harness)
+            #expect(after["state.json"] == before["state.json"], "the snapshot was rewritten for one call")
+            let journal = String(decoding: try #require(after[journalName]), as: UTF8.self)
+            let added = journal.dropFirst(before[journalName]?.count ?? 0)
+            #expect(added.filter { $0 == "\n" }.count == 1 && added.hasSuffix("\n"), "\(added)")
+            #expect(added.contains("\"upload\""))
+            try restartAsAfterKill(harness, with: after)
+            #expect(harness.log.contains("restored 1 registrations (1 live, 1 tasks)"), "\(harness.log)")
+            let tasks = try #require(try harness.app("mail")["tasks"]?.arrayValue)
+            #expect(tasks.count == 1 && tasks.first?.objectValue?["id"]?.intValue == task, "\(tasks)")
+            // The next task id is not handed out again.
+            let next = try harness.call("BeginBackgroundTask", ["app": "mail"])
+            #expect((next.parameters["taskId"]?.intValue ?? 0) > task)
+        }
+    }
+
+    @Test("compacting at every record: at any moment the snapshot and the journals present restore the state as it was")
+    func compaction() async throws {
+        try await offThePool {
+            let harness = try ManagerHarness()
+            defer { harness.close() }
+            harness.manager.journalCompactionFloor = 1
+            let apps = try ["a", "b", "c"].map { try harness.register($0) }
+            defer { withExtendedLifetime(apps) {} }
+            var taken: [(files: [String: Data], apps: [String: Int])] = []
+            var open: [String: [Int]] = ["a": [], "b": [], "c": []]
+            var journalsSeen: Set<String> = []
+            for round in 0..<30 {
+                let name = ["a", "b", "c"][round % 3]
+                if round % 4 == 3, let task = open[name]?.first {
+                    #expect(
+                        try harness.call("EndBackgroundTask", ["app": .string(name), "taskId": .number(Double(task))])
+                            .errorName == nil)
+                    open[name]?.removeFirst()
+                } else {
+                    let reply = try harness.call("BeginBackgroundTask", ["app": .string(name)])
+                    open[name]?.append(try #require(reply.parameters["taskId"]?.intValue))
+                }
+                // Taken without waiting for the writer: a snapshot may be under way.
+                if round % 7 == 0 { taken.append((try savedFiles(harness), open.mapValues(\.count))) }
+                let journals = try savedFiles(harness).keys.filter { $0.hasPrefix("state.journal.") }
+                #expect(journals.count <= 3, "journals pile up: \(journals)")
+                journalsSeen.formUnion(journals)
+            }
+            #expect(journalsSeen.count >= 10, "compacted only into \(journalsSeen.sorted())")
+            try harness.settle()
+            taken.append((try savedFiles(harness), open.mapValues(\.count)))
+            for (files, expected) in taken {
+                try restartAsAfterKill(harness, with: files)
+                for (name, count) in expected {
+                    let tasks = try #require(try harness.app(name)["tasks"]?.arrayValue, "\(harness.log)")
+                    #expect(tasks.count == count, "\(name) after restoring \(files.keys.sorted())")
+                }
+            }
+        }
+    }
+
+    @Test("a record cut short at the end is skipped and logged; a damaged record before the end sets the state aside")
+    func damagedJournal() async throws {
+        try await offThePool {
+            let harness = try ManagerHarness()
+            defer { harness.close() }
+            let mail = try harness.register("mail")
+            defer { withExtendedLifetime(mail) {} }
+            #expect(try harness.call("BeginBackgroundTask", ["app": "mail"]).errorName == nil)
+            try harness.settle()
+            var files = try savedFiles(harness)
+            let journalName = try #require(files.keys.first { $0.hasPrefix("state.journal.") })
+            files[journalName]?.append(Data(#"{"savedAt":1,"histo"#.utf8))
+            try restartAsAfterKill(harness, with: files)
+            #expect(harness.log.contains("cut short"), "\(harness.log)")
+            #expect(try harness.app("mail")["tasks"]?.arrayValue?.count == 1)
+            try harness.settle()
+            var damaged = try savedFiles(harness)
+            let name = try #require(damaged.keys.first { $0.hasPrefix("state.journal.") })
+            damaged[name] = Data("{\"not\":\"a record\"}\n".utf8) + (damaged[name] ?? Data())
+            try restartAsAfterKill(harness, with: damaged)
+            #expect(harness.log.contains("does not decode"), "\(harness.log)")
+            #expect(FileManager.default.fileExists(atPath: harness.statePath + ".bad"))
+        }
+    }
+}
