@@ -78,7 +78,8 @@ extension Lifecycle {
         return SavedLifecycle(
             apps: values, nextSerial: apps.upcomingSerial, liveNames: liveNames.storage,
             detachedNames: detachedNames.storage, endedNames: endedNames.storage,
-            endedOrder: Array(endedOrder[endedOrderStart...]), detachedOrder: Array(detachedOrder[detachedOrderStart...]),
+            endedOrder: Array(endedOrder[endedOrderStart...]),
+            detachedOrder: Array(detachedOrder[detachedOrderStart...]),
             ledgers: ledgers.storage, nextTaskID: nextTaskID, nextEventID: nextEventID, nextSequence: nextSequence,
             revisions: revisions)
     }
