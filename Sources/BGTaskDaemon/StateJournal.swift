@@ -17,6 +17,31 @@ struct JournalRecord: Codable, Sendable {
     var processes: [SavedProcess] = []
     /// The serials of processes no longer tracked.
     var endedProcesses: [Int] = []
+
+    private enum CodingKeys: String, CodingKey {
+        case savedAt, historySerial, lifecycle, processes, endedProcesses
+    }
+
+    init(
+        savedAt: MonotonicInstant, historySerial: Int, lifecycle: LifecycleChanges, processes: [SavedProcess] = [],
+        endedProcesses: [Int] = []
+    ) {
+        self.savedAt = savedAt
+        self.historySerial = historySerial
+        self.lifecycle = lifecycle
+        self.processes = processes
+        self.endedProcesses = endedProcesses
+    }
+
+    /// Absent lists are empty (the encoder leaves them out).
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        savedAt = try container.decode(MonotonicInstant.self, forKey: .savedAt)
+        historySerial = try container.decode(Int.self, forKey: .historySerial)
+        lifecycle = try container.decode(LifecycleChanges.self, forKey: .lifecycle)
+        processes = try container.decodeIfPresent([SavedProcess].self, forKey: .processes) ?? []
+        endedProcesses = try container.decodeIfPresent([Int].self, forKey: .endedProcesses) ?? []
+    }
 }
 
 /// The journal file the daemon appends to: `state.journal.N` next to `state.json`, where `N` is the generation of
@@ -57,15 +82,39 @@ final class StateJournal {
     }
 }
 
-/// Encodes journal records: the changed apps' encodings as the snapshot writes them, the rest as it is.
-struct JournalEncoder {
+/// Encodes journal records: the policy's changes by hand (`ChangesJSONWriter`), what is rare through the JSON
+/// encoder. Used on the loop's thread only.
+final class JournalEncoder {
     private let encoder = JSONTextEncoder(sortsKeys: true, writesAbsentOptionals: false)
+    private var writer: ChangesJSONWriter
+    /// The buffer lines are built in, kept from one record to the next.
+    private var buffer: [UInt8] = []
 
-    /// The record as one line of JSON, newline included.
+    init() {
+        let encoder = self.encoder
+        writer = ChangesJSONWriter { try encoder.encode($0) }
+    }
+
+    /// The record as one line of JSON, newline included, as `JournalRecord`'s `Decodable` conformance reads it.
     func line(_ record: JournalRecord) throws -> [UInt8] {
-        var bytes = Array(try encoder.encode(record))
-        bytes.append(UInt8(ascii: "\n"))
-        return bytes
+        buffer.removeAll(keepingCapacity: true)
+        ChangesJSONWriter.appendLiteral(#"{"savedAt":{"nanoseconds":"#, to: &buffer)
+        ChangesJSONWriter.writeInteger(record.savedAt.nanoseconds, to: &buffer)
+        ChangesJSONWriter.appendLiteral(#"},"historySerial":"#, to: &buffer)
+        ChangesJSONWriter.writeInteger(record.historySerial, to: &buffer)
+        ChangesJSONWriter.appendLiteral(#","lifecycle":"#, to: &buffer)
+        try writer.write(record.lifecycle, to: &buffer)
+        if !record.processes.isEmpty {
+            buffer += Array(#","processes":"#.utf8)
+            try encoder.write(record.processes, to: &buffer)
+        }
+        if !record.endedProcesses.isEmpty {
+            buffer += Array(#","endedProcesses":["#.utf8)
+            buffer += record.endedProcesses.map(String.init).joined(separator: ",").utf8
+            buffer.append(UInt8(ascii: "]"))
+        }
+        ChangesJSONWriter.appendLiteral("}\n", to: &buffer)
+        return buffer
     }
 }
 

@@ -29,6 +29,8 @@ private struct ModelRun {
     /// With `checksChanges`: the state saved at the start, with every step's `takeChanges()` applied since (as
     /// the daemon's journal replays them), compared with the state after each step.
     var replica: SavedLifecycle?
+    /// Writes each step's changes by hand, checked against their `Encodable` form.
+    var writer = ChangesJSONWriter { Array(try JSONEncoder().encode($0)) }
 
     static let names = ["a", "b", "c", "d", "e"]
 
@@ -61,7 +63,21 @@ private struct ModelRun {
     /// Nil when the replica, with this step's changes applied, saves as the policy's state does.
     mutating func checkChanges() -> String? {
         guard var replica else { return nil }
-        replica.apply(h.takeChanges())
+        let changes = h.takeChanges()
+        // Written by hand as the journal writes them, read back as a restart reads them, then applied.
+        var written: [UInt8] = []
+        do {
+            try writer.write(changes, to: &written)
+            let byHand = try JSONSerialization.jsonObject(with: Data(written)) as? NSDictionary
+            let synthesized = try JSONSerialization.jsonObject(with: JSONEncoder().encode(changes)) as? NSDictionary
+            guard let byHand, byHand == synthesized else {
+                return "the changes written by hand differ from their Encodable form: "
+                    + String(decoding: written, as: UTF8.self)
+            }
+            replica.apply(try JSONDecoder().decode(LifecycleChanges.self, from: Data(written)))
+        } catch {
+            return "the changes written by hand do not read back: \(error)"
+        }
         self.replica = replica
         let encoder = JSONEncoder()
         encoder.outputFormatting = .sortedKeys
