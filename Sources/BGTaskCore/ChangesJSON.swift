@@ -10,6 +10,8 @@ public struct ChangesJSONWriter {
 
     private let fallback: Fallback
     private var policies: [AppPolicy: [UInt8]] = [:]
+    /// The last policy written and its encoding: apps mostly share one, and comparing is cheaper than hashing.
+    private var lastPolicy: (policy: AppPolicy, bytes: [UInt8])?
 
     /// A writer using `fallback` for the rare parts.
     public init(fallback: @escaping Fallback) {
@@ -85,12 +87,16 @@ public struct ChangesJSONWriter {
         object.key("isManaged", &out)
         Self.writeBool(app.isManaged, to: &out)
         object.key("policy", &out)
-        if let policy = policies[app.policy] {
+        if let lastPolicy, lastPolicy.policy == app.policy {
+            out += lastPolicy.bytes
+        } else if let policy = policies[app.policy] {
+            lastPolicy = (app.policy, policy)
             out += policy
         } else {
             let policy = try fallback(app.policy)
             if policies.count >= 64 { policies.removeAll() }
             policies[app.policy] = policy
+            lastPolicy = (app.policy, policy)
             out += policy
         }
         object.key("state", &out)
@@ -250,12 +256,19 @@ public struct ChangesJSONWriter {
     /// A string as JSON: quotes, backslashes and control characters escaped, the rest as its UTF-8.
     static func writeString(_ string: String, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
-        let utf8 = string.utf8
-        if !utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
-            out.append(contentsOf: utf8)
+        var string = string
+        let isPlain = string.withUTF8 { bytes in
+            for byte in bytes where byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
+                return false
+            }
+            out.append(contentsOf: bytes)
+            return true
+        }
+        if isPlain {
             out.append(UInt8(ascii: "\""))
             return
         }
+        let utf8 = string.utf8
         for byte in utf8 {
             switch byte {
             case UInt8(ascii: "\""): out += [UInt8(ascii: "\\"), UInt8(ascii: "\"")]
