@@ -242,7 +242,15 @@ public struct VarlinkCodec: Sendable {
         _ parameters: R,
         continues: Bool = false
     ) throws(VarlinkEncodingError) -> [UInt8] {
-        try encodeFramed(ReplyWire(parameters: parameters, continues: continues), with: replyEncoder)
+        if !continues, let direct = parameters as? any DirectReplyEncodable {
+            // The replies of the lease calls, made on every call: written straight, with no encoder.
+            var message = Array(#"{"parameters":"#.utf8)
+            direct.writeJSON(to: &message)
+            message.append(UInt8(ascii: "}"))
+            message.append(VarlinkFrame.terminator)
+            return message
+        }
+        return try encodeFramed(ReplyWire(parameters: parameters, continues: continues), with: replyEncoder)
     }
 
     /// A framed error reply.
@@ -396,4 +404,25 @@ private struct ReplyWire<R: Encodable>: Encodable {
 private struct ErrorWire: Encodable {
     var error: String
     var parameters: [String: JSONValue]
+}
+
+/// A reply whose JSON is written by hand (the same object its `Encodable` conformance makes): the replies of the
+/// calls made most, so their encoding costs no encoder.
+protocol DirectReplyEncodable {
+    /// Appends the reply's parameters object.
+    func writeJSON(to output: inout [UInt8])
+}
+
+extension EmptyReply: DirectReplyEncodable {
+    func writeJSON(to output: inout [UInt8]) {
+        output += [UInt8(ascii: "{"), UInt8(ascii: "}")]
+    }
+}
+
+extension BeginBackgroundTaskReply: DirectReplyEncodable {
+    func writeJSON(to output: inout [UInt8]) {
+        output += Array(#"{"taskId":"#.utf8)
+        output += String(taskId).utf8
+        output.append(UInt8(ascii: "}"))
+    }
 }

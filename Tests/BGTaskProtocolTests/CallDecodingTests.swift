@@ -328,3 +328,24 @@ struct CallDecodingTests {
         #expect(try codec.decodeParameters(EndBackgroundTaskParameters.self, from: call).taskId == 7)
     }
 }
+
+struct DirectReplyTests {
+    /// The reply as `encodeReply` writes it, and as its `Encodable` form makes it, both parsed.
+    private func forms<R: Encodable>(_ reply: R) throws -> (written: JSONValue, encoded: JSONValue) {
+        var written = try codec.encodeReply(reply)
+        #expect(written.last == 0)
+        written.removeLast()
+        let encoded = try JSONTextEncoder().encode(reply)
+        return (try JSONParser.parse(written), .object(["parameters": try JSONParser.parse(encoded)]))
+    }
+
+    @Test("the lease calls' replies, written by hand, are the objects their Encodable forms make")
+    func leaseReplies() throws {
+        for taskId in [0, 1, 42, 1 << 40, Int.max, -1, Int.min] {
+            let (written, encoded) = try forms(BeginBackgroundTaskReply(taskId: taskId))
+            #expect(written == encoded, "taskId \(taskId)")
+        }
+        let (written, encoded) = try forms(EmptyReply())
+        #expect(written == encoded)
+    }
+}
