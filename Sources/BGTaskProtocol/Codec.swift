@@ -215,6 +215,13 @@ public struct VarlinkCodec: Sendable {
     /// declare are ignored. A missing, null (for a non-optional parameter) or wrongly typed parameter throws
     /// `org.varlink.service.InvalidParameter` naming it.
     public func decodeParameters<P: Decodable>(_ type: P.Type, of call: DecodedCall) throws(VarlinkError) -> P {
+        if let direct = type as? any DirectParametersDecodable.Type,
+            let parameters = try direct.init(
+                directParameters: call.parameters) as? P
+        {
+            // The lease calls' parameters, read on every call: straight from the tree, with no decoder.
+            return parameters
+        }
         do {
             return try treeDecoder.decode(
                 type, from: .object(call.parameters), codingPath: [AnyCodingKey("parameters")])
@@ -424,5 +431,48 @@ extension BeginBackgroundTaskReply: DirectReplyEncodable {
         output += Array(#"{"taskId":"#.utf8)
         output += String(taskId).utf8
         output.append(UInt8(ascii: "}"))
+    }
+}
+
+/// Parameters read straight from the call's tree, as their `Decodable` conformance reads them (the same values,
+/// and the same parameter named when one is wrong): the lease calls', read on every call.
+protocol DirectParametersDecodable {
+    init(directParameters: [String: JSONValue]) throws(VarlinkError)
+}
+
+extension [String: JSONValue] {
+    /// The string member `key`; a missing or mistyped one is an invalid `key`.
+    fileprivate func string(_ key: String) throws(VarlinkError) -> String {
+        guard case .string(let value)? = self[key] else { throw .invalidParameter(parameter: key) }
+        return value
+    }
+
+    /// The string member `key`, nil when absent or null; a mistyped one is an invalid `key`.
+    fileprivate func optionalString(_ key: String) throws(VarlinkError) -> String? {
+        switch self[key] {
+        case nil, .null?: return nil
+        case .string(let value)?: return value
+        default: throw .invalidParameter(parameter: key)
+        }
+    }
+
+    /// The integer member `key`, exactly; a missing, mistyped or inexact one is an invalid `key`.
+    fileprivate func integer(_ key: String) throws(VarlinkError) -> Int {
+        guard case .number(let number)? = self[key], let value = Int(exactly: number) else {
+            throw .invalidParameter(parameter: key)
+        }
+        return value
+    }
+}
+
+extension BeginBackgroundTaskParameters: DirectParametersDecodable {
+    init(directParameters parameters: [String: JSONValue]) throws(VarlinkError) {
+        self.init(app: try parameters.string("app"), name: try parameters.optionalString("name"))
+    }
+}
+
+extension EndBackgroundTaskParameters: DirectParametersDecodable {
+    init(directParameters parameters: [String: JSONValue]) throws(VarlinkError) {
+        self.init(app: try parameters.string("app"), taskId: try parameters.integer("taskId"))
     }
 }

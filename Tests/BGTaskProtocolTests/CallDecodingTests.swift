@@ -349,3 +349,66 @@ struct DirectReplyTests {
         #expect(written == encoded)
     }
 }
+
+struct DirectParametersTests {
+    /// Parameters of the lease calls: valid ones, and each way one can be wrong.
+    static let rows: [[String: JSONValue]] = [
+        ["app": "mail"], ["app": "mail", "name": "upload"], ["app": "mail", "name": .null],
+        ["app": "mail", "taskId": 7], ["app": "mail", "taskId": 0], ["app": "mail", "taskId": -3],
+        ["app": "mail", "taskId": 7, "name": "x", "unknown": true], [:], ["name": "upload"], ["app": .null],
+        ["app": 5], ["app": "mail", "name": 5], ["app": "mail", "name": .array([])], ["app": "mail", "taskId": 7.5],
+        ["app": "mail", "taskId": "7"], ["app": "mail", "taskId": .number(1e300)], ["app": "mail", "taskId": .null],
+        ["app": .object([:]), "taskId": "x"], ["app": "é😀\u{0}", "taskId": .number(9_007_199_254_740_992)],
+    ]
+
+    /// What the call's decoding gives: the value, or the parameter named invalid.
+    private func result<P: Decodable>(_ type: P.Type, _ parameters: [String: JSONValue]) -> Result<P, VarlinkError> {
+        Result { () throws(VarlinkError) in
+            let method = VarlinkMethodName(qualified: "io.bgtask.Lifecycle.BeginBackgroundTask")!
+            return try codec.decodeParameters(
+                type, of: DecodedCall(header: VarlinkCallHeader(method: method), parameters: parameters))
+        }
+    }
+
+    /// What the `Decodable` conformance gives, through the same decoder the codec otherwise uses.
+    private func decodableResult<P: Decodable>(_ type: P.Type, _ parameters: [String: JSONValue])
+        -> Result<P, NamedParameter>
+    {
+        do {
+            return .success(try JSONValueDecoder().decode(type, from: .object(parameters)))
+        } catch {
+            let path: [any CodingKey] =
+                switch error as? DecodingError {
+                case .keyNotFound(let key, let context)?: context.codingPath + [key]
+                case .typeMismatch(_, let context)?, .valueNotFound(_, let context)?, .dataCorrupted(let context)?:
+                    context.codingPath
+                default: []
+                }
+            return .failure(NamedParameter(name: path.first?.stringValue ?? "parameters"))
+        }
+    }
+
+    private func check<P: Decodable & Equatable>(_ type: P.Type) {
+        for row in Self.rows {
+            switch (result(type, row), decodableResult(type, row)) {
+            case (.success(let direct), .success(let decoded)):
+                #expect(direct == decoded, "\(row)")
+            case (.failure(let error), .failure(let parameter)):
+                #expect(error == .invalidParameter(parameter: parameter.name), "\(row): \(error)")
+            case (let direct, let decoded):
+                Issue.record("\(type) from \(row): read straight \(direct), decoded \(decoded)")
+            }
+        }
+    }
+
+    @Test("the lease calls' parameters read straight from the tree are what their Decodable conformances read")
+    func leaseParameters() {
+        check(BeginBackgroundTaskParameters.self)
+        check(EndBackgroundTaskParameters.self)
+    }
+}
+
+/// The parameter a decoding error names.
+private struct NamedParameter: Error {
+    let name: String
+}
