@@ -195,6 +195,13 @@ extension Lifecycle {
                 $0.runningInBackgroundSince = now
             }
             changeState(id, to: .background, now: now, into: &actions)
+            // It was never stopped, and runs now: what was queued for it while the suspension waited on the
+            // lock check goes out (a running app holds no queue; a saved state with one is refused).
+            let queued = modify(id) { app -> [AppEvent] in
+                app.hasRecordedDropThisSuspension = false
+                return app.queue.removeAll()
+            }
+            for event in queued { actions.append(.send(event, to: id)) }
             audit(.suspensionDeferred, id, now: now, into: &actions)
             setDeadline(.lockGrace, of: id, at: now + app.policy.lockedSuspendGrace)
             armBudgetDeadlines(of: id, now: now, into: &actions)

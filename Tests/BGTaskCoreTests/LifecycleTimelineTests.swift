@@ -259,6 +259,27 @@ struct LifecycleTimelineTests {
             ])
     }
 
+    @Test("events queued while suspended go out when a suspension is refused for a lock: a running app holds no queue")
+    func refusedSuspensionDeliversQueue() throws {
+        let h = PolicyHarness()
+        let news = try h.register("news")
+        try h.setState(news, .background)
+        try h.acknowledgeLast(.didEnterBackground, of: news)
+        #expect(try h.post("sync", payload: #"{"n":1}"#) == (delivered: 0, queued: 1))
+        _ = h.takeEffects()
+        // The daemon restarts while the app took a lock: suspending it again is refused.
+        h.lockHolders.insert(news)
+        try h.restoreFromSavedState()
+        h.resumeAfterRestart()
+        let effects = h.takeEffects()
+        #expect(effects.contains("suspend news refused: lock") && effects.contains("news suspension deferred"))
+        #expect(effects.contains { $0.hasPrefix("news ← notification(sync)") }, "\(effects)")
+        #expect(h.state(news) == .background)
+        #expect(h.core.snapshot(of: news, now: h.now)?.queuedEvents == 0)
+        // And the state saves and restores (a queue in a running app would be refused).
+        try h.restoreFromSavedState()
+    }
+
     @Test("a lock holder that drops its lock within the grace is suspended when the grace ends")
     func lockDroppedInTime() throws {
         let h = PolicyHarness()

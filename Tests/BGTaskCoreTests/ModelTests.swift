@@ -302,6 +302,9 @@ private struct ModelRun {
                 if app.queue.count > h.core.policy.queuedEventsPerAppMax {
                     return "suspended \(id) queues \(app.queue.count) events, over the bound"
                 }
+            } else if !app.queue.isEmpty {
+                // A restored state holding one is refused whole (`Lifecycle(restoring:)`).
+                return "\(id) has \(app.queue.count) events queued in state \(app.state)"
             } else if h.frozen.contains(id) {
                 return "\(id) is stopped in state \(app.state)"
             }
