@@ -76,7 +76,10 @@ extension SoakChecker {
     }
 
     /// No app runs in background with a task open past the start of its budget plus the budget and the grace:
-    /// each stretch of "in background with tasks open" is judged when it ends (or when the evidence closes).
+    /// each stretch of "in background with tasks open" is judged when it ends (or when the evidence closes). A
+    /// budget that runs out while the daemon is down (from the fault until the new daemon is ready: a hang lasts
+    /// until the watchdog fires) can only be enforced once it is back, so such a stretch may last until the
+    /// restart's readiness plus the grace.
     static func checkBudgetRespected(_ evidence: SoakEvidence, _ criteria: SoakCriteria) -> InvariantResult {
         var log = ViolationLog(.budgetRespected, limit: criteria.counterExampleLimit)
         var tracker = AppTracker()
@@ -86,7 +89,11 @@ extension SoakChecker {
             guard let stretch = stretches.removeValue(forKey: app) else { return }
             log.checked()
             let budget = criteria.backgroundTime(of: app)
-            let latest = stretch.budgetStart + budget + criteria.budgetGrace
+            let deadline = stretch.budgetStart + budget
+            var latest = deadline + criteria.budgetGrace
+            if let restart = evidence.restarts.first(where: { ($0.stoppedAt...$0.readyAt).contains(deadline) }) {
+                latest = max(latest, restart.readyAt + criteria.budgetGrace)
+            }
             guard end > latest else { return }
             let ids = stretch.tasks.sorted().map(String.init).joined(separator: ", ")
             log.violated(

@@ -70,6 +70,30 @@ struct SoakCheckerTests {
         #expect(example.at == at(36))
     }
 
+    @Test("a budget that runs out while the daemon hangs is enforced once it is back, plus the grace")
+    func budgetEndingDuringHang() throws {
+        // With a budget of 36 s, maps's budget (from t=4) ends at t=40, when the hang (t=40 to t=45) begins: the
+        // daemon can act only from t=45, so holding task 2 until t=46 passes and until t=48 fails at t=47.
+        var scenario = SoakScenario()
+        scenario.criteria.backgroundTime = .seconds(36)
+        let maps = scenario.evidence.entries.filter { $0.entry.app == "maps" && $0.observedAt == at(25) }
+        scenario.evidence.entries.removeAll { $0.entry.app == "maps" && $0.observedAt == at(25) }
+        var late = scenario
+        for observed in maps { scenario.receive(observed.entry, at: at(46)) }
+        for observed in maps { late.receive(observed.entry, at: at(48)) }
+        for index in [scenario, late].indices {
+            var doctored = index == 0 ? scenario : late
+            let reattached = try #require(
+                doctored.evidence.entries.firstIndex { $0.entry.app == "maps" && $0.entry.kind == .reattached })
+            doctored.evidence.entries[reattached].entry.state = .background
+            if index == 0 { scenario = doctored } else { late = doctored }
+        }
+        #expect(SoakChecker.check(.budgetRespected, scenario.evidence, scenario.criteria).violationCount == 0)
+        let example = try failure(of: late, .budgetRespected)
+        #expect(example.app == "maps")
+        #expect(example.at == at(47))
+    }
+
     @Test("a suspended app seen running fails suspended-means-stopped")
     func suspendedAppRunning() throws {
         var scenario = SoakScenario()
