@@ -81,9 +81,13 @@ let package = Package(
             dependencies: ["BGTaskArguments", "BGTaskCLI", "BGTaskClient", "BGTaskSupervision", "BGTaskSystem"]),
         // The bgtask executable: hands the command line to BGTaskCLI, with the demo plugged in.
         .executableTarget(name: "bgtask", dependencies: ["BGTaskCLI", "BGTaskDemo"]),
+        // A systemd user manager contained in a private mount namespace and cgroups of its own: for the service
+        // tests and `bgtask-soak --systemd`.
+        .target(name: "BGTaskContainedSystemd", dependencies: ["BGTaskSystem"]),
         // Test helpers shared by every test target: manual clock and loop, fakes, harnesses.
         .target(
-            name: "BGTaskTestSupport", dependencies: ["BGTaskCore", "BGTaskSystem", "BGTaskProtocol"]),
+            name: "BGTaskTestSupport",
+            dependencies: ["BGTaskContainedSystemd", "BGTaskCore", "BGTaskSystem", "BGTaskProtocol"]),
         // Test fixture: sends one raw Varlink call, for calls made as another user.
         .executableTarget(name: "BGTaskRawCall", dependencies: ["BGTaskSystem"], path: "Tests/Fixtures/RawCall"),
         // Test fixture: floods of connections, registrations, bytes and calls, for hostile peers of another uid.
@@ -100,7 +104,7 @@ let package = Package(
         // manager), the evidence gathered outside it, and the run's report around the checker's.
         .target(
             name: "BGTaskSoakHarness",
-            dependencies: ["BGTaskSoak", "BGTaskClient", "BGTaskProtocol", "BGTaskSystem"]),
+            dependencies: ["BGTaskSoak", "BGTaskClient", "BGTaskContainedSystemd", "BGTaskProtocol", "BGTaskSystem"]),
         // The soak's command line; re-runs itself as the synthetic apps and the hostile client.
         .executableTarget(name: "bgtask-soak", dependencies: ["BGTaskSoakHarness", "BGTaskSystem"]),
         // Benchmarks; build with `swift build -c release` (every product: ipc and deadlines start the bgtaskd built

@@ -35,9 +35,12 @@ extension SoakRun {
         guard let service else { return }
         switch fault {
         case .kill, .hang, .restart:
+            // Stamped when asked: the list shows the daemon at some moment after that, so every entry that could
+            // change it is received after the stamp.
+            let asked = clock.now()
             let before =
-                controller.listApps(within: .seconds(5)).map { AppSnapshot(takenAt: clock.now(), apps: $0) }
-                ?? lastApps ?? AppSnapshot(takenAt: clock.now(), apps: [])
+                controller.listApps(within: .seconds(5)).map { AppSnapshot(takenAt: asked, apps: $0) }
+                ?? lastApps ?? AppSnapshot(takenAt: asked, apps: [])
             let times: (stoppedAt: Int64, readyAt: Int64)
             let cause: RestartCause
             do {

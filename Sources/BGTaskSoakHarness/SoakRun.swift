@@ -58,10 +58,13 @@ public final class SoakRun {
         self.log = log
         var entropy = SystemRandomNumberGenerator()
         seed = options.seed ?? (entropy.next() >> 1)
-        let defaults = SoakFault.allCases.filter { $0 != .diskFull || getuid() == 0 }
+        let defaults = SoakFault.allCases.filter { $0 != .diskFull || (getuid() == 0 && !options.usesSystemd) }
         faults = options.faults ?? defaults
         if faults.contains(.diskFull) && getuid() != 0 {
             throw SoakError("the disk-full fault needs root (a tmpfs in a private mount namespace)")
+        }
+        if faults.contains(.diskFull) && options.usesSystemd {
+            throw SoakError("the disk-full fault is not available with --systemd (the service's runtime directory)")
         }
     }
 
@@ -175,11 +178,18 @@ public final class SoakRun {
             }
             if now >= nextProgress {
                 log(progressLine())
-                nextProgress += options.duration / 10
+                while nextProgress <= now { nextProgress += options.duration / 10 }
             }
             let wake = min(next < operations.count ? operations[next].at : options.duration, nextSample)
             let wait = wake - clock.now()
             if wait > .zero { usleep(UInt32(min(wait, .milliseconds(200)).components.attoseconds / 1_000_000_000_000)) }
+        }
+        // Faults a slow run left unreached (each hang costs the watchdog interval) still happen, before the apps
+        // end, so that every scheduled fault is injected.
+        for (_, operation) in operations[next...] {
+            guard case .fault = operation else { continue }
+            try perform(operation)
+            sample()
         }
     }
 
@@ -193,8 +203,8 @@ public final class SoakRun {
 
     /// One round of samples: the apps as listed, their processes and memory, the daemon's resources.
     func sample() {
-        guard let apps = controller.listApps() else { return }
         let time = clock.now()
+        guard let apps = controller.listApps() else { return }
         lastApps = AppSnapshot(takenAt: time, apps: apps)
         let soakApps = apps.filter { $0.name != LatencyProbe.name }
         processSamples += sampler.processSamples(of: soakApps, at: time)
@@ -249,6 +259,8 @@ public final class SoakRun {
             usleep(200_000)
         }
         sample()
+        // The daemon's own account, for a failed run's post-mortem beside the entries received.
+        let history = controller.call("History") { client throws(ClientError) in try client.history() } ?? []
         finalLatencies = probe?.latencies ?? []
         probe?.stop()
         probe = nil
@@ -259,13 +271,23 @@ public final class SoakRun {
         let end = clock.now()
         let evidence = SoakEvidence(
             entries: watch?.entries ?? [], processSamples: processSamples, memorySamples: memorySamples,
-            restarts: restarts, resourceSamples: resourceSamples, daemonStoppedAt: daemonStoppedAt, end: end)
+            restarts: restarts, resourceSamples: resourceSamples, daemonStoppedAt: daemonStoppedAt, end: end,
+            watchGaps: watch?.gaps ?? [])
         let criteria = SoakCriteria(
             backgroundTime: Self.backgroundTime, budgetGrace: .seconds(3), settling: .seconds(2),
-            appsMemoryMax: appsMemoryMaxBytes, restartTolerance: .seconds(2))
+            appsMemoryMax: appsMemoryMaxBytes, restartTolerance: .seconds(2), warmUpFraction: 0.3,
+            // The apps' connections come and go with the churn (two or three each, and up to a quarter of the apps
+            // between registrations at a time): descriptors vary by that much without a leak. A daemon process is
+            // judged once it has lived 20 samples (20 s): one restarted seconds ago is still taking its clients back.
+            descriptorSlack: max(8, options.apps / 2), minimumResourceSamples: 20)
         let report = SoakChecker.check(evidence, criteria: criteria)
         let result = SoakRunResult(run: self, evidence: evidence, report: report)
         keepsScratch = !result.isPassing
+        if keepsScratch {
+            writeEntries(evidence.entries, to: "entries.txt")
+            writeEntries(
+                history.map { ObservedEntry(observedAt: clock.fromWallClock($0.time), entry: $0) }, to: "history.txt")
+        }
         return result
     }
 
@@ -291,6 +313,24 @@ public final class SoakRun {
             _ = try? remover.waitForExit()
             try? remover.pidFD.close()
         }
+    }
+}
+
+extension SoakRun {
+    /// Writes the entries received, one line each, beside the daemon's log: for a failed run's post-mortem.
+    func writeEntries(_ entries: [ObservedEntry], to name: String) {
+        let lines = entries.map { observed in
+            let entry = observed.entry
+            var line =
+                "\(format(observed.observedAt.secondsValue, 3)) \(format(entry.time, 6)) \(entry.app) "
+                + entry.kind.rawValue
+            if let state = entry.state { line += " state=\(state.rawValue)" }
+            if let task = entry.taskId { line += " task=\(task)" }
+            if let end = entry.taskEnd { line += " end=\(end.rawValue)" }
+            if let reason = entry.reason { line += " reason=\(reason.rawValue)" }
+            return line
+        }
+        try? writeFile(scratch + "/" + name, lines.joined(separator: "\n") + "\n")
     }
 }
 

@@ -16,6 +16,7 @@ final class WatchRecorder: Sendable {
         var entries: [ObservedEntry] = []
         var seen: Set<HistoryEntry> = []
         var reconnects = 0
+        var gaps: [ClosedRange<Duration>] = []
     }
 
     private let state = Mutex(State())
@@ -35,6 +36,10 @@ final class WatchRecorder: Sendable {
     /// The entries so far.
     var entries: [ObservedEntry] { state.withLock { $0.entries } }
 
+    /// When no stream was followed: from the last entry received before a stream ended (or the start) until a new
+    /// one was subscribed and the gap filled from `History()`.
+    var gaps: [ClosedRange<Duration>] { state.withLock { $0.gaps } }
+
     /// How many times the stream was followed again after it ended.
     var reconnects: Int { state.withLock { $0.reconnects } }
 
@@ -50,6 +55,7 @@ final class WatchRecorder: Sendable {
 
     private func follow(socketPath: String) {
         var isFirst = true
+        var lastReceived = Duration.zero
         while !stopping.load(ordering: .relaxed) {
             guard let client = try? LifecycleClient(socketPath: socketPath, timeout: .seconds(5)),
                 let stream = try? client.watch()
@@ -57,21 +63,22 @@ final class WatchRecorder: Sendable {
                 usleep(100_000)
                 continue
             }
-            if !isFirst {
-                state.withLock { $0.reconnects += 1 }
-                if let gap = try? LifecycleClient(socketPath: socketPath, timeout: .seconds(5)) {
-                    if let history = try? gap.history() {
-                        let clock = clock
-                        add(history) { clock.fromWallClock($0.time) }
-                    }
-                    gap.close()
+            if !isFirst { state.withLock { $0.reconnects += 1 } }
+            if let gap = try? LifecycleClient(socketPath: socketPath, timeout: .seconds(5)) {
+                if let history = try? gap.history() {
+                    let clock = clock
+                    add(history) { clock.fromWallClock($0.time) }
                 }
+                gap.close()
             }
+            let subscribed = clock.now()
+            state.withLock { $0.gaps.append(lastReceived...max(lastReceived, subscribed)) }
             isFirst = false
             while !stopping.load(ordering: .relaxed) {
                 do {
                     guard let entry = try stream.next(timeout: .milliseconds(500)) else { break }
                     let now = clock.now()
+                    lastReceived = now
                     add([entry]) { _ in now }
                 } catch .timedOut {
                     continue

@@ -38,7 +38,10 @@ let pathLength = readlink("/proc/self/exe", &pathBuffer, Int(PATH_MAX))
 guard pathLength > 0 else { fail("cannot read /proc/self/exe", status: 1) }
 let executable = String(decoding: pathBuffer[..<pathLength].map { UInt8(bitPattern: $0) }, as: UTF8.self)
 do {
-    let run = try SoakRun(options: options, executable: executable) { print($0) }
+    let run = try SoakRun(options: options, executable: executable) { line in
+        // Unbuffered, so the seed and the progress show at once even when the output goes to a file.
+        try? FileDescriptor.standardOutput.writeAll(Array((line + "\n").utf8))
+    }
     let result = try run.run()
     print(result.markdown, terminator: "")
     if let path = options.reportPath { print("report: \(try result.write(to: path).joined(separator: ", "))") }
