@@ -5,6 +5,7 @@ import BGTaskProtocol
 import BGTaskSoak
 import BGTaskSystem
 import Glibc
+import Synchronization
 
 /// One soak run from options to report. `log` receives progress lines (the seed first).
 public final class SoakRun {
@@ -68,9 +69,12 @@ public final class SoakRun {
         }
     }
 
-    /// Runs the whole soak; the result. Set-up failures and harness failures throw.
+    /// Runs the whole soak; the result. Set-up failures and harness failures throw. SIGINT and SIGTERM end it
+    /// early, with everything it started stopped and removed.
     public func run() throws -> SoakRunResult {
         log("seed: \(seed)")
+        signal(SIGINT) { _ in soakInterrupted.store(true, ordering: .relaxed) }
+        signal(SIGTERM) { _ in soakInterrupted.store(true, ordering: .relaxed) }
         defer { cleanUp() }
         try prepare()
         log(
@@ -165,6 +169,7 @@ public final class SoakRun {
         var nextProgress = options.duration / 10
         let operations = schedule.operations
         while clock.now() < options.duration {
+            if soakInterrupted.load(ordering: .relaxed) { throw SoakError("interrupted: stopped what it started") }
             let now = clock.now()
             while next < operations.count, operations[next].at <= clock.now() {
                 try perform(operations[next].operation)
@@ -333,6 +338,9 @@ extension SoakRun {
         try? writeFile(scratch + "/" + name, lines.joined(separator: "\n") + "\n")
     }
 }
+
+/// Set by SIGINT and SIGTERM: the run stops at its next step and cleans up.
+let soakInterrupted = Atomic<Bool>(false)
 
 /// The directory part of `path`.
 func directory(of path: String) -> String {

@@ -50,6 +50,30 @@ struct SoakRunTests {
         }
     }
 
+    @Test("--systemd: the installed units under a contained manager, kill -9, watchdog hang and restart 3 times each")
+    func underSystemd() async throws {
+        if let reason = ContainedSystemd.unavailableReason {
+            print("underSystemd: skipped: \(reason)")
+            return
+        }
+        try await offThePool(alone: true) {
+            let (status, output, report) = try runSoak([
+                "--systemd", "--apps", "20", "--duration", "100s", "--faults", "kill,hang,restart",
+            ])
+            #expect(output.hasPrefix("seed: "), "\(output)")
+            #expect(status == 0, "\(output)")
+            let json = try #require(report, "no JSON report:\n\(output)")
+            #expect(json["passed"] as? Bool == true, "\(output)")
+            #expect(json["systemd"] as? Bool == true)
+            let faults = try #require(json["faults"] as? [String: Int])
+            for fault in ["kill", "hang", "restart"] { #expect((faults[fault] ?? 0) >= 3, "\(faults)") }
+            let causes = (json["restarts"] as? [[String: Any]] ?? []).compactMap { $0["cause"] as? String }
+            for cause in ["kill-9", "watchdog", "service-restart"] {
+                #expect(causes.filter { $0 == cause }.count >= 3, "\(causes)")
+            }
+        }
+    }
+
     @Test("the same seed gives the same schedule; another seed another")
     func seedReplaysSchedule() {
         func schedule(_ seed: UInt64) -> SoakSchedule {
