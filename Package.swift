@@ -14,6 +14,7 @@ let package = Package(
         .executable(name: "bgtaskd", targets: ["bgtaskd"]),
         .executable(name: "bgtask", targets: ["bgtask"]),
         .executable(name: "bgtask-bench", targets: ["bgtask-bench"]),
+        .executable(name: "bgtask-soak", targets: ["bgtask-soak"]),
         .executable(name: "bgtask-demo-app", targets: ["bgtask-demo-app"]),
     ],
     targets: [
@@ -80,9 +81,13 @@ let package = Package(
             dependencies: ["BGTaskArguments", "BGTaskCLI", "BGTaskClient", "BGTaskSupervision", "BGTaskSystem"]),
         // The bgtask executable: hands the command line to BGTaskCLI, with the demo plugged in.
         .executableTarget(name: "bgtask", dependencies: ["BGTaskCLI", "BGTaskDemo"]),
+        // A systemd user manager contained in a private mount namespace and cgroups of its own: for the service
+        // tests and `bgtask-soak --systemd`.
+        .target(name: "BGTaskContainedSystemd", dependencies: ["BGTaskSystem"]),
         // Test helpers shared by every test target: manual clock and loop, fakes, harnesses.
         .target(
-            name: "BGTaskTestSupport", dependencies: ["BGTaskCore", "BGTaskSystem", "BGTaskProtocol"]),
+            name: "BGTaskTestSupport",
+            dependencies: ["BGTaskContainedSystemd", "BGTaskCore", "BGTaskSystem", "BGTaskProtocol"]),
         // Test fixture: sends one raw Varlink call, for calls made as another user.
         .executableTarget(name: "BGTaskRawCall", dependencies: ["BGTaskSystem"], path: "Tests/Fixtures/RawCall"),
         // Test fixture: floods of connections, registrations, bytes and calls, for hostile peers of another uid.
@@ -95,6 +100,13 @@ let package = Package(
             dependencies: ["BGTaskClient", "BGTaskConfig", "BGTaskProtocol", "BGTaskSupervision", "BGTaskSystem"]),
         // The soak test's invariant checker: evidence gathered outside the daemon in, a report of violations out.
         .target(name: "BGTaskSoak", dependencies: ["BGTaskProtocol"]),
+        // The soak harness: the synthetic apps, the daemon under fault (run by the harness, or by a contained systemd
+        // manager), the evidence gathered outside it, and the run's report around the checker's.
+        .target(
+            name: "BGTaskSoakHarness",
+            dependencies: ["BGTaskSoak", "BGTaskClient", "BGTaskContainedSystemd", "BGTaskProtocol", "BGTaskSystem"]),
+        // The soak's command line; re-runs itself as the synthetic apps and the hostile client.
+        .executableTarget(name: "bgtask-soak", dependencies: ["BGTaskSoakHarness", "BGTaskSystem"]),
         // Benchmarks; build with `swift build -c release` (every product: ipc and deadlines start the bgtaskd built
         // beside it, and say so when it is missing).
         .executableTarget(
@@ -102,6 +114,11 @@ let package = Package(
         .testTarget(name: "BGTaskCoreTests", dependencies: ["BGTaskCore", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskArgumentsTests", dependencies: ["BGTaskArguments"]),
         .testTarget(name: "BGTaskSoakTests", dependencies: ["BGTaskSoak", "BGTaskProtocol"]),
+        // Runs the built bgtask-soak against the built bgtaskd (a minute, 50 apps, every fault), so it depends on
+        // both executables.
+        .testTarget(
+            name: "BGTaskSoakRunTests",
+            dependencies: ["BGTaskSoakHarness", "BGTaskSystem", "BGTaskTestSupport", "bgtaskd", "bgtask-soak"]),
         .testTarget(
             name: "BGTaskSupervisionTests", dependencies: ["BGTaskSupervision", "BGTaskSystem", "BGTaskTestSupport"]),
         // docs/ARCHITECTURE.md's module table against this manifest and the sources' imports.

@@ -22,12 +22,17 @@ public struct SoakEvidence: Hashable, Sendable {
     public var daemonStoppedAt: Duration?
     /// When the evidence closed. The harness ends every app before this, so a task still open here never ended.
     public var end: Duration
+    /// When the `Watch()` stream was not followed: from the last entry received on a stream that ended (the daemon
+    /// went down) until a new stream was subscribed. `History()` fills only what it keeps (not lease begins, lease
+    /// ends by the app, or state changes), so those entries of such a window may be missing, and what hinges on
+    /// them is counted as unverifiable rather than judged.
+    public var watchGaps: [ClosedRange<Duration>]
 
     /// Evidence; every collection defaults to empty.
     public init(
         entries: [ObservedEntry] = [], processSamples: [ProcessSample] = [], memorySamples: [MemorySample] = [],
         restarts: [RestartEvidence] = [], resourceSamples: [ResourceSample] = [], daemonStoppedAt: Duration? = nil,
-        end: Duration
+        end: Duration, watchGaps: [ClosedRange<Duration>] = []
     ) {
         self.entries = entries
         self.processSamples = processSamples
@@ -36,6 +41,7 @@ public struct SoakEvidence: Hashable, Sendable {
         self.resourceSamples = resourceSamples
         self.daemonStoppedAt = daemonStoppedAt
         self.end = end
+        self.watchGaps = watchGaps
     }
 }
 

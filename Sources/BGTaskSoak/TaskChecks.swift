@@ -17,6 +17,7 @@ extension SoakChecker {
         var ended: [TaskKey: Duration] = [:]
         var order: [TaskKey] = []
         var appEnded: [String: Duration] = [:]
+        var endedWithoutBegin: [(TaskKey, Duration)] = []
         for observed in evidence.entries {
             let entry = observed.entry
             let time = observed.observedAt
@@ -50,7 +51,8 @@ extension SoakChecker {
                         at: time, app: entry.app,
                         "task \(id) ended twice: at \(moment(first)) and again at \(moment(time))")
                 } else if began[key] == nil {
-                    log.violated(at: time, app: entry.app, "task \(id) ended at \(moment(time)) but never began")
+                    endedWithoutBegin.append((key, time))
+                    ended[key] = time
                 } else {
                     ended[key] = time
                 }
@@ -64,19 +66,53 @@ extension SoakChecker {
             }
         }
         log.checked(order.count)
+        // What a Watch gap may hide: per gap, the highest task id received before it and the lowest begun after it
+        // (ids only grow), so a task whose begin is missing with an id between the two began inside it.
+        let gaps = evidence.watchGaps.map { gap in
+            (
+                gap: gap,
+                highestBefore: evidence.entries.filter { $0.observedAt < gap.lowerBound }.compactMap(\.entry.taskId)
+                    .max() ?? 0,
+                lowestAfter: evidence.entries.filter {
+                    $0.observedAt > gap.upperBound && $0.entry.kind == .taskBegan
+                }.compactMap(\.entry.taskId).min() ?? Int.max
+            )
+        }
+        var unverifiable = 0
+        for (key, time) in endedWithoutBegin {
+            if gaps.contains(where: {
+                $0.highestBefore < key.taskId && key.taskId < $0.lowestAfter && time >= $0.gap.lowerBound
+            }) {
+                unverifiable += 1
+            } else {
+                log.violated(at: time, app: key.app, "task \(key.taskId) ended at \(moment(time)) but never began")
+            }
+        }
         for key in order where ended[key] == nil {
             guard let start = began[key] else { continue }
+            if gaps.contains(where: { $0.gap.upperBound >= start }) {
+                // Its end (by the app, which History() does not keep) may have been lost in a gap after it began.
+                unverifiable += 1
+                continue
+            }
             let fate =
                 appEnded[key.app].map { "its app ended at \(moment($0))" }
                 ?? "the evidence closed at \(moment(evidence.end))"
             log.violated(
                 at: start, app: key.app, "task \(key.taskId) began at \(moment(start)) and never ended; \(fate)")
         }
+        if !evidence.watchGaps.isEmpty {
+            log.measurements.append(
+                Measurement(name: "tasks with a begin or end in a Watch gap (not judged)", value: Double(unverifiable)))
+        }
         return log.result
     }
 
     /// No app runs in background with a task open past the start of its budget plus the budget and the grace:
-    /// each stretch of "in background with tasks open" is judged when it ends (or when the evidence closes).
+    /// each stretch of "in background with tasks open" is judged when it ends (or when the evidence closes). A
+    /// budget that runs out while the daemon is down (from the fault until the new daemon is ready: a hang lasts
+    /// until the watchdog fires) can only be enforced once it is back, so such a stretch may last until the
+    /// restart's readiness plus the grace.
     static func checkBudgetRespected(_ evidence: SoakEvidence, _ criteria: SoakCriteria) -> InvariantResult {
         var log = ViolationLog(.budgetRespected, limit: criteria.counterExampleLimit)
         var tracker = AppTracker()
@@ -86,7 +122,11 @@ extension SoakChecker {
             guard let stretch = stretches.removeValue(forKey: app) else { return }
             log.checked()
             let budget = criteria.backgroundTime(of: app)
-            let latest = stretch.budgetStart + budget + criteria.budgetGrace
+            let deadline = stretch.budgetStart + budget
+            var latest = deadline + criteria.budgetGrace
+            if let restart = evidence.restarts.first(where: { ($0.stoppedAt...$0.readyAt).contains(deadline) }) {
+                latest = max(latest, restart.readyAt + criteria.budgetGrace)
+            }
             guard end > latest else { return }
             let ids = stretch.tasks.sorted().map(String.init).joined(separator: ", ")
             log.violated(

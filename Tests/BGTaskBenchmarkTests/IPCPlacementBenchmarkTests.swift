@@ -13,7 +13,8 @@ struct IPCPlacementBenchmarkTests {
     @Test(
         "bgtask-bench ipc --pin --rounds 2 prints both placements with positive latencies and a verdict each",
         // The limit covers the wait for the other tests to leave it alone, which can be most of the suite.
-        .timeLimit(.minutes(5)))
+        // With the soak tests (Tests/BGTaskSoakRunTests), about four and a half minutes more.
+        .timeLimit(.minutes(10)))
     func printsBothPlacements() async throws {
         let scratch = try ScratchDirectory(prefix: "bgtask-ipc-pin-smoke")
         // Alone: it pins threads to CPUs, and other tests' processes would only slow its rounds.

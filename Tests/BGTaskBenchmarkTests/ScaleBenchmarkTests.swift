@@ -13,7 +13,9 @@ struct ScaleBenchmarkTests {
 
     @Test(
         "bgtask-bench scale --apps 20 --tasks-per-app 5 --calls 500 prints the three sizes, the latencies and every lease",
-        .timeLimit(.minutes(2)))
+        // The limit covers waiting for a place to run: the soak tests (Tests/BGTaskSoakRunTests) hold every place
+        // for about four and a half minutes.
+        .timeLimit(.minutes(7)))
     func printsEverySize() async throws {
         let scratch = try ScratchDirectory(prefix: "bgtask-scale-smoke")
         // The benchmark's directories go into the scratch directory, so what it leaves there is what it left.

@@ -70,6 +70,58 @@ struct SoakCheckerTests {
         #expect(example.at == at(36))
     }
 
+    @Test("a budget that runs out while the daemon hangs is enforced once it is back, plus the grace")
+    func budgetEndingDuringHang() throws {
+        // With a budget of 36 s, maps's budget (from t=4) ends at t=40, when the hang (t=40 to t=45) begins: the
+        // daemon can act only from t=45, so holding task 2 until t=46 passes and until t=48 fails at t=47.
+        var scenario = SoakScenario()
+        scenario.criteria.backgroundTime = .seconds(36)
+        let maps = scenario.evidence.entries.filter { $0.entry.app == "maps" && $0.observedAt == at(25) }
+        scenario.evidence.entries.removeAll { $0.entry.app == "maps" && $0.observedAt == at(25) }
+        var late = scenario
+        for observed in maps { scenario.receive(observed.entry, at: at(46)) }
+        for observed in maps { late.receive(observed.entry, at: at(48)) }
+        for index in [scenario, late].indices {
+            var doctored = index == 0 ? scenario : late
+            let reattached = try #require(
+                doctored.evidence.entries.firstIndex { $0.entry.app == "maps" && $0.entry.kind == .reattached })
+            doctored.evidence.entries[reattached].entry.state = .background
+            if index == 0 { scenario = doctored } else { late = doctored }
+        }
+        #expect(SoakChecker.check(.budgetRespected, scenario.evidence, scenario.criteria).violationCount == 0)
+        let example = try failure(of: late, .budgetRespected)
+        #expect(example.app == "maps")
+        #expect(example.at == at(47))
+    }
+
+    @Test("a task whose begin fell in a Watch gap is counted unverifiable; outside a gap it fails task-ends-once")
+    func beginInWatchGap() throws {
+        var scenario = SoakScenario()
+        scenario.evidence.entries.removeAll { $0.entry.kind == .taskBegan && $0.entry.taskId == 3 }
+        let example = try failure(of: scenario, .taskEndsOnce)
+        #expect(example.evidence.contains("task 3 ended at t=50.000s but never began"))
+        // The stream was not followed from t=25.5 to t=26.5: ids 1 and 2 came before, none began after, so task 3
+        // began in the gap.
+        scenario.evidence.watchGaps = [at(25.5)...at(26.5)]
+        let result = SoakChecker.check(.taskEndsOnce, scenario.evidence, scenario.criteria)
+        #expect(result.violationCount == 0)
+        #expect(result.measurements.first { $0.name.contains("Watch gap") }?.value == 1)
+        // A gap before ids that came after it does not excuse a missing begin.
+        scenario.evidence.watchGaps = [at(2.5)...at(3)]
+        #expect(SoakChecker.check(.taskEndsOnce, scenario.evidence, scenario.criteria).violationCount == 1)
+    }
+
+    @Test("a task gone across a restart during a Watch gap is counted unverifiable, not a violation")
+    func taskGoneDuringWatchGap() throws {
+        var scenario = SoakScenario()
+        scenario.evidence.restarts[0].after.apps[1].tasks = []
+        _ = try failure(of: scenario, .restartKeepsState)
+        scenario.evidence.watchGaps = [at(29.95)...at(31.2)]
+        let result = SoakChecker.check(.restartKeepsState, scenario.evidence, scenario.criteria)
+        #expect(result.violationCount == 0)
+        #expect(result.measurements.first { $0.name.contains("Watch gap") }?.value == 1)
+    }
+
     @Test("a suspended app seen running fails suspended-means-stopped")
     func suspendedAppRunning() throws {
         var scenario = SoakScenario()

@@ -1,22 +1,31 @@
-// A real systemd user manager of the test's own, contained so that it can touch nothing else on the machine.
+// A real systemd user manager of the caller's own, contained so that it can touch nothing else on the machine:
+// shared by the service tests and `bgtask-soak --systemd`.
 
 import BGTaskSystem
-import Foundation
 import Glibc
 
+/// Why a contained systemd manager could not be started or driven.
+public struct ContainedSystemdError: Error, CustomStringConvertible {
+    /// What went wrong.
+    public var description: String
+
+    /// An error saying `description`.
+    public init(_ description: String) { self.description = description }
+}
+
 /// A `systemd --user` manager started with the contained recipe: in a new session and a private mount namespace
-/// (its `/run/systemd` a tmpfs of its own), moved first into cgroups the test creates (so it adopts those, never
-/// the machine's root cgroup), with `XDG_RUNTIME_DIR` in a scratch directory. Tests drive it with
-/// `systemctl --user` (`systemctl(_:)`, `show(_:_:)`); unit files go in `unitDirectory`.
+/// (its `/run/systemd` a tmpfs of its own), moved first into cgroups the caller creates (so it adopts those, never
+/// the machine's root cgroup), with `XDG_RUNTIME_DIR` in a scratch directory. Drive it with `systemctl --user`
+/// (`systemctl(_:)`, `show(_:_:)`); unit files go in `unitDirectory`.
 ///
 /// `close()` (and deinit) asks the manager to exit, kills whatever is left in its cgroups, reaps it and removes
-/// its cgroups and directories: nothing it made outlives the test.
+/// its cgroups and directories: nothing it made outlives its owner.
 public final class ContainedSystemd {
     /// Why a contained manager cannot run on this host, or nil when it can.
     public static var unavailableReason: String? {
         if getuid() != 0 { return "a contained systemd manager needs root (cgroups and a private mount namespace)" }
         for tool in ["/lib/systemd/systemd", "/usr/bin/unshare", "/usr/bin/setsid", "/usr/bin/systemctl"]
-        where !FileManager.default.isExecutableFile(atPath: tool) {
+        where access(tool, X_OK) != 0 {
             return "\(tool) is missing"
         }
         if cgroupRoots.isEmpty { return "no cgroup hierarchy for systemd at /sys/fs/cgroup" }
@@ -26,20 +35,19 @@ public final class ContainedSystemd {
     /// The hierarchies the manager's cgroup must be made in: on a hybrid host both the named `systemd` one and
     /// the cgroup2 one, on a pure cgroup2 host the one at `/sys/fs/cgroup`.
     static var cgroupRoots: [String] {
-        let manager = FileManager.default
-        if manager.fileExists(atPath: "/sys/fs/cgroup/cgroup.controllers") { return ["/sys/fs/cgroup"] }
-        return ["/sys/fs/cgroup/systemd", "/sys/fs/cgroup/unified"].filter { manager.fileExists(atPath: $0) }
+        if access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0 { return ["/sys/fs/cgroup"] }
+        return ["/sys/fs/cgroup/systemd", "/sys/fs/cgroup/unified"].filter { access($0, F_OK) == 0 }
     }
 
     /// The scratch directory holding the runtime directory, the start script and the manager's output.
-    public let directory: ScratchDirectory
+    public let directory: ManagerDirectory
     /// The manager's `XDG_RUNTIME_DIR`.
     public let runtimeDirectory: String
     /// Where unit files and drop-ins for this manager go (`$XDG_RUNTIME_DIR/systemd/user`).
     public let unitDirectory: String
-    /// The cgroups the test made for the manager, one per hierarchy.
+    /// The cgroups made for the manager, one per hierarchy.
     public let cgroups: [String]
-    /// The manager's process (the test's child).
+    /// The manager's process (the caller's child).
     public let manager: SpawnedProcess
     /// The manager's `XDG_CONFIG_HOME` and `XDG_DATA_HOME`, in the scratch directory: `systemctl --user enable`
     /// writes its links under the first, and unit files in `DATA_HOME/systemd/user` are found as a user's are.
@@ -51,21 +59,20 @@ public final class ContainedSystemd {
     /// `XDG_DATA_HOME` within the scratch directory (`prefix/lib` makes the units a `scripts/install --prefix
     /// DIRECTORY/prefix` installs its user's own).
     public init(dataHome: String = "data") throws {
-        if let reason = Self.unavailableReason { throw HarnessError(reason) }
-        directory = try ScratchDirectory(prefix: "bgtask-systemd")
+        if let reason = Self.unavailableReason { throw ContainedSystemdError(reason) }
+        directory = try ManagerDirectory(prefix: "bgtask-systemd")
         runtimeDirectory = directory.path + "/run"
         unitDirectory = runtimeDirectory + "/systemd/user"
         configHome = directory.path + "/config"
         self.dataHome = directory.path + "/" + dataHome
-        try FileManager.default.createDirectory(
-            atPath: unitDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try makeDirectories(unitDirectory)
         chmod(runtimeDirectory, 0o700)
         let name = "bgtask-test-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         cgroups = Self.cgroupRoots.map { "\($0)/\(name)" }
         let script = """
             #!/bin/sh
             set -e
-            # The manager adopts the cgroup it starts in: make it one of the test's own, in every hierarchy.
+            # The manager adopts the cgroup it starts in: make it one of the caller's own, in every hierarchy.
             for cgroup in \(cgroups.map { "'\($0)'" }.joined(separator: " ")); do
                 mkdir "$cgroup"
                 echo $$ >"$cgroup/cgroup.procs"
@@ -75,7 +82,7 @@ public final class ContainedSystemd {
             if [ -d /run/systemd ]; then mount -t tmpfs tmpfs /run/systemd; else mount -t tmpfs tmpfs /run; fi
             mkdir -p /run/systemd/system
             export XDG_RUNTIME_DIR='\(runtimeDirectory)'
-            # The user's configuration and data directories are the test's too: nothing under $HOME is read or
+            # The user's configuration and data directories are the caller's too: nothing under $HOME is read or
             # written.
             export XDG_CONFIG_HOME='\(configHome)' XDG_DATA_HOME='\(self.dataHome)'
             exec /lib/systemd/systemd --user
@@ -86,7 +93,7 @@ public final class ContainedSystemd {
             directory.path + "/manager.log", .writeOnly, options: [.create, .truncate], permissions: 0o644)
         defer { try? output.close() }
         // Not a group leader, so setsid(1) makes this very process the session leader instead of forking: the
-        // manager is the test's child, and its pidfd the test's handle.
+        // manager is the caller's child, and its pidfd the caller's handle.
         manager = try ProcessSpawner.spawn(
             ["/usr/bin/setsid", "/usr/bin/unshare", "--mount", scriptPath],
             options: SpawnOptions(standardOutput: .fileDescriptor(output), standardError: .fileDescriptor(output)))
@@ -94,7 +101,7 @@ public final class ContainedSystemd {
             let deadline = MonotonicClock.now() + Duration.seconds(30).nanosecondCount
             while try systemctl(["show", "-p", "Version", "--value"]).status != 0 {
                 guard MonotonicClock.now() < deadline, try !manager.pidFD.hasExited else {
-                    throw HarnessError("the contained manager did not come up:\n\(managerLog)")
+                    throw ContainedSystemdError("the contained manager did not come up:\n\(managerLog)")
                 }
                 _ = try manager.pidFD.waitForExit(timeout: .milliseconds(50))
             }
@@ -106,12 +113,12 @@ public final class ContainedSystemd {
 
     /// What the manager printed.
     public var managerLog: String {
-        (try? String(contentsOfFile: directory.path + "/manager.log", encoding: .utf8)) ?? ""
+        (try? FileDescriptor.readText(atPath: directory.path + "/manager.log", limit: 1 << 20)) ?? ""
     }
 
     /// The environment a client of this manager needs.
     public var environment: [String: String] {
-        var environment = ProcessInfo.processInfo.environment
+        var environment = ProcessEnvironment.current()
         environment["XDG_RUNTIME_DIR"] = runtimeDirectory
         environment["XDG_CONFIG_HOME"] = configHome
         environment["XDG_DATA_HOME"] = dataHome
@@ -122,30 +129,57 @@ public final class ContainedSystemd {
     /// Runs `systemctl --user ARGUMENTS` against this manager; its status and outputs.
     @discardableResult
     public func systemctl(_ arguments: [String]) throws -> (status: Int32, output: String, errors: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/systemctl")
-        process.arguments = ["--user"] + arguments
-        process.environment = environment
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        let outputData = output.fileHandleForReading.readDataToEndOfFile()
-        let errorData = errors.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (
-            process.terminationStatus, String(decoding: outputData, as: UTF8.self),
-            String(decoding: errorData, as: UTF8.self)
-        )
+        let (outputRead, outputWrite) = try FileDescriptor.pipe()
+        let (errorRead, errorWrite) = try FileDescriptor.pipe()
+        let process: SpawnedProcess
+        do {
+            process = try ProcessSpawner.spawn(
+                ["/usr/bin/systemctl", "--user"] + arguments,
+                options: SpawnOptions(
+                    standardOutput: .fileDescriptor(outputWrite), standardError: .fileDescriptor(errorWrite),
+                    environment: environment.map { "\($0.key)=\($0.value)" }))
+        } catch {
+            for descriptor in [outputRead, outputWrite, errorRead, errorWrite] { try? descriptor.close() }
+            throw error
+        }
+        try? outputWrite.close()
+        try? errorWrite.close()
+        // Both outputs are read together, so neither pipe can fill while the other is waited on.
+        var output: [UInt8] = []
+        var errors: [UInt8] = []
+        var open = [(outputRead, true), (errorRead, false)]
+        while !open.isEmpty {
+            for (index, (descriptor, isOutput)) in open.enumerated().reversed() {
+                guard (try? descriptor.poll(for: .readable, timeout: .milliseconds(20)))?.isEmpty == false else {
+                    continue
+                }
+                let bytes = (try? descriptor.read(upTo: 65_536)) ?? []
+                if bytes.isEmpty {
+                    try? descriptor.close()
+                    open.remove(at: index)
+                } else if isOutput {
+                    output += bytes
+                } else {
+                    errors += bytes
+                }
+            }
+        }
+        let status = try process.waitForExit()
+        try? process.pidFD.close()
+        let code: Int32 =
+            switch status {
+            case .exited(let code): code
+            default: 128
+            }
+        return (code, String(decoding: output, as: UTF8.self), String(decoding: errors, as: UTF8.self))
     }
 
     /// Runs `systemctl --user ARGUMENTS` and fails with its error output unless it succeeds.
     public func systemctlSucceeding(_ arguments: [String]) throws {
         let result = try systemctl(arguments)
         guard result.status == 0 else {
-            throw HarnessError("systemctl --user \(arguments.joined(separator: " ")) failed: \(result.errors)")
+            throw ContainedSystemdError(
+                "systemctl --user \(arguments.joined(separator: " ")) failed: \(result.errors)")
         }
     }
 
@@ -171,27 +205,22 @@ public final class ContainedSystemd {
             let values = try show(unit, properties)
             if condition(values) { return values }
             guard MonotonicClock.now() < deadline else {
-                throw HarnessError("\(unit): \(what) did not happen within \(timeout); last \(values)")
+                throw ContainedSystemdError("\(unit): \(what) did not happen within \(timeout); last \(values)")
             }
             _ = try manager.pidFD.waitForExit(timeout: .milliseconds(100))
         }
     }
 
-    /// The processes in the manager's cgroups (cgroup2 hierarchy, or the only one), recursively.
+    /// The processes in the manager's cgroups, recursively.
     public func processesInCgroups() -> [pid_t] {
-        var pids: [pid_t] = []
+        var pids: Set<pid_t> = []
         for root in cgroups {
-            guard let walker = FileManager.default.enumerator(atPath: root) else { continue }
-            var files = [root + "/cgroup.procs"]
-            for case let path as String in walker where path.hasSuffix("/cgroup.procs") {
-                files.append(root + "/" + path)
-            }
-            for file in files {
-                let text = (try? String(contentsOfFile: file, encoding: .utf8)) ?? ""
-                pids += text.split(separator: "\n").compactMap { pid_t($0) }
+            for cgroup in subdirectories(of: root) {
+                let text = (try? FileDescriptor.readText(atPath: cgroup + "/cgroup.procs", limit: 1 << 20)) ?? ""
+                for line in text.split(separator: "\n") { if let pid = pid_t(line) { pids.insert(pid) } }
             }
         }
-        return Array(Set(pids)).sorted()
+        return pids.sorted()
     }
 
     /// Ends the manager (`systemctl --user exit`, SIGKILL to what is left in its cgroups after 15 s), reaps it,
@@ -203,7 +232,7 @@ public final class ContainedSystemd {
         if (try? manager.pidFD.waitForExit(timeout: .seconds(15))) != true {
             try? manager.pidFD.sendSignal(.kill)
         }
-        // Anything left in the test's cgroups was started by this manager: end it.
+        // Anything left in the manager's cgroups was started by this manager: end it.
         for pid in processesInCgroups() where pid != getpid() {
             if let pidFD = try? PidFD.open(pid: pid) {
                 try? pidFD.sendSignal(.kill)
@@ -218,22 +247,75 @@ public final class ContainedSystemd {
 
     /// Removes a cgroup and its children, deepest first, waiting briefly for killed processes to leave.
     static func removeCgroup(_ path: String) {
-        guard FileManager.default.fileExists(atPath: path) else { return }
-        var directories = [path]
-        if let walker = FileManager.default.enumerator(atPath: path) {
-            for case let relative as String in walker {
-                var isDirectory: ObjCBool = false
-                if FileManager.default.fileExists(atPath: path + "/" + relative, isDirectory: &isDirectory),
-                    isDirectory.boolValue
-                {
-                    directories.append(path + "/" + relative)
-                }
-            }
-        }
-        for directory in directories.sorted(by: { $0.count > $1.count }) {
+        guard access(path, F_OK) == 0 else { return }
+        for directory in subdirectories(of: path).sorted(by: { $0.count > $1.count }) {
             for _ in 0..<100 where rmdir(directory) != 0 && errno == EBUSY { usleep(20_000) }
         }
     }
 
     deinit { close() }
+}
+
+/// `path` and every directory below it.
+func subdirectories(of path: String) -> [String] {
+    var result = [path]
+    guard let stream = opendir(path) else { return result }
+    defer { closedir(stream) }
+    while let entry = readdir(stream) {
+        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        guard name != ".", name != "..", entry.pointee.d_type == UInt8(DT_DIR) else { continue }
+        result += subdirectories(of: path + "/" + name)
+    }
+    return result
+}
+
+/// Makes `path` and the directories above it (mode 0755; the last 0700 is the caller's business).
+func makeDirectories(_ path: String) throws {
+    var current = ""
+    for component in path.split(separator: "/") {
+        current += "/" + component
+        guard mkdir(current, 0o755) == 0 || errno == EEXIST else {
+            throw ContainedSystemdError("cannot make \(current): \(Errno(rawValue: errno, operation: "mkdir"))")
+        }
+    }
+}
+
+/// A scratch directory, world-traversable (mode 0755), removed with its contents by `remove()`.
+public final class ManagerDirectory: Sendable {
+    /// Its path.
+    public let path: String
+
+    /// Creates a fresh directory under `$TMPDIR` (or `/tmp`); the prefix shows in its name.
+    public init(prefix: String) throws {
+        let base = ProcessEnvironment.current()["TMPDIR"] ?? "/tmp"
+        var template = Array("\(base)/\(prefix)-XXXXXX".utf8CString)
+        guard let result = mkdtemp(&template) else {
+            throw ContainedSystemdError("mkdtemp in \(base) failed: \(Errno(rawValue: errno, operation: "mkdtemp"))")
+        }
+        path = String(cString: result)
+        chmod(path, 0o755)
+    }
+
+    /// Writes `text` to `name` inside the directory (making the directories above it) and returns the file's path.
+    @discardableResult
+    public func write(_ name: String, _ text: String) throws -> String {
+        let file = path + "/" + name
+        if let slash = file.lastIndex(of: "/") { try makeDirectories(String(file[..<slash])) }
+        let descriptor = try FileDescriptor.open(file, .writeOnly, options: [.create, .truncate], permissions: 0o644)
+        defer { try? descriptor.close() }
+        try descriptor.writeAll(Array(text.utf8))
+        return file
+    }
+
+    /// Removes the directory and everything in it, unless `BGTASK_KEEP_TEST_DIRS=1` asks to keep it for a
+    /// post-mortem (its path is then printed).
+    public func remove() {
+        if ProcessEnvironment.current()["BGTASK_KEEP_TEST_DIRS"] == "1" {
+            print("kept \(path)")
+            return
+        }
+        guard let remover = try? ProcessSpawner.spawn(["rm", "-rf", "--one-file-system", path]) else { return }
+        _ = try? remover.waitForExit()
+        try? remover.pidFD.close()
+    }
 }

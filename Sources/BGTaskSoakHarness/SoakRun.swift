@@ -1,0 +1,366 @@
+// A soak run: set up the daemon, the apps and the evidence, follow the schedule, tear down, judge.
+
+import BGTaskClient
+import BGTaskProtocol
+import BGTaskSoak
+import BGTaskSystem
+import Glibc
+import Synchronization
+
+/// One soak run from options to report. `log` receives progress lines (the seed first).
+public final class SoakRun {
+    let options: SoakOptions
+    let seed: UInt64
+    let faults: [SoakFault]
+    let executable: String
+    let log: (String) -> Void
+    let clock = SoakClock()
+    let isRoot = getuid() == 0
+
+    // Set up by `prepare()`.
+    var scratch = ""
+    var socketPath = ""
+    var cgroups: SoakCgroups?
+    var stateDisk: StateDisk?
+    var service: (any SoakService)?
+    var controller: Controller!
+    var watch: WatchRecorder?
+    var probe: LatencyProbe?
+    var schedule: SoakSchedule!
+    var appsLog: FileDescriptor?
+    var appsMemoryMaxBytes = 0
+    let sampler = Sampler(unifiedRoot: CgroupHierarchies.probe().unified)
+
+    // The evidence and the tallies.
+    var running: [Int: RunningApp] = [:]
+    var generations: [Int: Int] = [:]
+    var processSamples: [ProcessSample] = []
+    var memorySamples: [MemorySample] = []
+    var resourceSamples: [ResourceSample] = []
+    var restarts: [RestartEvidence] = []
+    var restartTimes: [(cause: RestartCause, downMilliseconds: Double)] = []
+    var faultCounts: [SoakFault: Int] = [:]
+    var lastApps: AppSnapshot?
+    var daemonStoppedAt: Duration?
+    var hammerCount = 0
+    /// Whether the scratch directory (logs, state, the apps' output) is kept for a look: until the run passes.
+    var keepsScratch = true
+    /// The probe's lease call round trips, kept when it stops.
+    var finalLatencies: [Int64] = []
+
+    /// The policy the daemon runs with: short, so a minute holds many lifecycles.
+    static let backgroundTime: Duration = .seconds(12)
+
+    /// A run of `options`; `executable` is this program (re-run as the apps and the hostile client), with
+    /// `bgtaskd` beside it.
+    public init(options: SoakOptions, executable: String, log: @escaping (String) -> Void) throws {
+        self.options = options
+        self.executable = executable
+        self.log = log
+        var entropy = SystemRandomNumberGenerator()
+        seed = options.seed ?? (entropy.next() >> 1)
+        let defaults = SoakFault.allCases.filter { $0 != .diskFull || (getuid() == 0 && !options.usesSystemd) }
+        faults = options.faults ?? defaults
+        if faults.contains(.diskFull) && getuid() != 0 {
+            throw SoakError("the disk-full fault needs root (a tmpfs in a private mount namespace)")
+        }
+        if faults.contains(.diskFull) && options.usesSystemd {
+            throw SoakError("the disk-full fault is not available with --systemd (the service's runtime directory)")
+        }
+    }
+
+    /// Runs the whole soak; the result. Set-up failures and harness failures throw. SIGINT and SIGTERM end it
+    /// early, with everything it started stopped and removed.
+    public func run() throws -> SoakRunResult {
+        log("seed: \(seed)")
+        signal(SIGINT) { _ in soakInterrupted.store(true, ordering: .relaxed) }
+        signal(SIGTERM) { _ in soakInterrupted.store(true, ordering: .relaxed) }
+        defer { cleanUp() }
+        try prepare()
+        log(
+            "schedule \(schedule.digest): \(options.apps) apps for \(options.duration), \(schedule.operations.count) "
+                + "operations, faults \(faults.map(\.rawValue).joined(separator: ","))"
+                + (options.usesSystemd ? ", under systemd" : ""))
+        for slot in schedule.slots { spawn(slot) }
+        try follow()
+        return finish()
+    }
+
+    /// The scratch directory, cgroups, the state's disk, the daemon, the watch, the probe and the schedule.
+    private func prepare() throws {
+        var noCore = rlimit(rlim_cur: 0, rlim_max: 0)
+        setrlimit(__rlimit_resource_t(RLIMIT_CORE.rawValue), &noCore)
+        signal(SIGPIPE, SIG_IGN)
+        scratch = try makeScratch()
+        mkdir(scratch + "/locks", 0o777)
+        chmod(scratch + "/locks", 0o1777)
+        mkdir(scratch + "/state", 0o755)
+        mkdir(scratch + "/logs", 0o755)
+        appsLog = try FileDescriptor.open(
+            scratch + "/apps.log", .writeOnly, options: [.create, .append], permissions: 0o644)
+        if isRoot { cgroups = try SoakCgroups(name: "bgtask-soak-\(getpid())") }
+        let allocationTotalMiB = 1_024
+        schedule = SoakSchedule(
+            seed: seed, apps: options.apps, duration: options.duration, faults: faults,
+            usesSystemd: options.usesSystemd, canLaunch: cgroups != nil, canScope: cgroups != nil,
+            allocationTotalMiB: allocationTotalMiB)
+        // About 12 MiB per app of its own (the Swift runtime's share, threads, heap), plus a third of what the
+        // apps may map: reclamation has work to do without the host feeling it.
+        appsMemoryMaxBytes = (options.apps * 12 + allocationTotalMiB / 3) << 20
+        let lifetime = options.duration + .seconds(300)
+        if options.usesSystemd {
+            let systemdService = try SystemdSoakDaemon(
+                configuration: configuration(), executableDirectory: directory(of: executable), lifetime: lifetime,
+                log: log)
+            service = systemdService
+            socketPath = systemdService.socketPath
+        } else {
+            var prefix: [String] = []
+            if faults.contains(.diskFull) {
+                let disk = try StateDisk(directory: scratch + "/state", sizeBytes: 16 << 20, lifetime: lifetime)
+                stateDisk = disk
+                prefix = disk.nsenterPrefix
+            }
+            socketPath = scratch + "/io.bgtask.Lifecycle"
+            let configurationPath = scratch + "/bgtaskd.conf"
+            try writeFile(configurationPath, configuration())
+            service = try PrivateSoakDaemon(
+                executable: directory(of: executable) + "/bgtaskd",
+                arguments: [
+                    "--socket", socketPath, "--config", configurationPath, "--state-file",
+                    scratch + "/state/state.json", "--log-dir", scratch + "/logs",
+                ], prefix: prefix, socketPath: socketPath, notifyPath: scratch + "/notify",
+                logPath: scratch + "/bgtaskd.log", lifetime: lifetime)
+        }
+        controller = Controller(socketPath: socketPath)
+        watch = try WatchRecorder(socketPath: socketPath, clock: clock)
+        probe = try LatencyProbe(socketPath: socketPath)
+    }
+
+    /// The daemon's configuration.
+    func configuration() -> String {
+        """
+        [Policy]
+        BackgroundTimeSec=\(Self.backgroundTime.components.seconds)s
+        ExpirationWarningSec=3s
+        EnterBackgroundGraceSec=3s
+        WillTerminateGraceSec=2s
+        LaunchTimeoutSec=20s
+        LockedSuspendGraceSec=1s
+
+        [Memory]
+        AppsMemoryMax=\(appsMemoryMaxBytes)
+        MemoryWarningGraceSec=500ms
+        \(cgroups.map { "CgroupRoot=\($0.launchRoot.path)" } ?? "")
+
+        [Limits]
+        AppsPerUserMax=\(options.apps * 2 + 64)
+        ConnectionsMax=\(options.apps * 8 + 1_024)
+        ConnectionsPerUserMax=\(options.apps * 8 + 512)
+        HistorySize=5000
+
+        """
+    }
+
+    /// Follows the schedule until the run's duration, sampling every second.
+    private func follow() throws {
+        var next = 0
+        var nextSample = Duration.zero
+        var nextProgress = options.duration / 10
+        let operations = schedule.operations
+        while clock.now() < options.duration {
+            if soakInterrupted.load(ordering: .relaxed) { throw SoakError("interrupted: stopped what it started") }
+            let now = clock.now()
+            while next < operations.count, operations[next].at <= clock.now() {
+                try perform(operations[next].operation)
+                next += 1
+            }
+            if now >= nextSample {
+                sample()
+                respawnEnded(allowingNew: now < options.duration - .seconds(8))
+                checkUnexpectedWatchdog()
+                nextSample = now + .seconds(1)
+            }
+            if now >= nextProgress {
+                log(progressLine())
+                while nextProgress <= now { nextProgress += options.duration / 10 }
+            }
+            let wake = min(next < operations.count ? operations[next].at : options.duration, nextSample)
+            let wait = wake - clock.now()
+            if wait > .zero { usleep(UInt32(min(wait, .milliseconds(200)).components.attoseconds / 1_000_000_000_000)) }
+        }
+        // Faults a slow run left unreached (each hang costs the watchdog interval) still happen, before the apps
+        // end, so that every scheduled fault is injected.
+        for (_, operation) in operations[next...] {
+            guard case .fault = operation else { continue }
+            try perform(operation)
+            sample()
+        }
+    }
+
+    func progressLine() -> String {
+        let done = controller.counts.values.reduce(0) { $0 + $1.done }
+        let entries = watch?.entries.count ?? 0
+        let faultsDone = faultCounts.values.reduce(0, +)
+        return "t=\(Int(clock.now().components.seconds))s: \(running.count) apps, \(done) calls answered, "
+            + "\(entries) entries watched, \(faultsDone) faults, \(restarts.count) restarts"
+    }
+
+    /// One round of samples: the apps as listed, their processes and memory, the daemon's resources.
+    func sample() {
+        let time = clock.now()
+        guard let apps = controller.listApps() else { return }
+        lastApps = AppSnapshot(takenAt: time, apps: apps)
+        let soakApps = apps.filter { $0.name != LatencyProbe.name }
+        processSamples += sampler.processSamples(of: soakApps, at: time)
+        memorySamples += sampler.memorySamples(of: soakApps, at: clock.now())
+        if let pid = service?.daemonPID,
+            let sample = sampler.resources(of: pid, at: clock.now(), operations: operationCount)
+        {
+            resourceSamples.append(sample)
+        }
+    }
+
+    /// Calls the harness made plus entries the daemon recorded: the operations the CPU is divided by.
+    var operationCount: Int { controller.callCount + (watch?.entries.count ?? 0) }
+
+    /// A watchdog restart nobody injected a hang for: recorded as such (and judged a violation).
+    func checkUnexpectedWatchdog() {
+        guard let service else { return }
+        for times in service.unexpectedWatchdogRestarts() {
+            let after = controller.listApps(within: .seconds(10)) ?? []
+            recordRestart(
+                .watchdog, hang: false, before: lastApps ?? AppSnapshot(takenAt: .zero, apps: []), times: times,
+                after: after)
+        }
+    }
+
+    /// Adds a restart to the evidence.
+    func recordRestart(
+        _ cause: RestartCause, hang: Bool, before: AppSnapshot, times: (stoppedAt: Int64, readyAt: Int64),
+        after: [AppInfo]
+    ) {
+        let afterSnapshot = AppSnapshot(takenAt: clock.now(), apps: after)
+        restarts.append(
+            RestartEvidence(
+                cause: cause, wasHangInjected: hang, before: before, stoppedAt: clock.since(times.stoppedAt),
+                readyAt: clock.since(times.readyAt), after: afterSnapshot))
+        restartTimes.append((cause, Double(times.readyAt - times.stoppedAt) / 1e6))
+        lastApps = afterSnapshot
+    }
+
+    /// Ends every app, waits for the daemon to record their ends, stops the daemon and judges the evidence.
+    private func finish() -> SoakRunResult {
+        log("ending the apps")
+        for slot in running.keys.sorted() { running[slot]?.kill() }
+        if let cgroups { cgroups.killEverything() }
+        let deadline = MonotonicClock.now() + Duration.seconds(30).nanosecondCount
+        while MonotonicClock.now() < deadline {
+            reapAll()
+            let live = controller.listApps()?.filter {
+                $0.name != LatencyProbe.name && $0.state != .terminated && $0.state != .notRunning
+            }
+            if live?.isEmpty == true && running.isEmpty { break }
+            usleep(200_000)
+        }
+        sample()
+        // The daemon's own account, for a failed run's post-mortem beside the entries received.
+        let history = controller.call("History") { client throws(ClientError) in try client.history() } ?? []
+        finalLatencies = probe?.latencies ?? []
+        probe?.stop()
+        probe = nil
+        usleep(500_000)
+        service?.stop()
+        daemonStoppedAt = clock.now()
+        watch?.stop()
+        let end = clock.now()
+        let evidence = SoakEvidence(
+            entries: watch?.entries ?? [], processSamples: processSamples, memorySamples: memorySamples,
+            restarts: restarts, resourceSamples: resourceSamples, daemonStoppedAt: daemonStoppedAt, end: end,
+            watchGaps: watch?.gaps ?? [])
+        let criteria = SoakCriteria(
+            backgroundTime: Self.backgroundTime, budgetGrace: .seconds(3), settling: .seconds(2),
+            appsMemoryMax: appsMemoryMaxBytes, restartTolerance: .seconds(2), warmUpFraction: 0.3,
+            // The apps' connections come and go with the churn (two or three each, and up to a quarter of the apps
+            // between registrations at a time): descriptors vary by that much without a leak. A daemon process is
+            // judged once it has lived 20 samples (20 s): one restarted seconds ago is still taking its clients back.
+            descriptorSlack: max(8, options.apps / 2), minimumResourceSamples: 20)
+        let report = SoakChecker.check(evidence, criteria: criteria)
+        let result = SoakRunResult(run: self, evidence: evidence, report: report)
+        keepsScratch = !result.isPassing
+        if keepsScratch {
+            writeEntries(evidence.entries, to: "entries.txt")
+            writeEntries(
+                history.map { ObservedEntry(observedAt: clock.fromWallClock($0.time), entry: $0) }, to: "history.txt")
+        }
+        return result
+    }
+
+    /// Removes everything the run made: processes, cgroups, the state's disk, the scratch directory (kept, and
+    /// named, when `keepsScratch`).
+    func cleanUp() {
+        probe?.stop()
+        for slot in running.keys.sorted() { running[slot]?.kill() }
+        service?.stop()
+        service = nil
+        watch?.stop()
+        reapAll()
+        cgroups?.remove()
+        cgroups = nil
+        stateDisk?.close()
+        stateDisk = nil
+        try? appsLog?.close()
+        appsLog = nil
+        guard !scratch.isEmpty else { return }
+        if keepsScratch {
+            log("the run's daemon log, state and apps' output are kept in \(scratch)")
+        } else if let remover = try? ProcessSpawner.spawn(["rm", "-rf", "--one-file-system", scratch]) {
+            _ = try? remover.waitForExit()
+            try? remover.pidFD.close()
+        }
+    }
+}
+
+extension SoakRun {
+    /// Writes the entries received, one line each, beside the daemon's log: for a failed run's post-mortem.
+    func writeEntries(_ entries: [ObservedEntry], to name: String) {
+        let lines = entries.map { observed in
+            let entry = observed.entry
+            var line =
+                "\(format(observed.observedAt.secondsValue, 3)) \(format(entry.time, 6)) \(entry.app) "
+                + entry.kind.rawValue
+            if let state = entry.state { line += " state=\(state.rawValue)" }
+            if let task = entry.taskId { line += " task=\(task)" }
+            if let end = entry.taskEnd { line += " end=\(end.rawValue)" }
+            if let reason = entry.reason { line += " reason=\(reason.rawValue)" }
+            return line
+        }
+        try? writeFile(scratch + "/" + name, lines.joined(separator: "\n") + "\n")
+    }
+}
+
+/// Set by SIGINT and SIGTERM: the run stops at its next step and cleans up.
+let soakInterrupted = Atomic<Bool>(false)
+
+/// The directory part of `path`.
+func directory(of path: String) -> String {
+    guard let slash = path.lastIndex(of: "/") else { return "." }
+    return String(path[..<slash])
+}
+
+/// Writes `text` to `path`, replacing it.
+func writeFile(_ path: String, _ text: String) throws {
+    let file = try FileDescriptor.open(path, .writeOnly, options: [.create, .truncate], permissions: 0o644)
+    defer { try? file.close() }
+    try file.writeAll(Array(text.utf8))
+}
+
+/// A fresh directory under `$TMPDIR` (or `/tmp`), mode 0755 so another user's hostile client reaches the socket.
+func makeScratch() throws -> String {
+    let base = ProcessEnvironment.current()["TMPDIR"] ?? "/tmp"
+    var template = Array("\(base)/bgtask-soak-XXXXXX".utf8CString)
+    guard let path = mkdtemp(&template) else { throw SoakError("cannot create a directory in \(base)") }
+    let directory = String(cString: path)
+    chmod(directory, 0o755)
+    return directory
+}

@@ -1,0 +1,123 @@
+// The daemon's audit trail as the harness receives it: `Watch()` stamped on arrival, `History()` filling gaps.
+
+import BGTaskClient
+import BGTaskProtocol
+import BGTaskSoak
+import BGTaskSystem
+import Glibc
+import Synchronization
+
+/// Follows `Watch()` on a thread of its own, stamping each entry with the harness's clock as it arrives. When the
+/// stream ends (the daemon went down), it connects again, subscribes, and fills the gap from `History()`: entries
+/// it has not seen are added first, stamped by their wall-clock time mapped onto the harness's clock (never earlier
+/// than the last entry received), then what the new stream brought.
+final class WatchRecorder: Sendable {
+    private struct State {
+        var entries: [ObservedEntry] = []
+        var seen: Set<HistoryEntry> = []
+        var reconnects = 0
+        var gaps: [ClosedRange<Duration>] = []
+    }
+
+    private let state = Mutex(State())
+    private let stopping = Atomic<Bool>(false)
+    private let finished = Atomic<Bool>(false)
+    private let clock: SoakClock
+
+    /// Starts following the daemon at `socketPath`.
+    init(socketPath: String, clock: SoakClock) throws {
+        self.clock = clock
+        try DetachedThread.start(name: "soak-watch") { [self] in
+            follow(socketPath: socketPath)
+            finished.store(true, ordering: .releasing)
+        }
+    }
+
+    /// The entries so far.
+    var entries: [ObservedEntry] { state.withLock { $0.entries } }
+
+    /// When no stream was followed: from the last entry received before a stream ended (or the start) until a new
+    /// one was subscribed and the gap filled from `History()`.
+    var gaps: [ClosedRange<Duration>] { state.withLock { $0.gaps } }
+
+    /// How many times the stream was followed again after it ended.
+    var reconnects: Int { state.withLock { $0.reconnects } }
+
+    /// Adds entries received, each once.
+    private func add(_ items: [HistoryEntry], stamp: (HistoryEntry) -> Duration) {
+        state.withLock { state in
+            for entry in items where state.seen.insert(entry).inserted {
+                let last = state.entries.last?.observedAt ?? .zero
+                state.entries.append(ObservedEntry(observedAt: max(last, stamp(entry)), entry: entry))
+            }
+        }
+    }
+
+    private func follow(socketPath: String) {
+        var isFirst = true
+        var lastReceived = Duration.zero
+        while !stopping.load(ordering: .relaxed) {
+            guard let client = try? LifecycleClient(socketPath: socketPath, timeout: .seconds(5)),
+                let stream = try? client.watch()
+            else {
+                usleep(100_000)
+                continue
+            }
+            if !isFirst { state.withLock { $0.reconnects += 1 } }
+            if let gap = try? LifecycleClient(socketPath: socketPath, timeout: .seconds(5)) {
+                if let history = try? gap.history() {
+                    let clock = clock
+                    add(history) { clock.fromWallClock($0.time) }
+                }
+                gap.close()
+            }
+            let subscribed = clock.now()
+            state.withLock { $0.gaps.append(lastReceived...max(lastReceived, subscribed)) }
+            isFirst = false
+            while !stopping.load(ordering: .relaxed) {
+                do {
+                    guard let entry = try stream.next(timeout: .milliseconds(500)) else { break }
+                    let now = clock.now()
+                    lastReceived = now
+                    add([entry]) { _ in now }
+                } catch .timedOut {
+                    continue
+                } catch {
+                    break
+                }
+            }
+            stream.close()
+            client.close()
+        }
+    }
+
+    /// Stops following (within about a second).
+    func stop() {
+        stopping.store(true, ordering: .relaxed)
+        for _ in 0..<40 where !finished.load(ordering: .acquiring) { usleep(50_000) }
+    }
+}
+
+/// The harness's clock: `CLOCK_MONOTONIC` since the run began, and the wall clock mapped onto it.
+struct SoakClock: Sendable {
+    /// `CLOCK_MONOTONIC` at the start, in nanoseconds.
+    let startNanoseconds: Int64
+    /// The wall clock at the start, in seconds since the epoch.
+    let startWallSeconds: Double
+
+    init() {
+        startNanoseconds = MonotonicClock.now()
+        startWallSeconds = WallClock.secondsSince1970()
+    }
+
+    /// Now, since the start.
+    func now() -> Duration { .nanoseconds(MonotonicClock.now() - startNanoseconds) }
+
+    /// A monotonic reading in nanoseconds, since the start.
+    func since(_ nanoseconds: Int64) -> Duration { .nanoseconds(nanoseconds - startNanoseconds) }
+
+    /// A wall-clock time (the daemon's `HistoryEntry.time`), since the start.
+    func fromWallClock(_ seconds: Double) -> Duration {
+        .nanoseconds(Int64((seconds - startWallSeconds) * 1e9))
+    }
+}

@@ -1,0 +1,3 @@
+// The contained systemd manager, shared with `bgtask-soak --systemd`, is part of what the tests get from here.
+
+@_exported import BGTaskContainedSystemd
