@@ -27,13 +27,17 @@ public struct SoakEvidence: Hashable, Sendable {
     /// ends by the app, or state changes), so those entries of such a window may be missing, and what hinges on
     /// them is counted as unverifiable rather than judged.
     public var watchGaps: [ClosedRange<Duration>]
+    /// When the harness changed `AppsMemoryMax` (a memory-pressure phase: the limit lowered under the apps'
+    /// measured total, then put back), in order; before the first, the limit is `SoakCriteria.appsMemoryMax`.
+    public var memoryLimitChanges: [MemoryLimitChange]
 
     /// Evidence; every collection defaults to empty.
     public init(
         entries: [ObservedEntry] = [], processSamples: [ProcessSample] = [], memorySamples: [MemorySample] = [],
         restarts: [RestartEvidence] = [], resourceSamples: [ResourceSample] = [], daemonStoppedAt: Duration? = nil,
-        end: Duration, watchGaps: [ClosedRange<Duration>] = []
+        end: Duration, watchGaps: [ClosedRange<Duration>] = [], memoryLimitChanges: [MemoryLimitChange] = []
     ) {
+        self.memoryLimitChanges = memoryLimitChanges
         self.entries = entries
         self.processSamples = processSamples
         self.memorySamples = memorySamples
@@ -42,6 +46,20 @@ public struct SoakEvidence: Hashable, Sendable {
         self.daemonStoppedAt = daemonStoppedAt
         self.end = end
         self.watchGaps = watchGaps
+    }
+}
+
+/// `AppsMemoryMax` set by the harness at a moment (the configuration rewritten and the daemon told to reload).
+public struct MemoryLimitChange: Hashable, Sendable {
+    /// When the harness asked for the reload.
+    public var at: Duration
+    /// The new `AppsMemoryMax` in bytes.
+    public var appsMemoryMax: Int
+
+    /// A change.
+    public init(at: Duration, appsMemoryMax: Int) {
+        self.at = at
+        self.appsMemoryMax = appsMemoryMax
     }
 }
 

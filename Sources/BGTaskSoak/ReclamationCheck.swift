@@ -47,9 +47,10 @@ extension SoakChecker {
                             + "had \(bytes(otherWeight))")
                 }
             }
-            if let target = criteria.appsTargetBytes, let maximum = criteria.appsMemoryMax,
+            if let maximum = lowestMemoryLimit(in: (time - window)...time, evidence, criteria),
                 let total = readings.total(in: (time - window)...time)
             {
+                let target = Int(Double(maximum) * criteria.appsTargetFraction)
                 if total <= target {
                     log.violated(
                         at: time, app: victim,
@@ -60,6 +61,23 @@ extension SoakChecker {
             }
         }
         return log.result
+    }
+
+    /// The lowest `AppsMemoryMax` in force at any moment of `span` (the reload takes effect a little after it is
+    /// asked for, so a kill is judged against the strictest limit it could have seen); nil without one.
+    static func lowestMemoryLimit(
+        in span: ClosedRange<Duration>, _ evidence: SoakEvidence, _ criteria: SoakCriteria
+    ) -> Int? {
+        guard var current = criteria.appsMemoryMax else { return nil }
+        var lowest: Int?
+        for change in evidence.memoryLimitChanges {
+            if change.at <= span.lowerBound {
+                current = change.appsMemoryMax
+            } else if change.at <= span.upperBound {
+                lowest = min(lowest ?? current, change.appsMemoryMax)
+            }
+        }
+        return min(lowest ?? current, current)
     }
 }
 

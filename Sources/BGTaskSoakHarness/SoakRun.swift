@@ -29,6 +29,13 @@ public final class SoakRun {
     var schedule: SoakSchedule!
     var appsLog: FileDescriptor?
     var appsMemoryMaxBytes = 0
+    /// Memory-pressure phases (without `--systemd`): `AppsMemoryMax` lowered under the apps' measured total for
+    /// a few seconds, then put back, so reclamation has work to do and `heaviest-first` something to judge.
+    var configurationPath: String?
+    var lowMemoryMax: Int?
+    var memoryLimitChanges: [MemoryLimitChange] = []
+    var pressureEndsAt: Duration?
+    var nextPressureAt: Duration = .zero
     let sampler = Sampler(unifiedRoot: CgroupHierarchies.probe().unified)
 
     // The evidence and the tallies.
@@ -123,6 +130,8 @@ public final class SoakRun {
             }
             socketPath = scratch + "/io.bgtask.Lifecycle"
             let configurationPath = scratch + "/bgtaskd.conf"
+            self.configurationPath = configurationPath
+            nextPressureAt = options.duration / 5
             try writeFile(configurationPath, configuration())
             service = try PrivateSoakDaemon(
                 executable: directory(of: executable) + "/bgtaskd",
@@ -149,7 +158,7 @@ public final class SoakRun {
         LockedSuspendGraceSec=1s
 
         [Memory]
-        AppsMemoryMax=\(appsMemoryMaxBytes)
+        AppsMemoryMax=\(lowMemoryMax ?? appsMemoryMaxBytes)
         MemoryWarningGraceSec=500ms
         \(cgroups.map { "CgroupRoot=\($0.launchRoot.path)" } ?? "")
 
@@ -179,6 +188,7 @@ public final class SoakRun {
                 sample()
                 respawnEnded(allowingNew: now < options.duration - .seconds(8))
                 checkUnexpectedWatchdog()
+                updateMemoryPressure(at: now)
                 nextSample = now + .seconds(1)
             }
             if now >= nextProgress {
@@ -219,6 +229,42 @@ public final class SoakRun {
         {
             resourceSamples.append(sample)
         }
+    }
+
+    /// Starts or ends a memory-pressure phase: every fifth of the run (at most two minutes apart), 8 s with
+    /// `AppsMemoryMax` at three quarters of the apps' total as last sampled, then the configured limit again.
+    /// The configuration is rewritten (a daemon restarted meanwhile reads it too) and the daemon sent SIGHUP.
+    func updateMemoryPressure(at now: Duration) {
+        guard let configurationPath else { return }
+        if let endsAt = pressureEndsAt {
+            guard now >= endsAt else { return }
+            pressureEndsAt = nil
+            nextPressureAt = now + min(options.duration / 5, .seconds(120))
+            setMemoryLimit(nil, configurationPath: configurationPath)
+            return
+        }
+        guard now >= nextPressureAt, now < options.duration - .seconds(12), let last = memorySamples.last?.takenAt
+        else { return }
+        let total = memorySamples.reversed().prefix { $0.takenAt == last }.reduce(0) { $0 + $1.memoryBytes }
+        guard total > 0 else { return }
+        pressureEndsAt = now + .seconds(8)
+        setMemoryLimit(max(total / 4 * 3, 32 << 20), configurationPath: configurationPath)
+    }
+
+    private func setMemoryLimit(_ bytes: Int?, configurationPath: String) {
+        lowMemoryMax = bytes
+        do {
+            try writeFile(configurationPath, configuration())
+        } catch {
+            log("cannot rewrite \(configurationPath): \(error)")
+            return
+        }
+        if let pid = service?.daemonPID { kill(pid, SIGHUP) }
+        let limit = bytes ?? appsMemoryMaxBytes
+        memoryLimitChanges.append(MemoryLimitChange(at: clock.now(), appsMemoryMax: limit))
+        log(
+            "t=\(Int(clock.now().components.seconds))s: AppsMemoryMax=\(limit >> 20) MiB"
+                + (bytes == nil ? " again" : " (memory pressure)"))
     }
 
     /// Calls the harness made plus entries the daemon recorded: the operations the CPU is divided by.
@@ -277,7 +323,7 @@ public final class SoakRun {
         let evidence = SoakEvidence(
             entries: watch?.entries ?? [], processSamples: processSamples, memorySamples: memorySamples,
             restarts: restarts, resourceSamples: resourceSamples, daemonStoppedAt: daemonStoppedAt, end: end,
-            watchGaps: watch?.gaps ?? [])
+            watchGaps: watch?.gaps ?? [], memoryLimitChanges: memoryLimitChanges)
         let criteria = SoakCriteria(
             backgroundTime: Self.backgroundTime, budgetGrace: .seconds(3), settling: .seconds(2),
             appsMemoryMax: appsMemoryMaxBytes, restartTolerance: .seconds(2), warmUpFraction: 0.3,

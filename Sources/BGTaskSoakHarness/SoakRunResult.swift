@@ -30,6 +30,8 @@ public struct SoakRunResult: Sendable {
     public var processSampleCount: Int
     /// The checker's verdicts.
     public var report: SoakReport
+    /// How many times the harness lowered `AppsMemoryMax` under the apps' total.
+    public var memoryPressurePhases: Int
 
     init(run: SoakRun, evidence: SoakEvidence, report: SoakReport) {
         seed = run.seed
@@ -47,6 +49,7 @@ public struct SoakRunResult: Sendable {
         resources = evidence.resourceSamples
         entryCount = evidence.entries.count
         processSampleCount = evidence.processSamples.count
+        memoryPressurePhases = evidence.memoryLimitChanges.filter { $0.appsMemoryMax < run.appsMemoryMaxBytes }.count
         self.report = report
     }
 
@@ -77,6 +80,11 @@ public struct SoakRunResult: Sendable {
         for fault in SoakFault.allCases {
             if let count = faults[fault] { lines.append("| \(fault.rawValue) | \(count) |") }
         }
+        lines += [
+            "",
+            "Memory-pressure phases (AppsMemoryMax lowered under the apps' total, then put back): "
+                + "\(memoryPressurePhases)",
+        ]
         lines += [
             "", "## Restarts", "", "| # | cause | at (s) | fault to ready (ms) | apps before | apps after |",
             "|---|---|---|---|---|---|",
@@ -160,6 +168,7 @@ private struct JSONRun: Encodable {
     var durationSec: Double
     var systemd: Bool
     var faults: [String: Int]
+    var memoryPressurePhases: Int
     var operations: [Operation]
     var restarts: [Restart]
     var leaseLatency: Latency
@@ -178,6 +187,7 @@ private struct JSONRun: Encodable {
         var faults: [String: Int] = [:]
         for (fault, count) in result.faults { faults[fault.rawValue] = count }
         self.faults = faults
+        memoryPressurePhases = result.memoryPressurePhases
         operations = result.operations.keys.sorted().map {
             Operation(kind: $0, done: result.operations[$0]!.done, refused: result.operations[$0]!.refused)
         }

@@ -221,6 +221,27 @@ struct SoakCheckerTests {
         #expect(scenario.report[.heaviestFirst]?.violationCount == 2)
     }
 
+    @Test("a kill under the configured target is justified once the harness lowered AppsMemoryMax under the apps")
+    func killAfterLimitLowered() throws {
+        var scenario = SoakScenario()
+        for index in scenario.evidence.memorySamples.indices
+        where ["maps", "notes"].contains(scenario.evidence.memorySamples[index].app) {
+            scenario.evidence.memorySamples[index].memoryBytes = mebibytes(100)
+        }
+        // 750 MiB in all: over 90% of a limit lowered to 600 MiB just before the kills, put back after them.
+        scenario.evidence.memoryLimitChanges = [
+            MemoryLimitChange(at: at(19), appsMemoryMax: mebibytes(600)),
+            MemoryLimitChange(at: at(40), appsMemoryMax: mebibytes(1_000)),
+        ]
+        #expect(scenario.report[.heaviestFirst]?.violationCount == 0, "\(scenario.report)")
+        // Put back before the kills, the configured limit judges them again.
+        scenario.evidence.memoryLimitChanges = [
+            MemoryLimitChange(at: at(5), appsMemoryMax: mebibytes(600)),
+            MemoryLimitChange(at: at(10), appsMemoryMax: mebibytes(1_000)),
+        ]
+        #expect(scenario.report[.heaviestFirst]?.violationCount == 2)
+    }
+
     @Test("a budget that grew across a restart fails restart-keeps-state")
     func budgetGrewAcrossRestart() throws {
         var scenario = SoakScenario()
