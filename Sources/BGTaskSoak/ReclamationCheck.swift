@@ -51,12 +51,15 @@ extension SoakChecker {
                 let total = readings.total(in: (time - window)...time)
             {
                 let target = Int(Double(maximum) * criteria.appsTargetFraction)
-                if total <= target {
+                // The daemon judges by its own readings (`memory.current` where an app has a cgroup, taken at its
+                // own moments), the harness by PSS: the same tolerance as for the order.
+                if Double(total) <= Double(target) * (1 - criteria.memoryTolerance) {
                     log.violated(
                         at: time, app: victim,
                         "reclaimed at \(moment(time)) while the apps used \(bytes(total)), not over the target of "
                             + "\(bytes(target)) (\(fixed(criteria.appsTargetFraction * 100, digits: 0))% of "
-                            + "AppsMemoryMax \(bytes(maximum)))")
+                            + "AppsMemoryMax \(bytes(maximum))) less the "
+                            + "\(fixed(criteria.memoryTolerance * 100, digits: 0))% the readings may differ by")
                 }
             }
         }

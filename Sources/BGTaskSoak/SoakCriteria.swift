@@ -20,9 +20,10 @@ public struct SoakCriteria: Hashable, Sendable {
     public var appsTargetFraction: Double
     /// Whether the daemon ran with `ReclaimForeground=yes`.
     public var reclaimsForeground: Bool
-    /// How far apart the harness's and the daemon's readings of one app may be (the harness reads at another
-    /// moment, and PSS and `memory.current` differ): a victim is judged lighter than another app only when the
-    /// other is heavier by more than this fraction.
+    /// How far apart the harness's and the daemon's readings may be (the harness reads at another moment, and
+    /// PSS and `memory.current` differ): a victim is judged lighter than another app only when the other is
+    /// heavier by more than this fraction, and a kill is judged under the target only when the apps' total is
+    /// under it by more than this fraction.
     public var memoryTolerance: Double
     /// How old a reading may be and still speak for an app's memory at the moment of a kill.
     public var readingWindow: Duration

@@ -347,3 +347,17 @@ struct SoakCheckerTests {
         #expect(result?.counterExamples.map(\.at) == [at(14), at(16)])
     }
 }
+
+extension SoakCheckerTests {
+    @Test("a kill with the apps' PSS a little under the target is within the tolerance between the two measures")
+    func killJustUnderTarget() throws {
+        var scenario = SoakScenario()
+        // maps and notes read 150 MiB each: 850 MiB in all, 5.6% under the target of 900 MiB; the daemon's own
+        // readings (memory.current, taken at another moment) may well be over it.
+        for index in scenario.evidence.memorySamples.indices
+        where ["maps", "notes"].contains(scenario.evidence.memorySamples[index].app) {
+            scenario.evidence.memorySamples[index].memoryBytes = mebibytes(150)
+        }
+        #expect(scenario.report[.heaviestFirst]?.violationCount == 0, "\(scenario.report)")
+    }
+}
