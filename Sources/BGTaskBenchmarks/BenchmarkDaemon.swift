@@ -94,14 +94,9 @@ public final class BenchmarkDaemon: Sendable {
 /// A fresh directory under `$TMPDIR` (or `/tmp`), world-traversable (mode 0755) so that a process running as
 /// another user can reach the socket and the executable copied into it.
 public func makeScratchDirectory(prefix: String, in parent: String? = nil) throws -> String {
-    let base = parent ?? ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp"
-    var template = Array("\(base)/\(prefix)-XXXXXX".utf8CString)
-    guard let path = mkdtemp(&template) else {
-        throw BenchmarkError("cannot create a directory in \(base): \(Errno(rawValue: errno, operation: "mkdtemp"))")
+    do {
+        return try TemporaryDirectory.make(prefix: prefix, in: parent)
+    } catch {
+        throw BenchmarkError("cannot make a scratch directory: \(error)")
     }
-    let directory = String(cString: path)
-    guard chmod(directory, 0o755) == 0 else {
-        throw BenchmarkError("cannot open \(directory) to other users: \(Errno(rawValue: errno, operation: "chmod"))")
-    }
-    return directory
 }

@@ -287,13 +287,11 @@ public final class ManagerDirectory: Sendable {
 
     /// Creates a fresh directory under `$TMPDIR` (or `/tmp`); the prefix shows in its name.
     public init(prefix: String) throws {
-        let base = ProcessEnvironment.current()["TMPDIR"] ?? "/tmp"
-        var template = Array("\(base)/\(prefix)-XXXXXX".utf8CString)
-        guard let result = mkdtemp(&template) else {
-            throw ContainedSystemdError("mkdtemp in \(base) failed: \(Errno(rawValue: errno, operation: "mkdtemp"))")
+        do {
+            path = try TemporaryDirectory.make(prefix: prefix)
+        } catch {
+            throw ContainedSystemdError("cannot make a scratch directory: \(error)")
         }
-        path = String(cString: result)
-        chmod(path, 0o755)
     }
 
     /// Writes `text` to `name` inside the directory (making the directories above it) and returns the file's path.

@@ -49,13 +49,12 @@ final class DemoStage {
     /// Makes the runtime directory and, as root, cgroups for the apps the daemon launches; writes the policy, starts
     /// the daemon and waits for `READY=1`, connects, and starts following the audit trail.
     func setUp(lifetime: Duration) throws(DemoFailure) {
-        let base = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
-        var template = Array("\(base)/bgtask-demo-XXXXXX".utf8CString)
-        guard let made = mkdtemp(&template) else {
-            throw DemoFailure(
-                "cannot create a temporary directory in \(base): \(Errno(rawValue: errno, operation: "mkdtemp"))")
+        let directory: String
+        do {
+            directory = try TemporaryDirectory.make(prefix: "bgtask-demo", worldTraversable: false)
+        } catch {
+            throw DemoFailure("cannot create a temporary directory: \(error)")
         }
-        let directory = String(cString: made)
         self.directory = directory
         let socketPath = directory + "/io.bgtask.Lifecycle"
         guard socketPath.utf8.count <= UnixSocket.maximumPathLength else {

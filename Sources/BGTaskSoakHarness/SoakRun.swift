@@ -403,10 +403,9 @@ func writeFile(_ path: String, _ text: String) throws {
 
 /// A fresh directory under `$TMPDIR` (or `/tmp`), mode 0755 so another user's hostile client reaches the socket.
 func makeScratch() throws -> String {
-    let base = ProcessEnvironment.current()["TMPDIR"] ?? "/tmp"
-    var template = Array("\(base)/bgtask-soak-XXXXXX".utf8CString)
-    guard let path = mkdtemp(&template) else { throw SoakError("cannot create a directory in \(base)") }
-    let directory = String(cString: path)
-    chmod(directory, 0o755)
-    return directory
+    do {
+        return try TemporaryDirectory.make(prefix: "bgtask-soak")
+    } catch {
+        throw SoakError("cannot make a scratch directory: \(error)")
+    }
 }

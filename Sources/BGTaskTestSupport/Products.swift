@@ -46,11 +46,11 @@ public final class ScratchDirectory: Sendable {
 
     /// Creates a fresh directory under `$TMPDIR` (or `/tmp`); the prefix shows in its name.
     public init(prefix: String = "bgtask-test") throws {
-        let base = ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp"
-        var template = Array("\(base)/\(prefix)-XXXXXX".utf8CString)
-        guard let result = mkdtemp(&template) else { throw HarnessError("mkdtemp failed: errno \(errno)") }
-        path = String(cString: result)
-        chmod(path, 0o755)
+        do {
+            path = try TemporaryDirectory.make(prefix: prefix)
+        } catch {
+            throw HarnessError("cannot make a scratch directory: \(error)")
+        }
     }
 
     /// Writes `text` to `name` inside the directory (making the directories above it) and returns the file's path.
