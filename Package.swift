@@ -84,10 +84,14 @@ let package = Package(
         // A systemd user manager contained in a private mount namespace and cgroups of its own: for the service
         // tests and `bgtask-soak --systemd`.
         .target(name: "BGTaskContainedSystemd", dependencies: ["BGTaskSystem"]),
+        // SplitMix64 seeded once, for the tests' randomized inputs and the soak's replayable schedule.
+        .target(name: "BGTaskSeededRandom"),
         // Test helpers shared by every test target: manual clock and loop, fakes, harnesses.
         .target(
             name: "BGTaskTestSupport",
-            dependencies: ["BGTaskContainedSystemd", "BGTaskCore", "BGTaskSystem", "BGTaskProtocol"]),
+            dependencies: [
+                "BGTaskContainedSystemd", "BGTaskCore", "BGTaskProtocol", "BGTaskSeededRandom", "BGTaskSystem",
+            ]),
         // Test fixture: sends one raw Varlink call, for calls made as another user.
         .executableTarget(name: "BGTaskRawCall", dependencies: ["BGTaskSystem"], path: "Tests/Fixtures/RawCall"),
         // Test fixture: floods of connections, registrations, bytes and calls, for hostile peers of another uid.
@@ -104,7 +108,10 @@ let package = Package(
         // manager), the evidence gathered outside it, and the run's report around the checker's.
         .target(
             name: "BGTaskSoakHarness",
-            dependencies: ["BGTaskSoak", "BGTaskClient", "BGTaskContainedSystemd", "BGTaskProtocol", "BGTaskSystem"]),
+            dependencies: [
+                "BGTaskSoak", "BGTaskClient", "BGTaskContainedSystemd", "BGTaskProtocol", "BGTaskSeededRandom",
+                "BGTaskSystem",
+            ]),
         // The soak's command line; re-runs itself as the synthetic apps and the hostile client.
         .executableTarget(name: "bgtask-soak", dependencies: ["BGTaskSoakHarness", "BGTaskSystem"]),
         // Benchmarks; build with `swift build -c release` (every product: ipc and deadlines start the bgtaskd built

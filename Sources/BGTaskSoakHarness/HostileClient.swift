@@ -1,5 +1,6 @@
 // The soak's hostile peer (`bgtask-soak hostile ...`): bounded floods and malformed input, in seeded order.
 
+import BGTaskSeededRandom
 import BGTaskSystem
 import Glibc
 
@@ -24,9 +25,9 @@ public enum HostileClient {
         guard let socketPath else { return 64 }
         alarm(seconds + 5)
         signal(SIGPIPE, SIG_IGN)
-        var random = SoakRandom(seed: seed)
+        var random = SeededGenerator(seed: seed)
         let deadline = MonotonicClock.now() + Duration.seconds(Int64(seconds)).nanosecondCount
-        var attacks: [(inout SoakRandom) -> Void] = [
+        var attacks: [(inout SeededGenerator) -> Void] = [
             { random in
                 // Random bytes, NUL-terminated, on a burst of connections.
                 for _ in 0..<30 {

@@ -2,6 +2,7 @@
 
 import BGTaskClient
 import BGTaskProtocol
+import BGTaskSeededRandom
 import BGTaskSystem
 import Dispatch
 import Glibc
@@ -111,7 +112,7 @@ public enum SoakApp {
             return 64
         }
         if let parent = options.parent { watchParent(parent) }
-        var random = SoakRandom(seed: options.seed)
+        var random = SeededGenerator(seed: options.seed)
         let calls: LifecycleClient
         do {
             calls = try LifecycleClient(socketPath: socketPath, timeout: .seconds(10))
@@ -191,7 +192,7 @@ final class AppMemory: Sendable {
     init(maximumBytes: Int) { self.maximumBytes = maximumBytes }
 
     /// Maps and touches a random chunk if there is room, else frees one, at random.
-    func change(_ random: inout SoakRandom) {
+    func change(_ random: inout SeededGenerator) {
         guard maximumBytes >= 1 << 20 else { return }
         chunks.withLock { chunks in
             let held = chunks.reduce(0) { $0 + $1.1 }
@@ -216,11 +217,11 @@ final class AppMemory: Sendable {
 /// The app's lifecycle callbacks, each following the app's behaviour.
 final class SoakAppDelegate: ApplicationDelegate, Sendable {
     let options: SoakAppOptions
-    private let random: Mutex<SoakRandom>
+    private let random: Mutex<SeededGenerator>
 
     init(options: SoakAppOptions, seed: UInt64) {
         self.options = options
-        random = Mutex(SoakRandom(seed: seed))
+        random = Mutex(SeededGenerator(seed: seed))
     }
 
     func applicationDidEnterBackground(_ application: BackgroundApplication) {

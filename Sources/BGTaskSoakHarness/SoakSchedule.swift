@@ -1,5 +1,6 @@
 // The run's schedule, drawn whole from the seed before the run starts: the same seed, apps, duration and faults
 // give the same schedule.
+import BGTaskSeededRandom
 
 /// How a slot's app reaches the daemon.
 enum AppOrigin: String, Sendable {
@@ -62,7 +63,7 @@ struct SoakSchedule: Sendable {
         seed: UInt64, apps: Int, duration: Duration, faults: [SoakFault], usesSystemd: Bool, canLaunch: Bool,
         canScope: Bool, allocationTotalMiB: Int
     ) {
-        var random = SoakRandom(seed: seed)
+        var random = SeededGenerator(seed: seed)
         let perApp = max(1, min(64, allocationTotalMiB / max(1, apps)))
         slots = (0..<apps).map { index in
             var roll = Int.random(in: 0..<100, using: &random)

@@ -1,6 +1,9 @@
-// A small deterministic random number generator, so a randomized test can be replayed from its seed.
+// A small deterministic random number generator, so a randomized test or a soak's schedule can be replayed from
+// its seed.
 
-/// SplitMix64: fast, statistically sound for test inputs, and fully determined by its seed.
+/// SplitMix64: fast, statistically sound for test inputs and schedules, and fully determined by its seed. The same
+/// seed gives the same sequence on every run and machine; what the kernel and the daemon do in between is not
+/// replayed, only asked for again in the same order.
 public struct SeededGenerator: RandomNumberGenerator, Sendable {
     private var state: UInt64
 
@@ -9,6 +12,7 @@ public struct SeededGenerator: RandomNumberGenerator, Sendable {
         state = seed
     }
 
+    /// The next 64 random bits.
     public mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15
         var mixed = state
@@ -21,4 +25,7 @@ public struct SeededGenerator: RandomNumberGenerator, Sendable {
     public mutating func chance(_ percent: Int) -> Bool {
         Int.random(in: 0..<100, using: &self) < percent
     }
+
+    /// A seed for a child generator (an app's own, in a soak), drawn from this one's sequence.
+    public mutating func childSeed() -> UInt64 { next() }
 }
