@@ -6,12 +6,11 @@ import BGTaskProtocol
 import BGTaskSystem
 import Glibc
 
-/// A snapshot for the writer thread.
+/// A snapshot for the writer thread. It leaves the history file alone: the saves that replace the history (after a
+/// restore, or a failed write) run on the loop through `StateStore.save`.
 struct StateWrite: Sendable {
     let store: StateStore
     let state: DaemonState
-    /// What it does to the history file (snapshots on the writer thread leave it alone).
-    var history: HistoryUpdate = .none
 }
 
 /// What came of a snapshot: its journal generation, and why it failed, if it did.
@@ -163,7 +162,7 @@ extension Manager {
     /// Does a snapshot write and what comes of it, on the writer thread.
     static func perform(_ write: StateWrite) -> StateWriteOutcome {
         do {
-            try write.store.save(write.state, history: write.history)
+            try write.store.save(write.state)
             return StateWriteOutcome(journal: write.state.journal, failure: nil)
         } catch {
             return StateWriteOutcome(journal: write.state.journal, failure: "\(error)")

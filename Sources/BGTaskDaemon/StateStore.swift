@@ -51,8 +51,8 @@ private struct DaemonStateHead: Encodable {
 /// after one call encodes what that call changed, not every app (the JSON encoder is the bulk of a write's cost).
 /// Used by one thread at a time (the state writer's).
 final class StateEncoder: @unchecked Sendable {
-    /// The size of the last state encoded, in bytes (0 before the first): read by the loop to choose where the
-    /// next write happens.
+    /// The size of the last state encoded, in bytes (0 before the first): read by the loop to size the journal's
+    /// compaction threshold (a journal is compacted once it outgrows the last snapshot).
     let lastEncodedSize = Atomic<Int>(0)
     private let encoder = JSONTextEncoder(sortsKeys: true, writesAbsentOptionals: false)
     private var cache: [AppID: (revision: UInt64, bytes: [UInt8])] = [:]
