@@ -20,7 +20,9 @@ public struct SoakEvidence: Hashable, Sendable {
     public var resourceSamples: [ResourceSample]
     /// When the daemon was finally stopped, if it was before the evidence closed.
     public var daemonStoppedAt: Duration?
-    /// When the evidence closed. The harness ends every app before this, so a task still open here never ended.
+    /// When the evidence closed. The harness ends every app that may hold a task before the daemon's final stop
+    /// (the suspended ones, which hold none, it ends after sampling them past the stop), so a task still open here
+    /// never ended.
     public var end: Duration
     /// When the `Watch()` stream was not followed: from the last entry received on a stream that ended (the daemon
     /// went down) until a new stream was subscribed. `History()` fills only what it keeps (not lease begins, lease

@@ -57,6 +57,9 @@ public final class SoakRun {
 
     /// The policy the daemon runs with: short, so a minute holds many lifecycles.
     static let backgroundTime: Duration = .seconds(12)
+    /// How long after a change (a state, an end, the daemon's stop) the processes are not judged yet: the daemon
+    /// and the kernel act on it within that.
+    static let settling: Duration = .seconds(2)
 
     /// A run of `options`; `executable` is this program (re-run as the apps and the hostile client), with
     /// `bgtaskd` beside it.
@@ -267,6 +270,26 @@ public final class SoakRun {
                 + (bytes == nil ? " again" : " (memory pressure)"))
     }
 
+    /// Samples the processes of `apps` (suspended when the daemon was last asked) three times, a second apart,
+    /// starting past the settling time after the daemon's final stop: the daemon lets every process go when it
+    /// stops, so one still stopped or frozen is a stray stop. The daemon is not asked about them (it is gone).
+    func sampleAfterStop(_ apps: [AppInfo]) {
+        guard !apps.isEmpty, let stoppedAt = daemonStoppedAt else { return }
+        let firstAt = stoppedAt + Self.settling + .seconds(1)
+        var held = 0
+        for round in 0..<3 {
+            let due = firstAt + .seconds(round)
+            let wait = due - clock.now()
+            if wait > .zero { usleep(UInt32(wait.nanosecondCount / 1_000)) }
+            for var sample in sampler.processSamples(of: apps, at: clock.now()) {
+                sample.reportedState = nil
+                if sample.isHeld { held += 1 }
+                processSamples.append(sample)
+            }
+        }
+        log("after the final stop: \(apps.count) suspended apps' processes sampled 3 times, \(held) samples held")
+    }
+
     /// Calls the harness made plus entries the daemon recorded: the operations the CPU is divided by.
     var operationCount: Int { controller.callCount + (watch?.entries.count ?? 0) }
 
@@ -295,18 +318,25 @@ public final class SoakRun {
         lastApps = afterSnapshot
     }
 
-    /// Ends every app, waits for the daemon to record their ends, stops the daemon and judges the evidence.
+    /// Ends every app but the suspended ones, waits for the daemon to record their ends, stops the daemon, checks
+    /// that the suspended apps' processes were let go (`no-stray-stops`), ends them, and judges the evidence.
     private func finish() -> SoakRunResult {
-        log("ending the apps")
-        for slot in running.keys.sorted() { running[slot]?.kill() }
-        if let cgroups { cgroups.killEverything() }
+        // The suspended apps outlive the daemon: a daemon that stops must leave none of them stopped or frozen.
+        // They hold no task (an app is suspended once its last one ended), so nothing they did is left unjudged.
+        let listed = controller.listApps() ?? []
+        let suspended = listed.filter { $0.state == .suspended && $0.pid > 0 && $0.name != LatencyProbe.name }
+        let suspendedNames = Set(suspended.map(\.name))
+        let keptSlots = Set(running.filter { suspendedNames.contains($0.value.name) }.keys)
+        log("ending the apps (\(keptSlots.count) suspended ones after the daemon stops)")
+        for slot in running.keys.sorted() where !keptSlots.contains(slot) { running[slot]?.kill() }
         let deadline = MonotonicClock.now() + Duration.seconds(30).nanosecondCount
         while MonotonicClock.now() < deadline {
             reapAll()
             let live = controller.listApps()?.filter {
                 $0.name != LatencyProbe.name && $0.state != .terminated && $0.state != .notRunning
+                    && !suspendedNames.contains($0.name)
             }
-            if live?.isEmpty == true && running.isEmpty { break }
+            if live?.isEmpty == true && running.keys.allSatisfy(keptSlots.contains) { break }
             usleep(200_000)
         }
         sample()
@@ -319,13 +349,16 @@ public final class SoakRun {
         service?.stop()
         daemonStoppedAt = clock.now()
         watch?.stop()
+        sampleAfterStop(suspended.filter { app in keptSlots.contains { running[$0]?.name == app.name } })
+        for slot in running.keys.sorted() { running[slot]?.kill() }
+        if let cgroups { cgroups.killEverything() }
         let end = clock.now()
         let evidence = SoakEvidence(
             entries: watch?.entries ?? [], processSamples: processSamples, memorySamples: memorySamples,
             restarts: restarts, resourceSamples: resourceSamples, daemonStoppedAt: daemonStoppedAt, end: end,
             watchGaps: watch?.gaps ?? [], memoryLimitChanges: memoryLimitChanges)
         let criteria = SoakCriteria(
-            backgroundTime: Self.backgroundTime, budgetGrace: .seconds(3), settling: .seconds(2),
+            backgroundTime: Self.backgroundTime, budgetGrace: .seconds(3), settling: Self.settling,
             appsMemoryMax: appsMemoryMaxBytes, restartTolerance: .seconds(2), warmUpFraction: 0.3,
             // The apps' connections come and go with the churn (two or three each, and up to a quarter of the apps
             // between registrations at a time): descriptors vary by that much without a leak. A daemon process is
