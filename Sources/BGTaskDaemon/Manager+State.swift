@@ -30,8 +30,10 @@ extension Manager {
 
     // MARK: Saving
 
-    /// Something the state holds changed: it is saved soon, once for everything that changes meanwhile (one
-    /// write per loop iteration at most, however many calls the iteration served).
+    /// Something the state holds changed: it is saved soon, once for everything that changes meanwhile. In a
+    /// handler of the loop, that is when the loop has served everything ready and is about to sleep
+    /// (`saveChanges()`), or after `dispatchesPerSave` dispatches if it does not fall idle; anywhere else (at
+    /// start, in the idle work itself, on a manual clock's timer), it is the loop's next turn.
     ///
     /// The save appends what changed to the journal with one `write` (`saveState()`); now and then the whole state
     /// is written as a snapshot on the writer thread and the journal starts afresh (`compactJournal()`).
@@ -39,7 +41,7 @@ extension Manager {
         guard stateStore != nil, !isStopping else { return }
         stateGeneration += 1
         isStateDirty = true
-        guard stateSaveSource == nil else { return }
+        guard stateSaveSource == nil, !loop.isDispatching || loop.whenIdle == nil else { return }
         do {
             stateSaveSource = try loop.addDefer(name: "save-state") { [unowned self] in
                 self.stateSaveSource = nil
@@ -51,9 +53,27 @@ extension Manager {
         }
     }
 
+    /// Under a sustained load the loop may not fall idle for a while: what changed is saved after this many
+    /// dispatches at most, so replies held for the save are not held behind an unbounded run of other work.
+    static let dispatchesPerSave = 64
+
+    /// Saves what the loop's handlers changed since the last save: the loop is about to sleep.
+    func saveChanges() {
+        guard isStateDirty else { return }
+        saveState()
+    }
+
+    /// Counts a dispatch with changes unsaved, and saves them at the `dispatchesPerSave`-th.
+    func countDispatch() {
+        guard isStateDirty else { return }
+        dispatchesSinceChange += 1
+        if dispatchesSinceChange >= Self.dispatchesPerSave { saveState() }
+    }
+
     /// Saves what changed: a record appended to the journal, or, without a journal (a failed append), a snapshot.
     private func saveState() {
         guard isStateDirty, let stateStore, !isStopping else { return }
+        dispatchesSinceChange = 0
         guard let journal else {
             saveSnapshot()
             return

@@ -24,6 +24,22 @@ public final class EventLoop {
     /// The name of the source being dispatched, set by the trampolines for `statistics`.
     fileprivate var dispatchingSourceName = ""
 
+    /// Whether a source's handler is running (inside `run()` or `runIteration(timeout:)`).
+    public private(set) var isDispatching = false
+
+    /// Runs when the loop has dispatched everything pending and is about to sleep: the place to finish in one
+    /// go what the handlers since the last sleep started (the daemon saves the state they changed and sends the
+    /// replies waiting on it). A deferred source would do the same at the cost of a turn of the loop, and an
+    /// extra poll, per wake-up. It may add, change or cancel sources: the loop then prepares again before it
+    /// sleeps.
+    public var whenIdle: (() -> Void)?
+
+    /// Runs after each dispatched source's handler returns (not for a dispatch that failed).
+    public var afterDispatch: (() -> Void)?
+
+    /// Set by every change to a source, so the loop sees one `whenIdle` made.
+    fileprivate var sourcesChanged = false
+
     /// Creates a loop (`sd_event_new`).
     public init() throws(Errno) {
         var event: OpaquePointer?
@@ -180,19 +196,7 @@ public final class EventLoop {
     /// `ESTALE`.
     public func run() throws(Errno) -> Int32 {
         while sd_event_get_state(event) != Int32(SD_EVENT_FINISHED) {
-            // sd_event_run's steps, with the dispatch timed: prepare, wait if nothing is pending, dispatch one source.
-            var pending = try systemCall("sd_event_prepare", convention: .returnsNegativeErrno) {
-                sd_event_prepare(event)
-            }
-            if pending == 0 {
-                pending = try systemCall("sd_event_wait", convention: .returnsNegativeErrno) {
-                    sd_event_wait(event, UInt64.max)
-                }
-            }
-            guard pending > 0 else { continue }
-            let start = MonotonicClock.now()
-            _ = try systemCall("sd_event_dispatch", convention: .returnsNegativeErrno) { sd_event_dispatch(event) }
-            statistics.record(nanoseconds: MonotonicClock.now() - start, source: dispatchingSourceName)
+            _ = try turn(timeout: UInt64.max, timed: true)
         }
         var code: Int32 = 0
         _ = try systemCall("sd_event_get_exit_code", convention: .returnsNegativeErrno) {
@@ -207,9 +211,55 @@ public final class EventLoop {
     @discardableResult
     public func runIteration(timeout: Duration?) throws(Errno) -> Bool {
         let microseconds = timeout.map { UInt64(max(0, $0.nanosecondCount) / 1000) } ?? UInt64.max
-        return try systemCall("sd_event_run", convention: .returnsNegativeErrno) {
-            sd_event_run(event, microseconds)
-        } > 0
+        while sd_event_get_state(event) != Int32(SD_EVENT_FINISHED) {
+            switch try turn(timeout: microseconds, timed: false) {
+            case .dispatched: return true
+            case .timedOut: return false
+            case .idleWorkChangedSources: continue
+            }
+        }
+        return false
+    }
+
+    /// What one turn of the loop came to.
+    private enum Turn {
+        case dispatched
+        case timedOut
+        /// `whenIdle` changed a source after the loop prepared its wait; the next turn prepares again.
+        case idleWorkChangedSources
+    }
+
+    /// One turn, sd_event_run's steps with a stop in between: prepare; when nothing is pending, `whenIdle`, then
+    /// wait up to `timeout` µs; dispatch one source, then `afterDispatch`.
+    private func turn(timeout: UInt64, timed: Bool) throws(Errno) -> Turn {
+        var pending = try systemCall("sd_event_prepare", convention: .returnsNegativeErrno) {
+            sd_event_prepare(event)
+        }
+        var changedSources = false
+        if pending == 0 {
+            if let whenIdle {
+                sourcesChanged = false
+                whenIdle()
+                changedSources = sourcesChanged
+            }
+            // sd_event_prepare armed the timers and found nothing pending; a source the idle work added, enabled
+            // or re-armed since is not in that (sd_event_wait would sleep past it). Such a turn only polls,
+            // which takes the loop back to where it can prepare again.
+            let wait = changedSources ? 0 : timeout
+            pending = try systemCall("sd_event_wait", convention: .returnsNegativeErrno) {
+                sd_event_wait(event, wait)
+            }
+        }
+        guard pending > 0 else { return changedSources ? .idleWorkChangedSources : .timedOut }
+        let start = timed ? MonotonicClock.now() : 0
+        _ = try systemCall("sd_event_dispatch", convention: .returnsNegativeErrno) { () -> Int32 in
+            isDispatching = true
+            defer { isDispatching = false }
+            return sd_event_dispatch(event)
+        }
+        afterDispatch?()
+        if timed { statistics.record(nanoseconds: MonotonicClock.now() - start, source: dispatchingSourceName) }
+        return .dispatched
     }
 
     /// Asks the loop to stop after the current iteration; `run()` returns `code`.
@@ -251,6 +301,7 @@ public final class EventLoop {
         _ = sd_event_source_set_description(pointer, source.name)
         source.pointer = pointer
         sources[ObjectIdentifier(source)] = source
+        sourcesChanged = true
     }
 
     /// Forgets a cancelled source.
@@ -354,6 +405,7 @@ public class EventSource {
     public func setEnabled(_ isEnabled: Bool) throws(Errno) {
         let pointer = try livePointer("sd_event_source_set_enabled")
         let value = isEnabled ? enabledValue : Int32(SD_EVENT_OFF)
+        loop?.sourcesChanged = true
         _ = try systemCall("sd_event_source_set_enabled(\(name))", convention: .returnsNegativeErrno) {
             sd_event_source_set_enabled(pointer, value)
         }
@@ -362,6 +414,7 @@ public class EventSource {
     /// Sets the dispatch priority among sources ready in the same iteration.
     public func setPriority(_ priority: EventPriority) throws(Errno) {
         let pointer = try livePointer("sd_event_source_set_priority")
+        loop?.sourcesChanged = true
         _ = try systemCall("sd_event_source_set_priority(\(name))", convention: .returnsNegativeErrno) {
             sd_event_source_set_priority(pointer, priority.rawValue)
         }
@@ -375,6 +428,7 @@ public class EventSource {
         // disable_unref turns it off first, so an IO source is removed from epoll even if sd-event has to
         // keep the object until the current dispatch ends.
         sd_event_source_disable_unref(pointer)
+        loop?.sourcesChanged = true
         loop?.remove(self)
     }
 
@@ -404,6 +458,7 @@ public final class IOSource: EventSource {
     /// when the buffer drains (`sd_event_source_set_io_events`; a no-op if unchanged).
     public func setEvents(_ events: IOEvents) throws(Errno) {
         let pointer = try livePointer("sd_event_source_set_io_events")
+        loop?.sourcesChanged = true
         _ = try systemCall("sd_event_source_set_io_events(\(name))", convention: .returnsNegativeErrno) {
             sd_event_source_set_io_events(pointer, events.rawValue)
         }
@@ -438,6 +493,7 @@ public final class TimerSource: EventSource {
     /// after every policy step. Callable from the timer's own handler.
     public func rearm(at deadline: Int64) throws(Errno) {
         let pointer = try livePointer("sd_event_source_set_time")
+        loop?.sourcesChanged = true
         _ = try systemCall("sd_event_source_set_time(\(name))", convention: .returnsNegativeErrno) {
             sd_event_source_set_time(pointer, TimerSource.microseconds(deadline))
         }

@@ -79,7 +79,7 @@ struct MemoryReclamationTests {
             try heavy.send("alloc 128")
             try heavy.waitForLine(startingWith: "allocated")
             // Warned while in the foreground, where nothing can be reclaimed; then suspended, where it can.
-            try heavy.seenLine(startingWith: "event memoryWarning")
+            _ = try heavy.seenLine(startingWith: "event memoryWarning")
             let control = try daemon.connect()
             try control.lifecycle("SetState", ["app": "heavy", "state": "background"])
             let deadline = MonotonicClock.now() + 10_000_000_000

@@ -43,6 +43,65 @@ private func run(_ loop: EventLoop, limit: Duration = .seconds(20)) throws -> In
         #expect(loop.sourceCount == 0)
     }
 
+    @Test func idleWorkRunsOnceEverythingReadyIsServedAndMaySchedule() throws {
+        let loop = try EventLoop()
+        var log: [String] = []
+        var idleTurns = 0
+        let (reader, writer) = try FileDescriptor.pipe()
+        defer {
+            try? reader.close()
+            try? writer.close()
+        }
+        loop.afterDispatch = { log.append("after(\(loop.isDispatching))") }
+        loop.whenIdle = {
+            idleTurns += 1
+            log.append("idle(\(loop.isDispatching))")
+            // Added while the loop is about to sleep, with nothing else to wake it: it must run all the same (a
+            // loop that slept past it would end at the test's time limit, which records a failure).
+            try? loop.addDefer {
+                log.append("exit")
+                try? loop.exit(code: 7)
+            }
+        }
+        try loop.addIO(fd: reader, events: .readable, name: "pipe") { source, _ in
+            log.append("read(\(loop.isDispatching))")
+            _ = try? reader.read(upTo: 16)
+            source.cancel()
+        }
+        try loop.addDefer { log.append("first(\(loop.isDispatching))") }
+        try loop.addDefer { log.append("second(\(loop.isDispatching))") }
+        try writer.writeAll([1])
+        #expect(try run(loop) == 7)
+        #expect(idleTurns == 1, "\(log)")
+        // The three ready handlers (in sd-event's order), each followed by afterDispatch, then the idle work once,
+        // then what it added.
+        let served = log.prefix(6)
+        #expect(
+            Set(served.enumerated().filter { $0.offset % 2 == 0 }.map(\.element))
+                == ["first(true)", "second(true)", "read(true)"], "\(log)")
+        #expect(served.enumerated().filter { $0.offset % 2 == 1 }.allSatisfy { $0.element == "after(false)" })
+        #expect(Array(log.dropFirst(6).prefix(3)) == ["idle(false)", "exit", "after(false)"], "\(log)")
+        #expect(!loop.isDispatching)
+
+        // Stepping a loop by hand runs the hooks too; a step whose idle work scheduled something dispatches it.
+        let stepped = try EventLoop()
+        var afterCount = 0
+        var steppedIdle = 0
+        var ranScheduled = false
+        stepped.afterDispatch = { afterCount += 1 }
+        stepped.whenIdle = {
+            steppedIdle += 1
+            if steppedIdle == 1 { try? stepped.addDefer { ranScheduled = true } }
+        }
+        try stepped.addDefer {}
+        #expect(try stepped.runIteration(timeout: .seconds(10)))
+        #expect(afterCount == 1 && steppedIdle == 0)
+        #expect(try stepped.runIteration(timeout: .seconds(10)))
+        #expect(ranScheduled && afterCount == 2 && steppedIdle == 1)
+        #expect(try !stepped.runIteration(timeout: .milliseconds(1)))
+        #expect(afterCount == 2 && steppedIdle == 2)
+    }
+
     @Test func oneTimerReArmedFromItsOwnHandlerAndFromOutside() throws {
         let loop = try EventLoop()
         var firings = 0
