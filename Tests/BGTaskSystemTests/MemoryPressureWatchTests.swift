@@ -52,8 +52,8 @@ private func socketAddress(_ path: String) -> sockaddr_un {
     return address
 }
 
-/// A listening `AF_UNIX` socket of `type` at `path`, blocking, close-on-exec.
-private func listeningSocket(_ path: String, type: __socket_type) throws -> FileDescriptor {
+/// A listening `AF_UNIX` socket of `type` at `path` (only bound, with `listens` false), blocking, close-on-exec.
+private func listeningSocket(_ path: String, type: __socket_type, listens: Bool = true) throws -> FileDescriptor {
     let fd = socket(AF_UNIX, Int32(type.rawValue | SOCK_CLOEXEC.rawValue), 0)
     guard fd >= 0 else { throw Errno(rawValue: errno, operation: "socket") }
     var address = socketAddress(path)
@@ -62,7 +62,7 @@ private func listeningSocket(_ path: String, type: __socket_type) throws -> File
             bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
         }
     }
-    guard bound == 0, listen(fd, 4) == 0 else {
+    guard bound == 0, !listens || listen(fd, 4) == 0 else {
         let error = Errno(rawValue: errno, operation: "bind/listen(\(path))")
         close(fd)
         throw error
@@ -674,8 +674,10 @@ struct MemoryPressureWatchTests {
         try await offThePool {
             try withTemporaryDirectory { directory in
                 let path = directory.path + "/stale.sock"
-                // A socket file whose listener is gone.
-                try listeningSocket(path, type: SOCK_STREAM).close()
+                // A socket file nobody listens on: bound, never listening (a listener closed at once could still
+                // take the connection, through the copy a child spawned by a concurrent test holds until its exec).
+                let bound = try listeningSocket(path, type: SOCK_STREAM, listens: false)
+                defer { try? bound.close() }
                 let error = watchError { _ = try MemoryPressureWatch.open(path: path, write: [1]) }
                 #expect(error?.path == path)
                 #expect(error?.errno == .connectionRefused)
