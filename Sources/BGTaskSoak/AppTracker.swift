@@ -12,6 +12,10 @@ struct AppTracker {
         var isRegistered = false
         /// The tasks begun and not yet ended.
         var openTasks: Set<Int> = []
+        /// When each open task began (as received).
+        var taskBegins: [Int: Duration] = [:]
+        /// When its registration began (as received); nil before any.
+        var registeredAt: Duration?
         /// When its background budget began: entering background from the foreground or at registration; kept
         /// across suspension and waking, cleared in the foreground and once ended.
         var budgetStart: Duration?
@@ -32,6 +36,15 @@ struct AppTracker {
     }
 
     private(set) var apps: [String: Record] = [:]
+    /// When the `Watch()` stream was not followed (`SoakEvidence.watchGaps`).
+    let watchGaps: [ClosedRange<Duration>]
+    /// Open tasks taken as ended when their app was suspended after a Watch gap (see `apply`).
+    private(set) var tasksEndedInGaps = 0
+
+    /// A tracker knowing the Watch gaps of the evidence it will be fed.
+    init(watchGaps: [ClosedRange<Duration>] = []) {
+        self.watchGaps = watchGaps
+    }
 
     /// Applies one entry.
     mutating func apply(_ observed: ObservedEntry) {
@@ -40,7 +53,8 @@ struct AppTracker {
         switch entry.kind {
         case .registered:
             // A new registration of the name: nothing of an earlier one carries over.
-            record = Record(state: entry.state, isRegistered: entry.state != .notRunning)
+            record = Record(
+                state: entry.state, isRegistered: entry.state != .notRunning, registeredAt: observed.observedAt)
         case .reattached:
             record.isRegistered = true
             if let state = entry.state { record.state = state }
@@ -57,6 +71,17 @@ struct AppTracker {
                 }
             case .suspended:
                 record.isRegistered = true
+                // The daemon suspends an app once its last task ended. A task begun before a Watch gap that is
+                // over by now may have been ended by the app inside it (History() does not keep such ends): it
+                // counts as ended, as task-ends-once leaves it unjudged. Without a gap in between, an open task
+                // stays open whatever the state says.
+                let time = observed.observedAt
+                for (id, began) in record.taskBegins
+                where watchGaps.contains(where: { began < $0.lowerBound && $0.upperBound <= time }) {
+                    record.openTasks.remove(id)
+                    record.taskBegins[id] = nil
+                    tasksEndedInGaps += 1
+                }
             case .active, .inactive:
                 record.isRegistered = true
                 record.budgetStart = nil
@@ -65,9 +90,15 @@ struct AppTracker {
                 record.budgetStart = nil
             }
         case .taskBegan:
-            if let id = entry.taskId { record.openTasks.insert(id) }
+            if let id = entry.taskId {
+                record.openTasks.insert(id)
+                record.taskBegins[id] = observed.observedAt
+            }
         case .taskEnded:
-            if let id = entry.taskId { record.openTasks.remove(id) }
+            if let id = entry.taskId {
+                record.openTasks.remove(id)
+                record.taskBegins[id] = nil
+            }
         case .terminated, .processExited:
             record.state = .terminated
             record.isRegistered = false

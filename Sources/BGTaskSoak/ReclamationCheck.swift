@@ -13,7 +13,8 @@ extension SoakChecker {
         var log = ViolationLog(.heaviestFirst, limit: criteria.counterExampleLimit)
         let readings = MemoryReadings(evidence)
         let window = criteria.readingWindow
-        var tracker = AppTracker()
+        var tracker = AppTracker(watchGaps: evidence.watchGaps)
+        var partialTotals = 0
         for observed in evidence.entries {
             tracker.apply(observed)
             let entry = observed.entry
@@ -47,7 +48,16 @@ extension SoakChecker {
                             + "had \(bytes(otherWeight))")
                 }
             }
-            if let maximum = lowestMemoryLimit(in: (time - window)...time, evidence, criteria),
+            // The total is judged only when the harness read every app live then (registered before the window):
+            // after a restart, or while the daemon is down, its readings cover only some of them, and a partial
+            // total proves nothing.
+            let unread = tracker.apps.filter { app, record in
+                record.band != nil && (record.registeredAt ?? .zero) < time - window
+                    && readings.largest(of: app, in: (time - window)...time) == nil
+            }
+            if !unread.isEmpty {
+                partialTotals += 1
+            } else if let maximum = lowestMemoryLimit(in: (time - window)...time, evidence, criteria),
                 let total = readings.total(in: (time - window)...time)
             {
                 let target = Int(Double(maximum) * criteria.appsTargetFraction)
@@ -63,6 +73,10 @@ extension SoakChecker {
                 }
             }
         }
+        log.measurements.append(
+            Measurement(
+                name: "kills whose total was not judged (the harness had not read every live app)",
+                value: Double(partialTotals)))
         return log.result
     }
 

@@ -115,7 +115,7 @@ extension SoakChecker {
     /// restart's readiness plus the grace.
     static func checkBudgetRespected(_ evidence: SoakEvidence, _ criteria: SoakCriteria) -> InvariantResult {
         var log = ViolationLog(.budgetRespected, limit: criteria.counterExampleLimit)
-        var tracker = AppTracker()
+        var tracker = AppTracker(watchGaps: evidence.watchGaps)
         var stretches: [String: (since: Duration, budgetStart: Duration, tasks: Set<Int>)] = [:]
 
         func judge(_ app: String, until end: Duration) {
@@ -151,6 +151,12 @@ extension SoakChecker {
             }
         }
         for app in stretches.keys.sorted() { judge(app, until: evidence.end) }
+        if !evidence.watchGaps.isEmpty {
+            log.measurements.append(
+                Measurement(
+                    name: "open tasks taken as ended in a Watch gap (their app suspended after it)",
+                    value: Double(tracker.tasksEndedInGaps)))
+        }
         return log.result
     }
 }

@@ -13,7 +13,7 @@ func mebibytes(_ count: Int) -> Int { count * 1_048_576 }
 /// - `mail` begins task 1 in the foreground (t=1), goes to background (t=2), ends it (t=10) and is suspended;
 /// - `photos` goes to background (t=3) and is suspended at once (t=3.5);
 /// - `maps` goes to background (t=4) holding task 2, ends it at t=25 and is suspended;
-/// - memory: the apps read 1300 MiB against `AppsMemoryMax` 1000 MiB (target 900 MiB) at t=19.5, so at t=20 the
+/// - memory: the apps read 1350 MiB against `AppsMemoryMax` 1000 MiB (target 900 MiB) at t=19.5, so at t=20 the
 ///   daemon reclaims the suspended band heaviest first: `photos` (300 MiB), then `mail` (250 MiB);
 /// - `notes` begins task 3 in the foreground (t=26);
 /// - restart at t=30 (kill -9; `maps` suspended with 4.1 s left, `notes` holding task 3), ready at t=31;
@@ -125,6 +125,7 @@ struct SoakScenario {
             MemorySample(takenAt: at(19.5), app: "mail", memoryBytes: mebibytes(250)),
             MemorySample(takenAt: at(19.5), app: "maps", memoryBytes: mebibytes(400)),
             MemorySample(takenAt: at(19.5), app: "notes", memoryBytes: mebibytes(350)),
+            MemorySample(takenAt: at(19.5), app: "clock", memoryBytes: mebibytes(50)),
         ]
 
         evidence = SoakEvidence(
