@@ -111,6 +111,22 @@ struct AppTracker {
         apps[entry.app] = record
     }
 
+    /// Takes the daemon's listing after a restart as the apps' state and open tasks: what changed while the
+    /// `Watch()` stream was not followed is known again from it (`History()` keeps no state changes).
+    mutating func refresh(from snapshot: AppSnapshot) {
+        for app in snapshot.apps {
+            var record = apps[app.name] ?? Record()
+            record.state = app.state
+            record.isRegistered = app.state != .terminated && app.state != .notRunning
+            let listed = Set(app.tasks.map(\.id))
+            for id in record.openTasks.subtracting(listed) { record.taskBegins[id] = nil }
+            for id in listed.subtracting(record.openTasks) { record.taskBegins[id] = snapshot.takenAt }
+            record.openTasks = listed
+            if !record.isRegistered || app.state == .active || app.state == .inactive { record.budgetStart = nil }
+            apps[app.name] = record
+        }
+    }
+
     /// The record of `app`, empty when no entry named it.
     subscript(app: String) -> Record { apps[app] ?? Record() }
 }

@@ -15,7 +15,13 @@ extension SoakChecker {
         let window = criteria.readingWindow
         var tracker = AppTracker(watchGaps: evidence.watchGaps)
         var partialTotals = 0
+        // The listings after restarts, applied in time among the entries: the bands as the daemon had them.
+        var listings = evidence.restarts.map(\.after).sorted { $0.takenAt < $1.takenAt }[...]
         for observed in evidence.entries {
+            while let listing = listings.first, listing.takenAt <= observed.observedAt {
+                tracker.refresh(from: listing)
+                listings.removeFirst()
+            }
             tracker.apply(observed)
             let entry = observed.entry
             guard entry.kind == .terminated, entry.reason == .memoryReclaim else { continue }

@@ -226,7 +226,9 @@ public final class SoakRun {
         lastApps = AppSnapshot(takenAt: time, apps: apps)
         let soakApps = apps.filter { $0.name != LatencyProbe.name }
         processSamples += sampler.processSamples(of: soakApps, at: time)
-        memorySamples += sampler.memorySamples(of: soakApps, at: clock.now())
+        // The probe too: it is registered from this process, whose memory (the evidence, growing through the run)
+        // the daemon counts among the apps' like any app's.
+        memorySamples += sampler.memorySamples(of: apps, at: clock.now())
         if let pid = service?.daemonPID,
             let sample = sampler.resources(of: pid, at: clock.now(), operations: operationCount)
         {

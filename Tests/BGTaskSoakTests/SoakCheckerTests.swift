@@ -232,6 +232,38 @@ struct SoakCheckerTests {
         #expect(example.evidence.contains("while mail was still in band suspended"))
     }
 
+    @Test("heaviest-first takes the bands from the listing after a restart, not from entries a Watch gap made stale")
+    func bandsRefreshedAfterRestart() throws {
+        // During the hang (t=40 to t=45) maps was terminated and notes went to background with task 3, neither
+        // seen as an entry; at t=47 notes is reclaimed from band backgroundWithTasks.
+        var scenario = SoakScenario()
+        for (app, state, reason) in [
+            ("notes", AppState.terminated, nil), ("notes", nil, TerminationReason.memoryReclaim),
+        ] {
+            var entry = HistoryEntry(
+                time: 1_700_000_024, app: app, kind: state == nil ? .terminated : .stateChanged, state: state)
+            entry.reason = reason
+            if state == nil {
+                entry.band = .backgroundWithTasks
+                entry.memoryBytes = mebibytes(350)
+            }
+            scenario.receive(entry, at: at(47))
+        }
+        // Without the listing, maps still looks suspended: a band before the victim's.
+        let stale = SoakChecker.check(.heaviestFirst, scenario.evidence, scenario.criteria)
+        #expect(
+            stale.counterExamples.contains { $0.evidence.contains("while maps was still in band suspended") },
+            "\(stale.counterExamples)")
+        var listed = scenario.evidence.restarts[1].after.apps
+        for index in listed.indices {
+            if listed[index].name == "maps" { listed[index].state = .terminated }
+            if listed[index].name == "notes" { listed[index].state = .background }
+        }
+        scenario.evidence.restarts[1].after.apps = listed
+        let refreshed = SoakChecker.check(.heaviestFirst, scenario.evidence, scenario.criteria)
+        #expect(refreshed.violationCount == 0, "\(refreshed.counterExamples)")
+    }
+
     @Test("a kill while under target fails heaviest-first")
     func killUnderTarget() throws {
         var scenario = SoakScenario()
