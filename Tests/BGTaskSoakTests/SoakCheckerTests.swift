@@ -268,10 +268,7 @@ struct SoakCheckerTests {
     func killUnderTarget() throws {
         var scenario = SoakScenario()
         // maps and notes read 100 MiB each: 800 MiB in all, under 90% of AppsMemoryMax (900 MiB) less 10%.
-        for index in scenario.evidence.memorySamples.indices
-        where ["maps", "notes"].contains(scenario.evidence.memorySamples[index].app) {
-            scenario.evidence.memorySamples[index].memoryBytes = mebibytes(100)
-        }
+        scenario.setMemory(of: ["maps", "notes"], to: mebibytes(100))
         let example = try failure(of: scenario, .heaviestFirst)
         #expect(example.app == "photos")
         #expect(example.at == at(20))
@@ -287,10 +284,7 @@ struct SoakCheckerTests {
     @Test("a kill under the configured target is justified once the harness lowered AppsMemoryMax under the apps")
     func killAfterLimitLowered() throws {
         var scenario = SoakScenario()
-        for index in scenario.evidence.memorySamples.indices
-        where ["maps", "notes"].contains(scenario.evidence.memorySamples[index].app) {
-            scenario.evidence.memorySamples[index].memoryBytes = mebibytes(100)
-        }
+        scenario.setMemory(of: ["maps", "notes"], to: mebibytes(100))
         // 800 MiB in all: over 90% of a limit lowered to 600 MiB just before the kills, put back after them.
         scenario.evidence.memoryLimitChanges = [
             MemoryLimitChange(at: at(19), appsMemoryMax: mebibytes(600)),
@@ -415,12 +409,9 @@ extension SoakCheckerTests {
     @Test("a kill with the apps' PSS a little under the target is within the tolerance between the two measures")
     func killJustUnderTarget() throws {
         var scenario = SoakScenario()
-        // maps and notes read 150 MiB each: 850 MiB in all, 5.6% under the target of 900 MiB; the daemon's own
-        // readings (memory.current, taken at another moment) may well be over it.
-        for index in scenario.evidence.memorySamples.indices
-        where ["maps", "notes"].contains(scenario.evidence.memorySamples[index].app) {
-            scenario.evidence.memorySamples[index].memoryBytes = mebibytes(150)
-        }
+        // maps and notes read 125 MiB each: 850 MiB in all with clock's 50, 5.6% under the target of 900 MiB; the
+        // daemon's own readings (memory.current, taken at another moment) may well be over it.
+        scenario.setMemory(of: ["maps", "notes"], to: mebibytes(125))
         #expect(scenario.report[.heaviestFirst]?.violationCount == 0, "\(scenario.report)")
     }
 }

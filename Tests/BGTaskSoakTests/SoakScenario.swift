@@ -155,6 +155,13 @@ struct SoakScenario {
         evidence.entries.insert(ObservedEntry(observedAt: time, entry: entry), at: index)
     }
 
+    /// Sets every harness reading of `apps` to `memoryBytes`.
+    mutating func setMemory(of apps: Set<String>, to memoryBytes: Int) {
+        for index in evidence.memorySamples.indices where apps.contains(evidence.memorySamples[index].app) {
+            evidence.memorySamples[index].memoryBytes = memoryBytes
+        }
+    }
+
     /// The report on the evidence as it stands.
     var report: SoakReport { SoakChecker.check(evidence, criteria: criteria) }
 }
