@@ -38,8 +38,9 @@ struct MemoryReclamationTests {
             #expect(warning.contains("likelyVictim=True") && warning.contains("rank=1"), "\(warning)")
             let safe = try light.waitForLine(startingWith: "event memoryWarning")
             #expect(safe.contains("likelyVictim=False"), "\(safe)")
-            // Still over after the grace: the heaviest (in background with a lease) is reclaimed, with notice.
-            try heavy.waitForLine(startingWith: "event willTerminate")
+            // Still over after the grace: the heaviest (in background with a lease) is reclaimed, with notice. On a
+            // busy machine the 300 ms grace can end, and the notice come, before the allocation is done.
+            try heavy.seenLine(startingWith: "event willTerminate")
             let reclaimed = try watch.waitFor("terminated", app: "heavy", ["reason": "memory-reclaim"])
             #expect(reclaimed["band"] == "backgroundWithTasks")
             #expect((reclaimed["memoryBytes"]?.doubleValue ?? 0) > 128 * 1_048_576)
