@@ -111,9 +111,13 @@ struct AppTracker {
         apps[entry.app] = record
     }
 
-    /// Takes the daemon's listing after a restart as the apps' state and open tasks: what changed while the
-    /// `Watch()` stream was not followed is known again from it (`History()` keeps no state changes).
-    mutating func refresh(from snapshot: AppSnapshot) {
+    /// Takes the daemon's listing after a gap in the `Watch()` stream as the apps' state and open tasks: what
+    /// changed in the gap is known again from it (`History()` keeps no state changes). An app listed in
+    /// background or suspended keeps the budget start the entries gave it, unless the listing's remaining time
+    /// says its budget began later: it went to the foreground and back inside the gap. One the entries had in the
+    /// foreground takes its start from the remaining time (`backgroundTime` gives each app's budget): none left
+    /// puts it a whole budget before the listing, and none listed at the listing.
+    mutating func refresh(from snapshot: AppSnapshot, backgroundTime: (String) -> Duration) {
         for app in snapshot.apps {
             var record = apps[app.name] ?? Record()
             record.state = app.state
@@ -122,7 +126,20 @@ struct AppTracker {
             for id in record.openTasks.subtracting(listed) { record.taskBegins[id] = nil }
             for id in listed.subtracting(record.openTasks) { record.taskBegins[id] = snapshot.takenAt }
             record.openTasks = listed
-            if !record.isRegistered || app.state == .active || app.state == .inactive { record.budgetStart = nil }
+            if !record.isRegistered || app.state == .active || app.state == .inactive {
+                record.budgetStart = nil
+            } else {
+                // Time left dates the budget's start; none left only bounds it.
+                let budget = backgroundTime(app.name)
+                let remaining = app.backgroundTimeRemaining.map { Duration.milliseconds(Int64(($0 * 1000).rounded())) }
+                let listedStart = remaining.flatMap { $0 > .zero ? snapshot.takenAt - (budget - $0) : nil }
+                if let start = record.budgetStart {
+                    record.budgetStart = max(start, listedStart ?? start)
+                } else {
+                    record.budgetStart =
+                        listedStart ?? (remaining == .zero ? snapshot.takenAt - budget : snapshot.takenAt)
+                }
+            }
             apps[app.name] = record
         }
     }

@@ -32,14 +32,19 @@ public struct SoakEvidence: Hashable, Sendable {
     /// When the harness changed `AppsMemoryMax` (a memory-pressure phase: the limit lowered under the apps'
     /// measured total, then put back), in order; before the first, the limit is `SoakCriteria.appsMemoryMax`.
     public var memoryLimitChanges: [MemoryLimitChange]
+    /// The daemon's listing of the apps taken right after each `Watch()` subscription that closed a gap: what
+    /// changed in the gap and `History()` does not keep (state changes above all) is known again from it.
+    public var watchListings: [AppSnapshot]
 
     /// Evidence; every collection defaults to empty.
     public init(
         entries: [ObservedEntry] = [], processSamples: [ProcessSample] = [], memorySamples: [MemorySample] = [],
         restarts: [RestartEvidence] = [], resourceSamples: [ResourceSample] = [], daemonStoppedAt: Duration? = nil,
-        end: Duration, watchGaps: [ClosedRange<Duration>] = [], memoryLimitChanges: [MemoryLimitChange] = []
+        end: Duration, watchGaps: [ClosedRange<Duration>] = [], memoryLimitChanges: [MemoryLimitChange] = [],
+        watchListings: [AppSnapshot] = []
     ) {
         self.memoryLimitChanges = memoryLimitChanges
+        self.watchListings = watchListings
         self.entries = entries
         self.processSamples = processSamples
         self.memorySamples = memorySamples
@@ -48,6 +53,18 @@ public struct SoakEvidence: Hashable, Sendable {
         self.daemonStoppedAt = daemonStoppedAt
         self.end = end
         self.watchGaps = watchGaps
+    }
+}
+
+extension SoakEvidence {
+    /// The daemon's listings of the apps taken inside a gap in the `Watch()` stream (after a restart, before the
+    /// stream was followed again) or as it closed (right after the new subscription), in time order: the points
+    /// where a check replaying the entries learns again what the gap hid. A listing taken while the stream was
+    /// followed tells nothing the entries do not, and a moment apart from them, so it is left out.
+    var listingsAfterGaps: [AppSnapshot] {
+        (restarts.map(\.after) + watchListings)
+            .filter { listing in watchGaps.contains { $0.contains(listing.takenAt) } }
+            .sorted { $0.takenAt < $1.takenAt }
     }
 }
 

@@ -8,18 +8,19 @@ extension SoakChecker {
     /// victim's (suspended, background without task, background with tasks, then foreground, and that only with
     /// `ReclaimForeground=yes`); no other app in its band was heavier by more than `memoryTolerance`; and the
     /// apps' total memory was over the target. Weights are the victim's `memoryBytes` and, for the others, the
-    /// harness's readings and the later victims' `memoryBytes`, within `readingWindow` of the kill.
+    /// harness's readings within `readingWindow` before the kill (after it, memory the victims shared counts for
+    /// fewer processes) and the later victims' `memoryBytes`.
     static func checkHeaviestFirst(_ evidence: SoakEvidence, _ criteria: SoakCriteria) -> InvariantResult {
         var log = ViolationLog(.heaviestFirst, limit: criteria.counterExampleLimit)
         let readings = MemoryReadings(evidence)
         let window = criteria.readingWindow
         var tracker = AppTracker(watchGaps: evidence.watchGaps)
         var partialTotals = 0
-        // The listings after restarts, applied in time among the entries: the bands as the daemon had them.
-        var listings = evidence.restarts.map(\.after).sorted { $0.takenAt < $1.takenAt }[...]
+        // The listings after gaps, applied in time among the entries: the bands as the daemon had them.
+        var listings = evidence.listingsAfterGaps[...]
         for observed in evidence.entries {
             while let listing = listings.first, listing.takenAt <= observed.observedAt {
-                tracker.refresh(from: listing)
+                tracker.refresh(from: listing, backgroundTime: criteria.backgroundTime(of:))
                 listings.removeFirst()
             }
             tracker.apply(observed)
@@ -45,7 +46,7 @@ extension SoakChecker {
                         at: time, app: victim,
                         "reclaimed from band \(band) at \(moment(time)) while \(other) was still in band \(otherBand)")
                 } else if otherBand == band, let weight,
-                    let otherWeight = readings.smallest(of: other, in: (time - window)...(time + window)),
+                    let otherWeight = readings.smallest(of: other, before: time, within: window),
                     Double(otherWeight) > Double(weight) * (1 + criteria.memoryTolerance)
                 {
                     log.violated(
@@ -107,6 +108,8 @@ extension SoakChecker {
 /// The apps' memory over time: the harness's readings, and each reclaimed victim's reading from its entry.
 struct MemoryReadings {
     private var byApp: [String: [(time: Duration, memoryBytes: Int)]] = [:]
+    /// The victims' weights as the daemon recorded them at their kills.
+    private var victimWeights: [String: [(time: Duration, memoryBytes: Int)]] = [:]
     /// When the harness itself read anything: a total is judged only where it did.
     private var harnessTimes: [Duration] = []
 
@@ -119,13 +122,21 @@ struct MemoryReadings {
         where observed.entry.kind == .terminated && observed.entry.reason == .memoryReclaim {
             if let memoryBytes = observed.entry.memoryBytes {
                 byApp[observed.entry.app, default: []].append((observed.observedAt, memoryBytes))
+                victimWeights[observed.entry.app, default: []].append((observed.observedAt, memoryBytes))
             }
         }
     }
 
-    /// The lightest reading of `app` in `span`: the least it can have weighed then.
-    func smallest(of app: String, in span: ClosedRange<Duration>) -> Int? {
-        byApp[app]?.filter { span.contains($0.time) }.map(\.memoryBytes).min()
+    /// The lightest reading of `app` that can be set against a kill at `time`: the harness's from `window` before
+    /// it, and its weight as a victim of the same round (the daemon's reading, up to `window` after). Not the
+    /// harness's after the kill: memory shared with the victims (PSS) then counts for fewer processes, so the
+    /// survivors read heavier than when the daemon weighed them.
+    func smallest(of app: String, before time: Duration, within window: Duration) -> Int? {
+        let harness = byApp[app]?.filter { ((time - window)...time).contains($0.time) }.map(\.memoryBytes) ?? []
+        let asVictim =
+            victimWeights[app]?.filter { ((time - window)...(time + window)).contains($0.time) }.map(\.memoryBytes)
+            ?? []
+        return (harness + asVictim).min()
     }
 
     /// The heaviest reading of `app` in `span`: the most it can have weighed then.

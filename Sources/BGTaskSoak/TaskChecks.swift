@@ -136,7 +136,32 @@ extension SoakChecker {
                     + "\(seconds(criteria.budgetGrace)) it should have been over by \(moment(latest))")
         }
 
+        // A listing after a gap may show an app out of the stretch the entries left it in, or in one with a later
+        // budget (it was in the foreground inside the gap): the stretch is judged until the gap began, the last
+        // moment it was seen, and one begins anew from the listing.
+        func resync(with listing: AppSnapshot) {
+            let before = tracker.apps
+            tracker.refresh(from: listing, backgroundTime: criteria.backgroundTime(of:))
+            let lastSeen = evidence.watchGaps.last { $0.lowerBound <= listing.takenAt }?.lowerBound ?? listing.takenAt
+            for app in listing.apps.map(\.name) {
+                let record = tracker[app]
+                if let stretch = stretches[app],
+                    !record.isInBackgroundWithTasks || record.budgetStart != before[app]?.budgetStart
+                {
+                    judge(app, until: max(stretch.since, min(lastSeen, listing.takenAt)))
+                }
+                if record.isInBackgroundWithTasks && stretches[app] == nil {
+                    stretches[app] = (listing.takenAt, record.budgetStart ?? listing.takenAt, record.openTasks)
+                }
+            }
+        }
+
+        var listings = evidence.listingsAfterGaps[...]
         for observed in evidence.entries {
+            while let listing = listings.first, listing.takenAt <= observed.observedAt {
+                resync(with: listing)
+                listings.removeFirst()
+            }
             let app = observed.entry.app
             tracker.apply(observed)
             let record = tracker[app]
@@ -150,6 +175,7 @@ extension SoakChecker {
                 judge(app, until: observed.observedAt)
             }
         }
+        for listing in listings { resync(with: listing) }
         for app in stretches.keys.sorted() { judge(app, until: evidence.end) }
         if !evidence.watchGaps.isEmpty {
             log.measurements.append(

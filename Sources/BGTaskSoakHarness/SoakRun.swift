@@ -358,7 +358,7 @@ public final class SoakRun {
         let evidence = SoakEvidence(
             entries: watch?.entries ?? [], processSamples: processSamples, memorySamples: memorySamples,
             restarts: restarts, resourceSamples: resourceSamples, daemonStoppedAt: daemonStoppedAt, end: end,
-            watchGaps: watch?.gaps ?? [], memoryLimitChanges: memoryLimitChanges)
+            watchGaps: watch?.gaps ?? [], memoryLimitChanges: memoryLimitChanges, watchListings: watch?.listings ?? [])
         let criteria = SoakCriteria(
             backgroundTime: Self.backgroundTime, budgetGrace: .seconds(3), settling: Self.settling,
             appsMemoryMax: appsMemoryMaxBytes, restartTolerance: .seconds(2), warmUpFraction: 0.3,

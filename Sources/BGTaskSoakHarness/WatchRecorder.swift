@@ -10,13 +10,15 @@ import Synchronization
 /// Follows `Watch()` on a thread of its own, stamping each entry with the harness's clock as it arrives. When the
 /// stream ends (the daemon went down), it connects again, subscribes, and fills the gap from `History()`: entries
 /// it has not seen are added first, stamped by their wall-clock time mapped onto the harness's clock (never earlier
-/// than the last entry received), then what the new stream brought.
+/// than the last entry received), then the daemon's listing of the apps, which tells what `History()` does not
+/// keep (state changes above all), then what the new stream brought.
 final class WatchRecorder: Sendable {
     private struct State {
         var entries: [ObservedEntry] = []
         var seen: Set<HistoryEntry> = []
         var reconnects = 0
         var gaps: [ClosedRange<Duration>] = []
+        var listings: [AppSnapshot] = []
     }
 
     private let state = Mutex(State())
@@ -39,6 +41,9 @@ final class WatchRecorder: Sendable {
     /// When no stream was followed: from the last entry received before a stream ended (or the start) until a new
     /// one was subscribed and the gap filled from `History()`.
     var gaps: [ClosedRange<Duration>] { state.withLock { $0.gaps } }
+
+    /// The daemon's listings of the apps, each taken right after a stream was subscribed and its gap filled.
+    var listings: [AppSnapshot] { state.withLock { $0.listings } }
 
     /// How many times the stream was followed again after it ended.
     var reconnects: Int { state.withLock { $0.reconnects } }
@@ -64,15 +69,22 @@ final class WatchRecorder: Sendable {
                 continue
             }
             if !isFirst { state.withLock { $0.reconnects += 1 } }
+            var listing: AppSnapshot?
             if let gap = try? LifecycleClient(socketPath: socketPath, timeout: .seconds(5)) {
                 if let history = try? gap.history() {
                     let clock = clock
                     add(history) { clock.fromWallClock($0.time) }
                 }
+                // Taken after the subscription: whatever changes after it, the new stream brings.
+                let asked = clock.now()
+                listing = (try? gap.listApps()).map { AppSnapshot(takenAt: asked, apps: $0) }
                 gap.close()
             }
-            let subscribed = clock.now()
-            state.withLock { $0.gaps.append(lastReceived...max(lastReceived, subscribed)) }
+            let subscribed = listing?.takenAt ?? clock.now()
+            state.withLock {
+                $0.gaps.append(lastReceived...max(lastReceived, subscribed))
+                if let listing { $0.listings.append(listing) }
+            }
             isFirst = false
             while !stopping.load(ordering: .relaxed) {
                 do {

@@ -120,6 +120,47 @@ struct SoakCheckerTests {
         #expect(SoakChecker.check(.budgetRespected, scenario.evidence, scenario.criteria).violationCount == 1)
     }
 
+    @Test("the listing after a Watch gap tells the checker an app went to the foreground inside it")
+    func foregroundInsideWatchGap() throws {
+        // clock (a budget of 10 s) goes to background at t=32; its budget ends at t=42, in the hang, and the
+        // listing when the daemon is back (t=45) still has it in background. Then, inside the Watch gap that
+        // lasts until t=45.8, it is brought to the foreground; in the foreground it holds task 9 from t=47.5 to
+        // t=50. The entries alone have it in background with a task past its budget.
+        var scenario = SoakScenario()
+        scenario.criteria.backgroundTimeByApp["clock"] = .seconds(10)
+        for state in [AppState.inactive, .background] {
+            scenario.receive(HistoryEntry(time: 0, app: "clock", kind: .stateChanged, state: state), at: at(32))
+        }
+        func clock(_ state: AppState, remaining: Double? = nil) -> AppInfo {
+            AppInfo(
+                name: "clock", state: state, pid: 501, uid: 1000, managed: false, backgroundTimeRemaining: remaining)
+        }
+        for (index, restart) in scenario.evidence.restarts.enumerated() where restart.stoppedAt == at(40) {
+            scenario.evidence.restarts[index].before.apps.removeAll { $0.name == "clock" }
+            scenario.evidence.restarts[index].before.apps.append(clock(.background, remaining: 2.1))
+            scenario.evidence.restarts[index].after.apps.removeAll { $0.name == "clock" }
+            scenario.evidence.restarts[index].after.apps.append(clock(.background, remaining: 0))
+        }
+        scenario.receive(HistoryEntry(time: 0, app: "clock", kind: .taskBegan, taskId: 9), at: at(47.5))
+        scenario.receive(HistoryEntry(time: 0, app: "clock", kind: .taskEnded, taskId: 9, taskEnd: .ended), at: at(50))
+        scenario.evidence.watchGaps = [at(39.9)...at(45.8)]
+        let example = try failure(of: scenario, .budgetRespected)
+        #expect(example.app == "clock" && example.at == at(47), "\(example)")
+
+        // The listing taken right after the new subscription has it active: no budget runs.
+        var foreground = scenario
+        foreground.evidence.watchListings = [AppSnapshot(takenAt: at(45.8), apps: [clock(.active)])]
+        #expect(foreground.report.isPassing, "\(foreground.report.failedInvariants)")
+        // In background again with a fresh budget: it went to the foreground and back inside the gap.
+        var back = scenario
+        back.evidence.watchListings = [AppSnapshot(takenAt: at(45.8), apps: [clock(.background, remaining: 9.5)])]
+        #expect(back.report.isPassing, "\(back.report.failedInvariants)")
+        // Still in background on the budget it had: the task is held against it.
+        var stale = scenario
+        stale.evidence.watchListings = [AppSnapshot(takenAt: at(45.8), apps: [clock(.background, remaining: 0)])]
+        #expect(try failure(of: stale, .budgetRespected).at == at(47))
+    }
+
     @Test("a task whose begin fell in a Watch gap is counted unverifiable; outside a gap it fails task-ends-once")
     func beginInWatchGap() throws {
         var scenario = SoakScenario()
@@ -218,6 +259,30 @@ struct SoakCheckerTests {
         #expect(example.evidence.contains("while photos in the same band suspended had 314572800 bytes"))
     }
 
+    @Test("a survivor read heavier only after a kill (memory it shared with the victim now its own) is no violation")
+    func survivorHeavierOnlyAfterTheKill() throws {
+        // photos stays suspended: mail (250 MiB) is the only victim at t=20. photos is read at 300 MiB only after
+        // the kill (the harness had not read it before): that says nothing of what it weighed when the daemon chose.
+        var scenario = SoakScenario()
+        scenario.evidence.entries.removeAll {
+            $0.entry.app == "photos" && (at(20)...at(20.3)).contains($0.observedAt)
+        }
+        scenario.evidence.memorySamples.removeAll { $0.app == "photos" }
+        scenario.evidence.memorySamples.append(
+            MemorySample(takenAt: at(20.5), app: "photos", memoryBytes: mebibytes(300)))
+        let result = SoakChecker.check(.heaviestFirst, scenario.evidence, scenario.criteria)
+        #expect(result.violationCount == 0, "\(result.counterExamples)")
+        // Read at 240 MiB before the kill, it was the lighter.
+        scenario.evidence.memorySamples.append(
+            MemorySample(takenAt: at(19.5), app: "photos", memoryBytes: mebibytes(240)))
+        #expect(SoakChecker.check(.heaviestFirst, scenario.evidence, scenario.criteria).violationCount == 0)
+        // Read as heavy before the kill, it should have gone first.
+        scenario.evidence.memorySamples[scenario.evidence.memorySamples.count - 1].memoryBytes = mebibytes(300)
+        let example = try #require(
+            SoakChecker.check(.heaviestFirst, scenario.evidence, scenario.criteria).counterExamples.first)
+        #expect(example.app == "mail" && example.evidence.contains("while photos in the same band suspended"))
+    }
+
     @Test("a kill from a later band while an earlier band has apps fails heaviest-first")
     func bandSkipped() throws {
         var scenario = SoakScenario()
@@ -249,6 +314,8 @@ struct SoakCheckerTests {
             }
             scenario.receive(entry, at: at(47))
         }
+        // The stream was not followed from just before the hang until after the daemon was back.
+        scenario.evidence.watchGaps = [at(39.9)...at(45.5)]
         // Without the listing, maps still looks suspended: a band before the victim's.
         let stale = SoakChecker.check(.heaviestFirst, scenario.evidence, scenario.criteria)
         #expect(
