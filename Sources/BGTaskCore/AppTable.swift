@@ -17,11 +17,19 @@ struct AppTable: Sendable {
     /// so an app with an unchanged identity and revision is unchanged (the state writer reuses its encoding).
     private var revisions: [UInt64] = []
     private var lastRevision: UInt64 = 0
-    /// While tracking: the revision at the last `takeChanges()` (a slot whose revision is above it changed
-    /// since), the slots changed since, and the identities removed since.
-    private var markRevision: UInt64 = 0
+    /// While tracking: the slots changed since the last `takeChanges()` (beyond their leases), and the identities
+    /// removed since.
     private var changedSlots: [Int] = []
     private var removedIDs: [AppID] = []
+    /// While tracking, what changed in each slot since the last `takeChanges()`: nothing, only its leases
+    /// (`appendTask`, `removeTask`: the record carries just those, in `taskChanges`), or anything else (the
+    /// record carries the whole app).
+    private var pending: [PendingChange] = []
+    private var taskChanges: [Int: AppTaskChanges] = [:]
+
+    private enum PendingChange: UInt8 {
+        case none, tasks, whole
+    }
     /// Whether changes are recorded for `takeChanges()`.
     var isTracking = false {
         didSet { _ = takeChanges() }
@@ -41,6 +49,7 @@ struct AppTable: Sendable {
         slots = Array(repeating: nil, count: slotCount)
         identities = Array(repeating: 0, count: slotCount)
         revisions = Array(repeating: 0, count: slotCount)
+        pending = Array(repeating: .none, count: slotCount)
         for app in apps {
             guard app.id.rawValue > 0, app.id.serial < nextSerial, slots[app.id.slot] == nil else { return nil }
             slots[app.id.slot] = app
@@ -65,6 +74,7 @@ struct AppTable: Sendable {
         slots.append(nil)
         identities.append(0)
         revisions.append(0)
+        pending.append(.none)
         precondition(slots.count < 1 << AppID.slotBits, "more than 16 million apps at once")
         return AppID(serial: nextSerial, slot: slots.count - 1)
     }
@@ -85,6 +95,11 @@ struct AppTable: Sendable {
         identities[id.slot] = 0
         freeSlots.append(id.slot)
         if isTracking { removedIDs.append(id) }
+        if pending[id.slot] == .tasks {
+            // Its leases' changes go with it.
+            pending[id.slot] = .none
+            taskChanges[id.slot] = nil
+        }
         count -= 1
     }
 
@@ -114,23 +129,79 @@ struct AppTable: Sendable {
         return total
     }
 
+    /// Reads the app of `id` in place, without counting as a change.
+    func read<Result>(_ id: AppID, _ body: (TrackedApp) -> Result) -> Result {
+        precondition(contains(id), "no app for \(id)")
+        // Through the buffer: the app is lent to `body` where it lies, with no copy of it (and its references).
+        return slots.withUnsafeBufferPointer { body($0[id.slot].unsafelyUnwrapped) }
+    }
+
+    /// Opens a lease of `id`: the one change a record may carry as a lease rather than as the whole app.
+    mutating func appendTask(_ task: OpenTask, to id: AppID) {
+        precondition(contains(id), "no app for \(id)")
+        slots[id.slot]!.openTasks.append(task)
+        noteTaskChange(of: id) { $0.began.append(task) }
+    }
+
+    /// Ends the lease `task` of `id`, returning it; nil (and nothing changed) when it is not open.
+    mutating func removeTask(_ task: TaskID, of id: AppID) -> OpenTask? {
+        precondition(contains(id), "no app for \(id)")
+        guard let index = slots[id.slot]!.openTasks.firstIndex(where: { $0.id == task }) else { return nil }
+        let removed = slots[id.slot]!.openTasks.remove(at: index)
+        noteTaskChange(of: id) { changes in
+            // A lease begun since the last record just never appears in the records.
+            if let begun = changes.began.firstIndex(where: { $0.id == task }) {
+                changes.began.remove(at: begun)
+            } else {
+                changes.ended.append(task)
+            }
+        }
+        return removed
+    }
+
     /// Gives the slot a new revision, and remembers it changed.
     private mutating func noteChange(of slot: Int) {
-        if isTracking && revisions[slot] <= markRevision { changedSlots.append(slot) }
+        if isTracking {
+            switch pending[slot] {
+            case .none:
+                changedSlots.append(slot)
+            case .tasks:
+                // The whole app goes in the record: its leases with it.
+                changedSlots.append(slot)
+                taskChanges[slot] = nil
+            case .whole:
+                break
+            }
+            pending[slot] = .whole
+        }
         lastRevision += 1
         revisions[slot] = lastRevision
     }
 
-    /// The apps inserted or changed since the last call, as they are now, and the identities removed since (an
-    /// identity may be in both: changed, then removed and its slot reused).
-    mutating func takeChanges() -> (changed: [TrackedApp], removed: [AppID]) {
+    /// Gives the slot a new revision, and records a change of its leases (`update`) unless the whole app is in
+    /// the next record already.
+    private mutating func noteTaskChange(of id: AppID, _ update: (inout AppTaskChanges) -> Void) {
+        lastRevision += 1
+        revisions[id.slot] = lastRevision
+        guard isTracking, pending[id.slot] != .whole else { return }
+        pending[id.slot] = .tasks
+        update(&taskChanges[id.slot, default: AppTaskChanges(app: id)])
+    }
+
+    /// The apps inserted or changed since the last call, as they are now; the identities removed since (an
+    /// identity may be in both: changed, then removed and its slot reused); and the leases begun and ended of
+    /// apps with no other change since, in slot order.
+    mutating func takeChanges() -> (changed: [TrackedApp], removed: [AppID], tasks: [AppTaskChanges]) {
         defer {
-            markRevision = lastRevision
+            for slot in changedSlots { pending[slot] = .none }
+            for slot in taskChanges.keys { pending[slot] = .none }
             changedSlots = []
             removedIDs = []
+            taskChanges = [:]
         }
-        guard isTracking else { return ([], []) }
-        return (changedSlots.sorted().compactMap { slots[$0] }, removedIDs)
+        guard isTracking else { return ([], [], []) }
+        let tasks = taskChanges.sorted { $0.key < $1.key }.map(\.value).filter { !$0.isEmpty }
+        return (changedSlots.sorted().compactMap { slots[$0] }, removedIDs, tasks)
     }
 
     /// Every app, in slot order.

@@ -60,6 +60,18 @@ public struct NamedChange<Value: Sendable & Codable>: Sendable, Codable {
 
 extension NamedChange: Equatable where Value: Equatable {}
 
+/// The leases an app began and ended since the last record, when nothing else of it changed: a lease call's
+/// record carries these few bytes instead of the whole app.
+public struct AppTaskChanges: Sendable, Codable {
+    var app: AppID
+    /// Leases begun, in order.
+    var began: [OpenTask] = []
+    /// Leases ended that were open at the last record, in order.
+    var ended: [TaskID] = []
+
+    var isEmpty: Bool { began.isEmpty && ended.isEmpty }
+}
+
 /// Everything that changed in a `Lifecycle` since the last `takeChanges()`: each changed registration whole, the
 /// identities forgotten, the name-table and ledger entries that changed, the history orders when they changed,
 /// and the counters. Applied in order to the state saved before them (`SavedLifecycle.apply(_:)`), the records
@@ -69,6 +81,8 @@ public struct LifecycleChanges: Sendable, Codable {
     var apps: [TrackedApp] = []
     /// Registrations forgotten (their slots may hold one of `apps` already).
     var forgotten: [AppID] = []
+    /// Leases begun and ended by registrations not in `apps` (absent in records written before there were these).
+    var tasks: [AppTaskChanges]?
     var liveNames: [NamedChange<AppID>] = []
     var detachedNames: [NamedChange<AppID>] = []
     var endedNames: [NamedChange<AppID>] = []
@@ -86,7 +100,8 @@ public struct LifecycleChanges: Sendable, Codable {
 
     /// Whether it changes nothing but, perhaps, the counters.
     public var isEmpty: Bool {
-        apps.isEmpty && forgotten.isEmpty && liveNames.isEmpty && detachedNames.isEmpty && endedNames.isEmpty
+        apps.isEmpty && forgotten.isEmpty && (tasks ?? []).isEmpty && liveNames.isEmpty && detachedNames.isEmpty
+            && endedNames.isEmpty
             && ledgers.isEmpty && endedOrder == nil && detachedOrder == nil
     }
 
@@ -121,9 +136,10 @@ extension Lifecycle {
 
     /// What changed since the last call (or since tracking began), and starts recording afresh.
     public mutating func takeChanges() -> LifecycleChanges {
-        let (changedApps, forgotten) = apps.takeChanges()
+        let (changedApps, forgotten, tasks) = apps.takeChanges()
         var changes = LifecycleChanges(
-            apps: changedApps, forgotten: forgotten, liveNames: liveNames.takeChanges(),
+            apps: changedApps, forgotten: forgotten, tasks: tasks.isEmpty ? nil : tasks,
+            liveNames: liveNames.takeChanges(),
             detachedNames: detachedNames.takeChanges(), endedNames: endedNames.takeChanges(),
             ledgers: ledgers.takeChanges(), nextSerial: apps.upcomingSerial, nextTaskID: nextTaskID,
             nextEventID: nextEventID, nextSequence: nextSequence)
@@ -138,10 +154,18 @@ extension Lifecycle {
 
 extension SavedLifecycle {
     /// Applies a record of changes taken after this state was saved: the state as it was after them.
-    public mutating func apply(_ changes: LifecycleChanges) {
+    public mutating func apply(_ changes: LifecycleChanges) throws(ReplayError) {
         var replay = Replay(self)
-        replay.apply(changes)
+        try replay.apply(changes)
         self = replay.state
+    }
+
+    /// A record that does not follow the state it is applied to.
+    public struct ReplayError: Error, CustomStringConvertible {
+        /// The registration it names and the state does not hold.
+        public var app: AppID
+
+        public var description: String { "it changes the leases of \(app), which the state does not hold" }
     }
 
     /// Applies many records in a row without rebuilding the registrations' array for each (a journal's replay).
@@ -155,10 +179,19 @@ extension SavedLifecycle {
             apps = Dictionary(state.apps.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
         }
 
-        /// Applies the next record.
-        public mutating func apply(_ changes: LifecycleChanges) {
+        /// Applies the next record; fails when it changes the leases of a registration the state does not hold
+        /// (a record is applied only to the state it follows).
+        public mutating func apply(_ changes: LifecycleChanges) throws(ReplayError) {
             for id in changes.forgotten { apps[id] = nil }
             for app in changes.apps { apps[app.id] = app }
+            for change in changes.tasks ?? [] {
+                guard apps[change.app] != nil else { throw ReplayError(app: change.app) }
+                if !change.ended.isEmpty {
+                    let ended = Set(change.ended)
+                    apps[change.app]!.openTasks.removeAll { ended.contains($0.id) }
+                }
+                apps[change.app]!.openTasks += change.began
+            }
             for change in changes.liveNames { base.liveNames[change.name] = change.value }
             for change in changes.detachedNames { base.detachedNames[change.name] = change.value }
             for change in changes.endedNames { base.endedNames[change.name] = change.value }

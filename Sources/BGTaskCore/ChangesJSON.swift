@@ -30,6 +30,27 @@ public struct ChangesJSONWriter {
         out.append(UInt8(ascii: "]"))
         object.key("forgotten", &out)
         Self.writeIDs(changes.forgotten, to: &out)
+        if let tasks = changes.tasks {
+            object.key("tasks", &out)
+            out.append(UInt8(ascii: "["))
+            for (index, change) in tasks.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                var entry = ObjectWriter(&out)
+                entry.key("app", &out)
+                Self.writeID(change.app.rawValue, to: &out)
+                entry.key("began", &out)
+                Self.write(change.began, to: &out)
+                entry.key("ended", &out)
+                out.append(UInt8(ascii: "["))
+                for (index, task) in change.ended.enumerated() {
+                    if index > 0 { out.append(UInt8(ascii: ",")) }
+                    Self.writeID(task.rawValue, to: &out)
+                }
+                out.append(UInt8(ascii: "]"))
+                entry.close(&out)
+            }
+            out.append(UInt8(ascii: "]"))
+        }
         for (key, names) in [
             ("liveNames", changes.liveNames), ("detachedNames", changes.detachedNames),
             ("endedNames", changes.endedNames),
@@ -106,21 +127,7 @@ public struct ChangesJSONWriter {
         object.key("isProcessGone", &out)
         Self.writeBool(app.isProcessGone, to: &out)
         object.key("openTasks", &out)
-        out.append(UInt8(ascii: "["))
-        for (index, task) in app.openTasks.enumerated() {
-            if index > 0 { out.append(UInt8(ascii: ",")) }
-            var entry = ObjectWriter(&out)
-            entry.key("id", &out)
-            Self.writeID(task.id.rawValue, to: &out)
-            if let name = task.name {
-                entry.key("name", &out)
-                Self.writeString(name, to: &out)
-            }
-            entry.key("began", &out)
-            Self.writeInstant(task.began, to: &out)
-            entry.close(&out)
-        }
-        out.append(UInt8(ascii: "]"))
+        Self.write(app.openTasks, to: &out)
         if let budgetEnd = app.budgetEnd {
             object.key("budgetEnd", &out)
             Self.writeInstant(budgetEnd, to: &out)
@@ -175,6 +182,25 @@ public struct ChangesJSONWriter {
         object.key("lastForeground", &out)
         Self.writeInstant(app.lastForeground, to: &out)
         object.close(&out)
+    }
+
+    /// Leases as their synthesized `Codable` form.
+    static func write(_ tasks: [OpenTask], to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "["))
+        for (index, task) in tasks.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            var entry = ObjectWriter(&out)
+            entry.key("id", &out)
+            Self.writeID(task.id.rawValue, to: &out)
+            if let name = task.name {
+                entry.key("name", &out)
+                Self.writeString(name, to: &out)
+            }
+            entry.key("began", &out)
+            Self.writeInstant(task.began, to: &out)
+            entry.close(&out)
+        }
+        out.append(UInt8(ascii: "]"))
     }
 
     // MARK: Scalars

@@ -12,7 +12,7 @@ extension Lifecycle {
     ) throws(LifecycleError) -> (task: TaskID, actions: [Action]) {
         guard apps.contains(id) else { throw .noSuchApp(id.description) }
         // Read in place: copying the whole app is the dominant cost of this hot path.
-        let (state, isRegistered, budgetEnd, openCount) = modify(id) {
+        let (state, isRegistered, budgetEnd, openCount) = read(id) {
             ($0.state, $0.isRegistered, $0.budgetEnd, $0.openTasks.count)
         }
         guard isRegistered, state.isRunning || state == .suspended else {
@@ -30,13 +30,14 @@ extension Lifecycle {
         }
         let task = TaskID(rawValue: nextTaskID)
         nextTaskID += 1
-        modify(id) { $0.openTasks.append(OpenTask(id: task, name: name, began: now)) }
+        // Recorded as the lease alone: in the foreground, that is all the call changes.
+        apps.appendTask(OpenTask(id: task, name: name, began: now), to: id)
         openTaskCount += 1
         audit(.taskBegan, id, now: now, into: &actions) {
             $0.taskID = task
             $0.taskName = name
         }
-        let (isBackground, lockGraceActive, expirationWarned) = modify(id) {
+        let (isBackground, lockGraceActive, expirationWarned) = read(id) {
             ($0.state == .background, $0.lockGraceActive, $0.expirationWarned)
         }
         if isBackground {
@@ -63,12 +64,12 @@ extension Lifecycle {
         _ id: AppID, task: TaskID, now: MonotonicInstant
     ) throws(LifecycleError) -> [Action] {
         guard apps.contains(id) else { throw .noSuchApp(id.description) }
-        guard modify(id, { $0.openTasks.contains { $0.id == task } }) else {
+        guard read(id, { $0.openTasks.contains { $0.id == task } }) else {
             throw .noSuchTask(app: apps[id]?.name ?? "", task: task)
         }
         var actions: [Action] = []
         endTask(task, of: id, cause: .ended, now: now, into: &actions)
-        if modify(id, { $0.openTasks.isEmpty }) {
+        if read(id, { $0.openTasks.isEmpty }) {
             clearDeadlines([.expirationWarning, .budget], of: id)
             suspendIfIdle(id, now: now, into: &actions)
         }
@@ -105,11 +106,7 @@ extension Lifecycle {
     mutating func endTask(
         _ task: TaskID, of id: AppID, cause: TaskEndCause, now: MonotonicInstant, into actions: inout [Action]
     ) {
-        let removed = modify(id) { app -> OpenTask? in
-            guard let index = app.openTasks.firstIndex(where: { $0.id == task }) else { return nil }
-            return app.openTasks.remove(at: index)
-        }
-        guard let lease = removed else { return }
+        guard let lease = apps.removeTask(task, of: id) else { return }
         openTaskCount -= 1
         audit(.taskEnded, id, now: now, into: &actions) {
             $0.taskID = task
@@ -120,7 +117,7 @@ extension Lifecycle {
 
     /// Ends every open lease of an app (it expired or the app ended).
     mutating func endAllTasks(of id: AppID, cause: TaskEndCause, now: MonotonicInstant, into actions: inout [Action]) {
-        for task in modify(id, { $0.openTaskIDs }) {
+        for task in read(id, { $0.openTaskIDs }) {
             endTask(task, of: id, cause: cause, now: now, into: &actions)
         }
     }

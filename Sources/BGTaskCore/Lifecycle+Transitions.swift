@@ -125,7 +125,7 @@ extension Lifecycle {
     /// Arms the expiration warning and budget deadlines when the app runs in background with leases open;
     /// acts at once on those already due.
     mutating func armBudgetDeadlines(of id: AppID, now: MonotonicInstant, into actions: inout [Action]) {
-        let (isEligible, budgetEnd, warned, warning, warningArmed, budgetArmed) = modify(id) {
+        let (isEligible, budgetEnd, warned, warning, warningArmed, budgetArmed) = read(id) {
             (
                 $0.state == .background && !$0.openTasks.isEmpty, $0.budgetEnd, $0.expirationWarned,
                 $0.policy.expirationWarning, $0.deadlines[.expirationWarning] != nil, $0.deadlines[.budget] != nil
@@ -154,7 +154,7 @@ extension Lifecycle {
     mutating func warnExpiration(of id: AppID, now: MonotonicInstant, into actions: inout [Action]) {
         clearDeadline(.expirationWarning, of: id)
         modify(id) { $0.expirationWarned = true }
-        let taskIDs = modify(id) { $0.openTaskIDs }
+        let taskIDs = read(id) { $0.openTaskIDs }
         var event = makeEvent(.backgroundTaskExpiring)
         event.taskIDs = taskIDs
         deliver(event, to: id, behavior: .coalesce, now: now, into: &actions)
@@ -164,7 +164,7 @@ extension Lifecycle {
     /// Suspends an app in background whose work is done: no lease, nothing left to acknowledge.
     /// `ExitsOnSuspend` apps are terminated instead.
     mutating func suspendIfIdle(_ id: AppID, now: MonotonicInstant, into actions: inout [Action]) {
-        let (isIdle, exitsOnSuspend) = modify(id) {
+        let (isIdle, exitsOnSuspend) = read(id) {
             (
                 $0.state == .background && $0.openTasks.isEmpty && $0.pendingAcknowledgement == nil
                     && !$0.lockGraceActive, $0.policy.exitsOnSuspend

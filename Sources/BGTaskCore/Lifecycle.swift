@@ -70,6 +70,11 @@ extension Lifecycle {
         return body(&apps[id]!)
     }
 
+    /// Reads the app `id`, which the caller has checked exists, in place; unlike `modify`, not a change of it.
+    func read<Result>(_ id: AppID, _ body: (TrackedApp) -> Result) -> Result {
+        apps.read(id, body)
+    }
+
     /// The tracked app `id`, which the caller has checked exists.
     func tracked(_ id: AppID) -> TrackedApp {
         guard let app = apps[id] else { preconditionFailure("policy bookkeeping lost \(id)") }
@@ -85,7 +90,7 @@ extension Lifecycle {
         _ kind: AuditKind, _ id: AppID, now: MonotonicInstant, into actions: inout [Action],
         _ fill: (inout AuditEntry) -> Void = { _ in }
     ) {
-        var entry = AuditEntry(time: now, app: id, appName: modify(id) { $0.name }, kind: kind)
+        var entry = AuditEntry(time: now, app: id, appName: read(id) { $0.name }, kind: kind)
         fill(&entry)
         actions.append(.audit(entry))
     }
@@ -107,6 +112,7 @@ extension Lifecycle {
 
     /// Cancels several deadlines of an app at once.
     mutating func clearDeadlines(_ kinds: [DeadlineKind], of id: AppID) {
+        guard read(id, { app in kinds.contains { app.deadlines[$0] != nil } }) else { return }
         var changed = false
         modify(id) { app in
             for kind in kinds where app.deadlines[kind] != nil {
@@ -139,7 +145,7 @@ extension Lifecycle {
         _ event: AppEvent, to id: AppID, behavior: DeliveryBehavior, now: MonotonicInstant,
         into actions: inout [Action]
     ) {
-        let (isRegistered, state) = modify(id) { ($0.isRegistered, $0.state) }
+        let (isRegistered, state) = read(id) { ($0.isRegistered, $0.state) }
         guard isRegistered else { return }
         switch state {
         case .active, .inactive, .background:

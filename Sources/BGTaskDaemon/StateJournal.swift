@@ -167,7 +167,12 @@ extension StateStore {
                     return .failure(
                         JournalError("line \(number + 1) of \(journalPath(generation)) does not decode (\(error))"))
                 }
-                replay.apply(record.lifecycle)
+                do {
+                    try replay.apply(record.lifecycle)
+                } catch {
+                    return .failure(
+                        JournalError("line \(number + 1) of \(journalPath(generation)) does not apply: \(error)"))
+                }
                 for serial in record.endedProcesses { processes[serial] = nil }
                 for process in record.processes {
                     guard let serial = process.serial else {

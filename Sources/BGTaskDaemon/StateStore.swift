@@ -18,9 +18,11 @@ struct DaemonState: Codable, Sendable {
     /// What the file is, so a foreign file is never read as state.
     static let formatName = "bgtaskd-state"
     /// The layout's version: a file of another version is set aside, never guessed at.
-    static let currentVersion = 3
-    /// The versions read: 2 is 3 without a journal.
-    static let readableVersions = 2...3
+    static let currentVersion = 4
+    /// The versions read: 3 is 4 without lease records in its journal (`LifecycleChanges.tasks`), 2 is 3 without a
+    /// journal. A daemon reading at most 3 sets a file of version 4 aside rather than miss the leases in its
+    /// journal.
+    static let readableVersions = 2...4
 
     var format = DaemonState.formatName
     var version = DaemonState.currentVersion

@@ -31,6 +31,8 @@ private struct ModelRun {
     var replica: SavedLifecycle?
     /// Writes each step's changes by hand, checked against their `Encodable` form.
     var writer = ChangesJSONWriter { Array(try JSONEncoder().encode($0)) }
+    /// Records that carried leases alone (`LifecycleChanges.tasks`): the short form is exercised too.
+    var taskOnlyRecords = 0
 
     static let names = ["a", "b", "c", "d", "e"]
 
@@ -64,6 +66,7 @@ private struct ModelRun {
     mutating func checkChanges() -> String? {
         guard var replica else { return nil }
         let changes = h.takeChanges()
+        if changes.tasks != nil { taskOnlyRecords += 1 }
         // Written by hand as the journal writes them, read back as a restart reads them, then applied.
         var written: [UInt8] = []
         do {
@@ -74,7 +77,7 @@ private struct ModelRun {
                 return "the changes written by hand differ from their Encodable form: "
                     + String(decoding: written, as: UTF8.self)
             }
-            replica.apply(try JSONDecoder().decode(LifecycleChanges.self, from: Data(written)))
+            try replica.apply(try JSONDecoder().decode(LifecycleChanges.self, from: Data(written)))
         } catch {
             return "the changes written by hand do not read back: \(error)"
         }
@@ -389,6 +392,7 @@ struct ModelTests {
     func changesReplayToTheState() {
         var failures = 0
         var journaledApps = 0
+        var taskOnlyRecords = 0
         for index in 0..<400 {
             let seed = 0xC4A1_0000 + UInt64(index)
             var run = ModelRun(seed: seed, verbose: false, checksChanges: true)
@@ -403,7 +407,9 @@ struct ModelTests {
                 if failures >= 3 { break }
             }
             journaledApps += run.replica?.appCount ?? 0
+            taskOnlyRecords += run.taskOnlyRecords
         }
         #expect(journaledApps > 0)
+        #expect(taskOnlyRecords > 0)
     }
 }

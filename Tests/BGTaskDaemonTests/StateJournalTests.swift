@@ -53,6 +53,9 @@ struct StateJournalTests {
             let added = journal.dropFirst(before[journalName]?.count ?? 0)
             #expect(added.filter { $0 == "\n" }.count == 1 && added.hasSuffix("\n"), "\(added)")
             #expect(added.contains("\"upload\""))
+            // mail is in the foreground: the call changes its lease alone, and the record carries that, not the app.
+            #expect(added.contains("\"tasks\":[{\"app\":") && !added.contains("\"policy\""), "\(added)")
+            #expect(added.utf8.count < 400, "\(added.utf8.count) bytes: \(added)")
             try restartAsAfterKill(harness, with: after)
             #expect(harness.log.contains("restored 1 registrations (1 live, 1 tasks)"), "\(harness.log)")
             let tasks = try #require(try harness.app("mail")["tasks"]?.arrayValue)
