@@ -51,10 +51,8 @@ public struct ChangesJSONWriter {
             }
             out.append(UInt8(ascii: "]"))
         }
-        for (key, names) in [
-            ("liveNames", changes.liveNames), ("detachedNames", changes.detachedNames),
-            ("endedNames", changes.endedNames),
-        ] {
+        // Three calls rather than a loop over an array of the three: that array was built on every record.
+        func writeNames(_ key: StaticString, _ names: [NamedChange<AppID>]) {
             object.key(key, &out)
             out.append(UInt8(ascii: "["))
             for (index, change) in names.enumerated() {
@@ -70,6 +68,9 @@ public struct ChangesJSONWriter {
             }
             out.append(UInt8(ascii: "]"))
         }
+        writeNames("liveNames", changes.liveNames)
+        writeNames("detachedNames", changes.detachedNames)
+        writeNames("endedNames", changes.endedNames)
         object.key("ledgers", &out)
         if changes.ledgers.isEmpty {
             out += [UInt8(ascii: "["), UInt8(ascii: "]")]
@@ -243,17 +244,48 @@ public struct ChangesJSONWriter {
         literal.withUTF8Buffer { out.append(contentsOf: $0) }
     }
 
-    /// An integer in decimal, exactly, written digit by digit (no `String` made).
+    /// An integer in decimal, exactly, written digit by digit (no `String` made). The concrete overloads below are
+    /// the ones the journal uses: generic arithmetic through witness tables cost more than the digits.
     public static func writeInteger<Integer: BinaryInteger>(_ value: Integer, to out: inout [UInt8]) {
         if value < 0 { out.append(UInt8(ascii: "-")) }
-        var magnitude = value.magnitude
-        let start = out.count
-        repeat {
-            let (quotient, digit) = magnitude.quotientAndRemainder(dividingBy: 10)
-            out.append(UInt8(ascii: "0") + UInt8(truncatingIfNeeded: digit))
-            magnitude = quotient
-        } while magnitude != 0
-        out[start...].reverse()
+        writeDigits(UInt64(value.magnitude), to: &out)
+    }
+
+    /// `value` in decimal.
+    public static func writeInteger(_ value: Int64, to out: inout [UInt8]) {
+        if value < 0 { out.append(UInt8(ascii: "-")) }
+        writeDigits(value.magnitude, to: &out)
+    }
+
+    /// `value` in decimal.
+    public static func writeInteger(_ value: Int, to out: inout [UInt8]) {
+        writeInteger(Int64(value), to: &out)
+    }
+
+    /// `value` in decimal.
+    public static func writeInteger(_ value: UInt64, to out: inout [UInt8]) {
+        writeDigits(value, to: &out)
+    }
+
+    /// `value` in decimal.
+    public static func writeInteger(_ value: UInt32, to out: inout [UInt8]) {
+        writeDigits(UInt64(value), to: &out)
+    }
+
+    /// The decimal digits of `value`, built backwards on the stack and appended at once.
+    static func writeDigits(_ value: UInt64, to out: inout [UInt8]) {
+        // 20 digits hold UInt64.max.
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            var index = buffer.count
+            var rest = value
+            repeat {
+                index -= 1
+                buffer[index] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: rest % 10)
+                rest /= 10
+            } while rest != 0
+            out.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[index...]))
+        }
     }
 
     /// An identity as its synthesized `Codable` form: `{"rawValue":N}`.
