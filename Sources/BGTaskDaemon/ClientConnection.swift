@@ -182,7 +182,9 @@ final class ClientConnection {
                 processMessages()
             }
         case .done(let count):
-            decoder.append(contentsOf: readBuffer.bytes[0..<count])
+            readBuffer.bytes.withUnsafeBytes {
+                decoder.append(contentsOf: UnsafeRawBufferPointer(rebasing: $0[0..<count]))
+            }
             if stream != nil && decoder.bufferedByteCount > decoder.maximumMessageSize {
                 close(
                     because:

@@ -46,13 +46,24 @@ public struct VarlinkFrameDecoder: Sendable {
 
     /// Adds bytes received from the peer.
     public mutating func append<Bytes: Collection>(contentsOf bytes: Bytes) where Bytes.Element == UInt8 {
-        // Drop consumed bytes before growing, so the buffer holds at most one partial message plus this read.
+        dropConsumed()
+        buffer.append(contentsOf: bytes)
+    }
+
+    /// Adds bytes received from the peer, straight from the `[UInt8]` a read filled (memory bound to `UInt8`):
+    /// one copy, with no generic iteration (the daemon's readers call this on every read).
+    public mutating func append(contentsOf bytes: UnsafeRawBufferPointer) {
+        dropConsumed()
+        buffer.append(contentsOf: bytes.assumingMemoryBound(to: UInt8.self))
+    }
+
+    /// Drops consumed bytes before growing, so the buffer holds at most one partial message plus the next read.
+    private mutating func dropConsumed() {
         if start > 0 && (start == buffer.count || start >= 4096) {
             buffer.removeSubrange(0..<start)
             scanned -= start
             start = 0
         }
-        buffer.append(contentsOf: bytes)
     }
 
     /// The next complete message without its NUL, or nil when the buffered bytes hold no complete message.

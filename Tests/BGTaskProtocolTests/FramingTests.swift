@@ -4,14 +4,20 @@ import Foundation
 import Testing
 
 /// Feeds `chunks` to a fresh decoder, popping messages after each; the messages, or the error that stopped it.
+/// The chunks go in by turns through `append(contentsOf:)` of a collection and of a raw buffer (the daemon's
+/// reads), so every table and split below holds for both.
 private func decode(
     _ chunks: [[UInt8]], maximumMessageSize: Int = VarlinkFrameDecoder.defaultMaximumMessageSize
 ) -> (messages: [[UInt8]], error: VarlinkFramingError?, buffered: Int) {
     var decoder = VarlinkFrameDecoder(maximumMessageSize: maximumMessageSize)
     var messages: [[UInt8]] = []
     do {
-        for chunk in chunks {
-            decoder.append(contentsOf: chunk)
+        for (index, chunk) in chunks.enumerated() {
+            if index.isMultiple(of: 2) {
+                decoder.append(contentsOf: chunk)
+            } else {
+                chunk.withUnsafeBytes { decoder.append(contentsOf: $0) }
+            }
             while let message = try decoder.nextMessage() {
                 messages.append(Array(message))
             }
