@@ -34,6 +34,9 @@ public final class Manager {
     let socketPath: String
     let logger: Logger
     let notifier = ServiceNotifier()
+    /// Whether a service manager listens, read once: `updateStatus()` asks after every call, and the environment
+    /// does not change under a running daemon.
+    lazy var isSupervised = notifier.isSupervised
     let codec = VarlinkCodec()
     let procFS: ProcFS
     let inspector: ProcessInspector
@@ -431,7 +434,7 @@ public final class Manager {
     /// (a full queue would block `sd_notify`), and building the text counts apps, so it happens only when a
     /// message may go out, not on every call.
     func updateStatus() {
-        guard notifier.isSupervised, !isStatusUpdatePending else { return }
+        guard isSupervised, !isStatusUpdatePending else { return }
         let current = now
         if let lastStatusTime, current - lastStatusTime < Self.statusInterval {
             do {
