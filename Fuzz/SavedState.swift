@@ -29,7 +29,8 @@ public func fuzzSavedState(_ start: UnsafePointer<UInt8>, _ count: Int) -> CInt 
         guard let tree = try? JSONParser.parse(line),
             let changes = try? decoder.decode(LifecycleChanges.self, from: tree)
         else { continue }
-        replay.apply(changes)
+        // A record naming a registration the state does not hold is refused, as a restart refuses it.
+        try? replay.apply(changes)
     }
     var core: Lifecycle
     do throws(SavedStateError) {
@@ -60,7 +61,7 @@ public func fuzzSavedState(_ start: UnsafePointer<UInt8>, _ count: Int) -> CInt 
         var writer = ChangesJSONWriter { try encoder.encode($0) }
         var record: [UInt8] = []
         try writer.write(core.takeChanges(), to: &record)
-        replica.apply(try decoder.decode(LifecycleChanges.self, from: JSONParser.parse(record)))
+        try replica.apply(try decoder.decode(LifecycleChanges.self, from: JSONParser.parse(record)))
         let expected = try encoder.encode(core.saved)
         let replayed = try encoder.encode(replica)
         precondition(
