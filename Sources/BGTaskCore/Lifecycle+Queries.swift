@@ -91,7 +91,7 @@ extension Lifecycle {
 
     /// Number of apps holding a name that run as `uid`.
     public func liveAppCount(uid: UInt32) -> Int {
-        liveNames.values.count { apps[$0]?.uid == uid }
+        liveCountByUID[uid] ?? 0
     }
 
     /// The state of a registration still in the table (live, detached, or ended and remembered).

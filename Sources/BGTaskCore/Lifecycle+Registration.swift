@@ -79,6 +79,9 @@ extension Lifecycle {
                     $0.isRegistered = true
                     $0.uid = process.uid
                 }
+                // It counts as a live app of the uid it runs as now.
+                countLiveApp(of: app.uid, by: -1)
+                countLiveApp(of: process.uid, by: 1)
                 start(existing, in: initialState, now: now, into: &actions)
             } else {
                 modify(existing) { $0.isRegistered = true }
@@ -148,7 +151,7 @@ extension Lifecycle {
             $0.pendingAcknowledgement = nil
             $0.lockGraceActive = false
         }
-        if liveNames[app.name] == id { liveNames[app.name] = nil }
+        if liveNames[app.name] == id { setLiveName(app.name, to: nil) }
         detachedNames[app.name] = id
         detachedOrder.append(id)
         isHistoryOrderChanged = true
@@ -206,7 +209,7 @@ extension Lifecycle {
                 policy: resolvedPolicy(for: name, exitsOnSuspend: exitsOnSuspend, backgroundTime: backgroundTime),
                 state: .notRunning,
                 isRegistered: false, lastForeground: now))
-        liveNames[name] = id
+        setLiveName(name, to: id)
         return id
     }
 

@@ -61,7 +61,7 @@ extension Lifecycle {
             $0.pendingAcknowledgement = nil
             $0.lockGraceActive = false
         }
-        if liveNames[app.name] == id { liveNames[app.name] = nil }
+        if liveNames[app.name] == id { setLiveName(app.name, to: nil) }
         if detachedNames[app.name] == id { detachedNames[app.name] = nil }
         endedNames[app.name] = id
         endedOrder.append(id)

@@ -15,8 +15,12 @@ public struct Lifecycle: Sendable {
     public private(set) var policy: CorePolicy
 
     var apps = AppTable()
-    /// Apps holding their name (see `TrackedApp.holdsName`).
+    /// Apps holding their name (see `TrackedApp.holdsName`). Changed only through `setLiveName(_:to:)`, which
+    /// keeps `liveCountByUID` with it.
     var liveNames = NameTable<AppID>()
+    /// How many apps of each uid hold a name: `AppsPerUserMax` is checked on every registration, and counting
+    /// `liveNames` there cost O(apps).
+    var liveCountByUID: [UInt32: Int] = [:]
     /// Registrations whose event stream closed while their process lives on, by name, until the process is
     /// gone or the name registers again.
     var detachedNames = NameTable<AppID>()
@@ -68,6 +72,35 @@ extension Lifecycle {
         }
         // Safe: checked just above, and nothing in between removes it.
         return body(&apps[id]!)
+    }
+
+    /// Gives `name` to `id` (nil: to nobody), counting the live apps of each uid as it goes.
+    mutating func setLiveName(_ name: String, to id: AppID?) {
+        if let holder = liveNames[name] {
+            guard let uid = apps[holder]?.uid else {
+                // Its holder's record is gone already: count again rather than guess.
+                liveNames[name] = id
+                recountLiveApps()
+                return
+            }
+            countLiveApp(of: uid, by: -1)
+        }
+        liveNames[name] = id
+        if let id, let uid = apps[id]?.uid { countLiveApp(of: uid, by: 1) }
+    }
+
+    /// Counts a live app of `uid` in or out (an app's uid changes only when a launched app registers).
+    mutating func countLiveApp(of uid: UInt32, by change: Int) {
+        let count = liveCountByUID[uid, default: 0] + change
+        liveCountByUID[uid] = count > 0 ? count : nil
+    }
+
+    /// Counts the live apps of each uid from `liveNames` (a restored state).
+    mutating func recountLiveApps() {
+        liveCountByUID = [:]
+        for id in liveNames.values {
+            if let uid = apps[id]?.uid { liveCountByUID[uid, default: 0] += 1 }
+        }
     }
 
     /// Reads the app `id`, which the caller has checked exists, in place; unlike `modify`, not a change of it.

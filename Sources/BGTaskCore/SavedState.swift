@@ -147,6 +147,7 @@ extension Lifecycle {
         }
         apps = table
         liveNames = NameTable(saved.liveNames)
+        recountLiveApps()
         detachedNames = NameTable(saved.detachedNames)
         endedNames = NameTable(saved.endedNames)
         endedOrder = saved.endedOrder

@@ -264,6 +264,13 @@ private struct ModelRun {
         if let restartProblem { return restartProblem }
         let now = h.now
         if let violation = h.violations.first { return "shell contract: \(violation)" }
+        // The live apps of each uid, as AppsPerUserMax counts them, are those holding a name.
+        var liveByUID: [UInt32: Int] = [:]
+        for id in h.core.liveNames.values { liveByUID[h.core.apps[id]?.uid ?? .max, default: 0] += 1 }
+        for uid in Set(liveByUID.keys).union(h.core.liveCountByUID.keys)
+        where h.core.liveAppCount(uid: uid) != liveByUID[uid] ?? 0 {
+            return "uid \(uid) counted \(h.core.liveAppCount(uid: uid)) live apps, holds \(liveByUID[uid] ?? 0) names"
+        }
         // Each task ends exactly once.
         let newActions = h.actions[processedActions...]
         processedActions = h.actions.count
