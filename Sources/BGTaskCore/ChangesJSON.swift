@@ -41,12 +41,7 @@ public struct ChangesJSONWriter {
                 entry.key("began", &out)
                 Self.write(change.began, to: &out)
                 entry.key("ended", &out)
-                out.append(UInt8(ascii: "["))
-                for (index, task) in change.ended.enumerated() {
-                    if index > 0 { out.append(UInt8(ascii: ",")) }
-                    Self.writeID(task.rawValue, to: &out)
-                }
-                out.append(UInt8(ascii: "]"))
+                Self.writeIDs(change.ended, to: &out)
                 entry.close(&out)
             }
             out.append(UInt8(ascii: "]"))
@@ -295,7 +290,7 @@ public struct ChangesJSONWriter {
         out.append(UInt8(ascii: "}"))
     }
 
-    static func writeIDs(_ ids: [AppID], to out: inout [UInt8]) {
+    static func writeIDs<ID: RawIdentifier>(_ ids: [ID], to out: inout [UInt8]) {
         out.append(UInt8(ascii: "["))
         for (index, id) in ids.enumerated() {
             if index > 0 { out.append(UInt8(ascii: ",")) }
@@ -342,6 +337,14 @@ public struct ChangesJSONWriter {
         out.append(UInt8(ascii: "\""))
     }
 }
+
+/// An identity written as its synthesized `Codable` form, `{"rawValue":N}`.
+protocol RawIdentifier {
+    var rawValue: Int64 { get }
+}
+
+extension AppID: RawIdentifier {}
+extension TaskID: RawIdentifier {}
 
 extension DeadlineKind {
     /// The member name `PendingDeadlines` is encoded with.

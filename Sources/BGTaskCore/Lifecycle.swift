@@ -145,15 +145,12 @@ extension Lifecycle {
 
     /// Cancels several deadlines of an app at once.
     mutating func clearDeadlines(_ kinds: [DeadlineKind], of id: AppID) {
+        // Checked by reading first: clearing nothing must not count as a change of the app.
         guard read(id, { app in kinds.contains { app.deadlines[$0] != nil } }) else { return }
-        var changed = false
         modify(id) { app in
-            for kind in kinds where app.deadlines[kind] != nil {
-                app.deadlines[kind] = nil
-                changed = true
-            }
+            for kind in kinds { app.deadlines[kind] = nil }
         }
-        if changed { refreshQueue(for: id) }
+        refreshQueue(for: id)
     }
 
     mutating func refreshQueue(for id: AppID) {

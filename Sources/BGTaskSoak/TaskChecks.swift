@@ -148,7 +148,7 @@ extension SoakChecker {
                 if let stretch = stretches[app],
                     !record.isInBackgroundWithTasks || record.budgetStart != before[app]?.budgetStart
                 {
-                    judge(app, until: max(stretch.since, min(lastSeen, listing.takenAt)))
+                    judge(app, until: max(stretch.since, lastSeen))
                 }
                 if record.isInBackgroundWithTasks && stretches[app] == nil {
                     stretches[app] = (listing.takenAt, record.budgetStart ?? listing.takenAt, record.openTasks)
