@@ -1,7 +1,10 @@
 // libFuzzer target: one Varlink message through every decoder of the codec, as a call and as a reply.
 //
-// Asserts that the JSON parser's trees write out and parse back unchanged; that `decodeCall` (the daemon's one pass) and `decodeParameters(_:of:)` on its result, for every parameter
-// type of both interfaces, agree with `decodeCallHeader` and `decodeParameters(_:from:)`, and that these and
+// Asserts that the JSON parser's trees write out and parse back unchanged; that `LeaseCallReader` reads only
+// what the tree parser reads, as the same call whose parameters decode to the same values as every parameter type
+// (the differential check), and that the daemon's codec refuses exactly what the tree alone refuses; that
+// `decodeCall` (the daemon's one pass) and `decodeParameters(_:of:)` on its result, for every parameter type of
+// both interfaces, agree with `decodeCallHeader` and `decodeParameters(_:from:)`, and that these and
 // `decodeReply`, for every reply type, only ever throw their typed errors; that whatever decodes re-encodes to a
 // message that decodes to the same value (calls, replies and error replies alike); that a typed error read from
 // an error reply converts back to the same wire error; and that every error the server would answer with can be
@@ -10,6 +13,8 @@ import BGTaskProtocol
 
 /// One codec for every input, as a connection reuses one.
 private let codec = VarlinkCodec()
+/// A codec that parses every call into a tree, lease calls included: what `LeaseCallReader` must agree with.
+private let treeCodec = VarlinkCodec(readsLeaseCallsDirectly: false)
 
 /// The parameter types of `org.varlink.service`; those of `io.bgtask.Lifecycle` come from `LifecycleMethod`.
 private let serviceParameterTypes: [any VarlinkMethodCall.Type] = [
@@ -24,11 +29,13 @@ private let parameterTypes: [any VarlinkMethodCall.Type] =
 public func fuzzVarlinkCodec(_ start: UnsafePointer<UInt8>, _ count: Int) -> CInt {
     let message = Array(UnsafeBufferPointer(start: start, count: count))
     checkParserRoundTrip(message)
+    checkLeaseReader(message)
     do throws(VarlinkProtocolError) {
         let call = try codec.decodeCall(message)
         let header = try codec.decodeCallHeader(message)
         precondition(header == call.header, "the header alone decodes differently")
-        precondition(VarlinkMethodName(qualified: call.header.method.qualified) == call.header.method, "bad method name")
+        precondition(
+            VarlinkMethodName(qualified: call.header.method.qualified) == call.header.method, "bad method name")
         for type in parameterTypes {
             checkCall(type, message: message, call: call)
         }
@@ -112,6 +119,43 @@ private func checkReply<P: VarlinkMethodCall>(_ type: P.Type, message: [UInt8]) 
         }
     } catch {
         preconditionFailure("a decoded \(P.methodName) reply does not round-trip: \(error)")
+    }
+}
+
+/// Whatever `LeaseCallReader` reads, the tree parser reads as the same call, whose parameters decode to the same
+/// values (or the same error) as every parameter type; and the daemon's codec refuses exactly what the tree's
+/// refuses, with the same error.
+private func checkLeaseReader(_ message: [UInt8]) {
+    let viaTree = Result { () throws(VarlinkProtocolError) in try treeCodec.decodeCall(message) }
+    let viaCodec = Result { () throws(VarlinkProtocolError) in try codec.decodeCall(message) }
+    switch (viaTree, viaCodec) {
+    case (.failure(let tree), .failure(let daemon)):
+        precondition(tree == daemon, "the codecs refuse for different reasons: \(tree), \(daemon)")
+    case (.success(let tree), .success(let daemon)):
+        precondition(tree == daemon, "the codecs read different calls: \(tree), \(daemon)")
+    default:
+        preconditionFailure("one codec accepts what the other refuses: \(viaTree), \(viaCodec)")
+    }
+    guard let read = message.withUnsafeBytes({ LeaseCallReader.read($0) }) else { return }
+    precondition(read.wasReadDirectly, "a call the reader read does not say so")
+    guard case .success(let tree) = viaTree else { preconditionFailure("the reader read what the tree refuses") }
+    precondition(read == tree, "the reader read \(read), the tree \(tree)")
+    for type in parameterTypes {
+        checkSameParameters(type, read: read, tree: tree)
+    }
+}
+
+/// The parameters of `read` and of `tree` decode as `P` to the same value, or to the same error.
+private func checkSameParameters<P: VarlinkMethodCall>(_ type: P.Type, read: DecodedCall, tree: DecodedCall) {
+    let fromRead = Result { () throws(VarlinkError) in try codec.decodeParameters(P.self, of: read) }
+    let fromTree = Result { () throws(VarlinkError) in try treeCodec.decodeParameters(P.self, of: tree) }
+    switch (fromRead, fromTree) {
+    case (.success(let lhs), .success(let rhs)):
+        precondition(same(lhs, rhs), "\(P.methodName): the reader's \(lhs), the tree's \(rhs)")
+    case (.failure(let lhs), .failure(let rhs)):
+        precondition(lhs == rhs, "\(P.methodName): the reader's \(lhs), the tree's \(rhs)")
+    default:
+        preconditionFailure("\(P.methodName): the reader's \(fromRead), the tree's \(fromTree)")
     }
 }
 

@@ -23,6 +23,12 @@ public struct VarlinkMethodName: Hashable, Sendable, CustomStringConvertible {
         self.member = String(member)
     }
 
+    /// A name known to conform.
+    init(interface: String, member: String) {
+        self.interface = interface
+        self.member = member
+    }
+
     /// The fully qualified name, `interface.member`.
     public var qualified: String { interface + "." + member }
 
@@ -153,24 +159,90 @@ extension VarlinkReply: Sendable where Parameters: Sendable {}
 extension VarlinkReply: Equatable where Parameters: Equatable {}
 extension VarlinkReply: Hashable where Parameters: Hashable {}
 
-/// A call decoded in one pass over its bytes: its header, and its parameters as a tree to decode from.
+/// A call decoded in one pass over its bytes: its header, and its parameters, as a tree to decode from or, for
+/// the lease calls `LeaseCallReader` reads, already as their type.
 public struct DecodedCall: Hashable, Sendable {
     /// The method and flags.
     public var header: VarlinkCallHeader
-    /// The `parameters` object; empty when it was absent or null.
-    public var parameters: [String: JSONValue]
+    private var storage: Storage
+
+    /// Where the parameters are.
+    enum Storage: Hashable, Sendable {
+        case tree([String: JSONValue])
+        case lease(LeaseParameters)
+    }
+
+    /// The parameters of a lease call, read straight from the bytes.
+    enum LeaseParameters: Hashable, Sendable {
+        /// `nullName`: the message had `"name": null`, which the tree holds as a member.
+        case begin(BeginBackgroundTaskParameters, nullName: Bool)
+        case end(EndBackgroundTaskParameters)
+    }
 
     /// A decoded call.
     public init(header: VarlinkCallHeader, parameters: [String: JSONValue] = [:]) {
         self.header = header
-        self.parameters = parameters
+        self.storage = .tree(parameters)
+    }
+
+    init(header: VarlinkCallHeader, lease: LeaseParameters) {
+        self.header = header
+        self.storage = .lease(lease)
+    }
+
+    /// The `parameters` object; empty when it was absent or null. For a call read by `LeaseCallReader` it is
+    /// made from the parameters read, with the members the message had.
+    public var parameters: [String: JSONValue] {
+        get {
+            switch storage {
+            case .tree(let members): return members
+            case .lease(.begin(let parameters, let nullName)):
+                var members: [String: JSONValue] = ["app": .string(parameters.app)]
+                if let name = parameters.name {
+                    members["name"] = .string(name)
+                } else if nullName {
+                    members["name"] = .null
+                }
+                return members
+            case .lease(.end(let parameters)):
+                return ["app": .string(parameters.app), "taskId": .number(Double(parameters.taskId))]
+            }
+        }
+        set { storage = .tree(newValue) }
+    }
+
+    /// Whether `LeaseCallReader` read the call (rather than the tree parser).
+    public var wasReadDirectly: Bool {
+        if case .lease = storage { return true }
+        return false
+    }
+
+    /// The parameters as `type`, when the reader read them as that type.
+    func leaseParameters<P>(as type: P.Type) -> P? {
+        switch storage {
+        case .tree: nil
+        case .lease(.begin(let parameters, _)): parameters as? P
+        case .lease(.end(let parameters)): parameters as? P
+        }
+    }
+
+    public static func == (lhs: DecodedCall, rhs: DecodedCall) -> Bool {
+        lhs.header == rhs.header && lhs.parameters == rhs.parameters
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(header)
+        hasher.combine(parameters)
     }
 }
 
 /// Turns Varlink messages into typed values and back, for both ends of a connection.
 ///
-/// Every message is parsed once, into a `JSONValue` tree; its envelope is read from the tree and its parameters
-/// decoded from it (`JSONValueDecoder`, which names the parameter at fault in every error, numbers included).
+/// Every message is parsed once. A lease call (`BeginBackgroundTask`, `EndBackgroundTask`) is read by
+/// `LeaseCallReader` straight into its parameter type; any other message, and a lease call the reader leaves
+/// (an escape in a string, an unknown member, anything malformed), into a `JSONValue` tree, whose envelope is read
+/// from the tree and its parameters decoded from it (`JSONValueDecoder`, which names the parameter at fault in
+/// every error, numbers included).
 /// Server: `decodeCall(_:)` (it rejects everything that is not a well-formed call), dispatch on the method, then
 /// `decodeParameters(_:of:)` with the method's parameter type, and answer with `encodeReply` or `encodeError`.
 /// Client: `encodeCall` and `decodeReply`. Messages are given and returned without framing; the `encode`
@@ -181,8 +253,13 @@ public struct VarlinkCodec: Sendable {
     private let replyEncoder = JSONTextEncoder()
     private let callEncoder = JSONTextEncoder(writesAbsentOptionals: false)
 
-    /// A codec.
-    public init() {}
+    private let readsLeaseCallsDirectly: Bool
+
+    /// A codec. `readsLeaseCallsDirectly` false makes `decodeCall` parse every call into a tree, lease calls
+    /// included, as the differential fuzz target and tests need to compare the two ways.
+    public init(readsLeaseCallsDirectly: Bool = true) {
+        self.readsLeaseCallsDirectly = readsLeaseCallsDirectly
+    }
 
     // MARK: Server side
 
@@ -190,6 +267,12 @@ public struct VarlinkCodec: Sendable {
     /// well-formed call. The whole message must be valid UTF-8.
     public func decodeCall<Message: Collection>(_ message: Message) throws(VarlinkProtocolError) -> DecodedCall
     where Message.Element == UInt8 {
+        if readsLeaseCallsDirectly,
+            let call = message.withContiguousStorageIfAvailable({ LeaseCallReader.read(UnsafeRawBufferPointer($0)) }),
+            let call
+        {
+            return call
+        }
         guard case .object(let envelope) = try parse(message) else { throw .notAnObject }
         guard let methodValue = envelope["method"] else { throw .missingMethod }
         guard case .string(let name) = methodValue else { throw .methodNotString }
@@ -215,6 +298,10 @@ public struct VarlinkCodec: Sendable {
     /// declare are ignored. A missing, null (for a non-optional parameter) or wrongly typed parameter throws
     /// `org.varlink.service.InvalidParameter` naming it.
     public func decodeParameters<P: Decodable>(_ type: P.Type, of call: DecodedCall) throws(VarlinkError) -> P {
+        if let parameters = call.leaseParameters(as: type) {
+            // Read with the call in its one pass.
+            return parameters
+        }
         if let direct = type as? any DirectParametersDecodable.Type,
             let parameters = try direct.init(
                 directParameters: call.parameters) as? P
@@ -251,7 +338,11 @@ public struct VarlinkCodec: Sendable {
     ) throws(VarlinkEncodingError) -> [UInt8] {
         if !continues, let direct = parameters as? any DirectReplyEncodable {
             // The replies of the lease calls, made on every call: written straight, with no encoder.
-            var message = Array(#"{"parameters":"#.utf8)
+            var message: [UInt8] = []
+            // Room for the longest of them, `{"parameters":{"taskId":-9223372036854775808}}` and the NUL: one
+            // allocation.
+            message.reserveCapacity(64)
+            message.append(staticString: #"{"parameters":"#)
             direct.writeJSON(to: &message)
             message.append(UInt8(ascii: "}"))
             message.append(VarlinkFrame.terminator)
@@ -422,14 +513,14 @@ protocol DirectReplyEncodable {
 
 extension EmptyReply: DirectReplyEncodable {
     func writeJSON(to output: inout [UInt8]) {
-        output += [UInt8(ascii: "{"), UInt8(ascii: "}")]
+        output.append(staticString: "{}")
     }
 }
 
 extension BeginBackgroundTaskReply: DirectReplyEncodable {
     func writeJSON(to output: inout [UInt8]) {
-        output += Array(#"{"taskId":"#.utf8)
-        output += String(taskId).utf8
+        output.append(staticString: #"{"taskId":"#)
+        output.append(decimal: taskId)
         output.append(UInt8(ascii: "}"))
     }
 }
@@ -474,5 +565,27 @@ extension BeginBackgroundTaskParameters: DirectParametersDecodable {
 extension EndBackgroundTaskParameters: DirectParametersDecodable {
     init(directParameters parameters: [String: JSONValue]) throws(VarlinkError) {
         self.init(app: try parameters.string("app"), taskId: try parameters.integer("taskId"))
+    }
+}
+
+extension [UInt8] {
+    /// Appends the bytes of `text`, with no intermediate array.
+    fileprivate mutating func append(staticString text: StaticString) {
+        append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+    }
+
+    /// Appends `value` in decimal, its digits made on the stack.
+    fileprivate mutating func append(decimal value: Int) {
+        var magnitude = value.magnitude
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
+            var start = digits.count
+            repeat {
+                start -= 1
+                digits[start] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+            } while magnitude > 0
+            if value < 0 { append(UInt8(ascii: "-")) }
+            append(contentsOf: UnsafeBufferPointer(rebasing: digits[start...]))
+        }
     }
 }
