@@ -108,6 +108,12 @@ struct AppTable: Sendable {
         id.slot < identities.count && identities[id.slot] == id.rawValue
     }
 
+    /// The user id of the app of `id`, read in place.
+    func uid(of id: AppID) -> UInt32? {
+        guard contains(id) else { return nil }
+        return slots[id.slot]?.uid
+    }
+
     /// The app of `id`, if present. Reads and in-place changes go straight to the slot without copying
     /// the app; a change must not add or remove the app (use `insert` and `remove`).
     subscript(id: AppID) -> TrackedApp? {
@@ -195,13 +201,22 @@ struct AppTable: Sendable {
         defer {
             for slot in changedSlots { pending[slot] = .none }
             for slot in taskChanges.keys { pending[slot] = .none }
-            changedSlots = []
+            // The two tables keep their storage: a record is taken after every loop turn that changed anything,
+            // a lease call's included.
+            changedSlots.removeAll(keepingCapacity: true)
             removedIDs = []
-            taskChanges = [:]
+            taskChanges.removeAll(keepingCapacity: true)
         }
         guard isTracking else { return ([], [], []) }
-        let tasks = taskChanges.sorted { $0.key < $1.key }.map(\.value).filter { !$0.isEmpty }
-        return (changedSlots.sorted().compactMap { slots[$0] }, removedIDs, tasks)
+        let tasks: [AppTaskChanges]
+        if taskChanges.count == 1, let only = taskChanges.first?.value {
+            // One app's leases, as after one lease call: no sorting.
+            tasks = only.isEmpty ? [] : [only]
+        } else {
+            tasks = taskChanges.sorted { $0.key < $1.key }.map(\.value).filter { !$0.isEmpty }
+        }
+        let changed = changedSlots.isEmpty ? [] : changedSlots.sorted().compactMap { slots[$0] }
+        return (changed, removedIDs, tasks)
     }
 
     /// Every app, in slot order.

@@ -47,7 +47,8 @@ struct NameTable<Value: Sendable & Codable>: Sendable {
 
     /// The names changed since the last call, each with its value now (nil: removed), sorted by name.
     mutating func takeChanges() -> [NamedChange<Value>] {
-        defer { changedNames = [] }
+        guard !changedNames.isEmpty else { return [] }
+        defer { changedNames.removeAll(keepingCapacity: true) }
         return changedNames.sorted().map { NamedChange(name: $0, value: storage[$0]) }
     }
 }

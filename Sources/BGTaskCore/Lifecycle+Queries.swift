@@ -56,7 +56,17 @@ extension Lifecycle {
 
     /// The user id of a registration, without building a snapshot (authorization on every call needs only this).
     public func uid(of id: AppID) -> UInt32? {
-        apps[id]?.uid
+        apps.uid(of: id)
+    }
+
+    /// The registration `name` names (as `appID(named:)` finds it) and its user id: what authorizing a call needs.
+    ///
+    /// It changes nothing. It is `mutating` so that a caller holding the core in a class's property (the daemon,
+    /// on every call) lends it in place: a non-mutating method of another module is given a copy of the whole
+    /// core, every reference in it retained and released again.
+    public mutating func owner(ofAppNamed name: String) -> (id: AppID, uid: UInt32)? {
+        guard let id = appID(named: name), let uid = apps.uid(of: id) else { return nil }
+        return (id, uid)
     }
 
     /// A snapshot of one registration (live, unregistered or ended but remembered).

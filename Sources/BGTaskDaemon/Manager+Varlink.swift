@@ -173,7 +173,7 @@ extension Manager {
     /// The app named `name` that the caller may use as `caller`; throws `NoSuchApp` or `PermissionDenied` (the
     /// denial logged).
     func authorize(_ name: String, as caller: LifecycleCaller, for call: IncomingCall) throws(VarlinkError) -> AppID {
-        guard let id = core.appID(named: name), let uid = core.uid(of: id) else {
+        guard let (id, uid) = core.owner(ofAppNamed: name) else {
             throw .noSuchApp(app: name)
         }
         let isAllowed =
