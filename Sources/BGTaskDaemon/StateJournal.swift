@@ -1,5 +1,5 @@
 // The state journal: what changed, appended after each loop iteration that changed anything, so saving a lease
-// call costs one `write` of what it touched, whatever the number of apps.
+// call costs one copy of what it touched into the mapped file, whatever the number of apps.
 
 import BGTaskCore
 import BGTaskProtocol
@@ -47,37 +47,105 @@ struct JournalRecord: Codable, Sendable {
 /// The journal file the daemon appends to: `state.journal.N` next to `state.json`, where `N` is the generation of
 /// the snapshot it follows (`DaemonState.journal`).
 ///
-/// Each record is one line, written with one `write`. A record is acknowledged only once written whole; a failed
-/// write is cut off again (`ftruncate`), and a line a crash cut short is the last one, which loading skips.
+/// Each record is one line. A record is acknowledged only once written whole, and a line a crash cut short is the
+/// last one, which loading skips.
+///
+/// Records are copied into a window of the file mapped shared (`windowSize` bytes, reserved on disk with
+/// `posix_fallocate` before it is mapped), with no system call: the bytes are in the page cache the moment they
+/// are copied, as a `write` would leave them, so they outlive the daemon's end as written ones do (the state guards
+/// against that, not against the kernel's; see `StateStore`). A record that does not fit in the window is written
+/// with `pwrite`, and the window moves to the end of the records. The reserved space past the records reads as
+/// NUL bytes, which no record holds (JSON text escapes them): loading stops at the first one. A failed `pwrite`
+/// is cut off again (`ftruncate`) and thrown, as before: the caller then writes a snapshot. A failed reservation
+/// only leaves the next record to `pwrite`. On a clean end the file is cut to its records.
+///
+/// Reserving first means a full disk is met by `posix_fallocate` or `pwrite`, as an error, never by a store
+/// into the mapping (which would be `SIGBUS`). Only something that shrinks the file under the daemon (another
+/// process with write access to the state directory, which is the daemon's own) could still raise one.
+///
 /// Used on the loop's thread only.
 final class StateJournal {
     let generation: Int
     let path: String
     private let descriptor: FileDescriptor
-    /// Bytes in the file.
+    /// Bytes of records in the file.
     private(set) var size = 0
+    /// The mapped window: `window.count` bytes of the file from `windowOffset`, reserved on disk; nil before the
+    /// first record, after a failure, or where mapping failed (then every record takes `pwrite`).
+    private var window: UnsafeMutableRawBufferPointer?
+    private var windowOffset = 0
+
+    /// The size of the mapped window: about 370 lease records (the window's pages count in the daemon's RSS).
+    static let windowSize = 128 << 10
 
     /// Creates (or empties) the journal of `generation` beside `store`'s state file.
     init(store: StateStore, generation: Int) throws(Errno) {
         self.generation = generation
         path = store.journalPath(generation)
         descriptor = try FileDescriptor.open(
-            path, .writeOnly, options: [.create, .truncate, .append, .noFollow], permissions: 0o600)
+            path, .readWrite, options: [.create, .truncate, .noFollow], permissions: 0o600)
     }
 
     /// Appends a record's line. On failure the file is cut back to where it was, so no torn line is ever followed
     /// by another.
     func append(_ line: [UInt8]) throws(Errno) {
-        do {
-            try descriptor.writeAll(line)
+        if let window, size + line.count <= windowOffset + window.count {
+            line.withUnsafeBytes { bytes in
+                (window.baseAddress! + (size - windowOffset)).copyMemory(
+                    from: bytes.baseAddress!, byteCount: bytes.count)
+            }
             size += line.count
+            return
+        }
+        unmapWindow()
+        do {
+            try write(line, at: size)
         } catch {
             _ = ftruncate(descriptor.rawValue, off_t(size))
             throw error
         }
+        size += line.count
+        mapWindow()
+    }
+
+    /// `pwrite` of every byte of `line` at `offset`.
+    private func write(_ line: [UInt8], at offset: Int) throws(Errno) {
+        var written = 0
+        while written < line.count {
+            let result = line.withUnsafeBytes { bytes in
+                pwrite(
+                    descriptor.rawValue, bytes.baseAddress! + written, bytes.count - written, off_t(offset + written))
+            }
+            if result < 0 {
+                if errno == EINTR { continue }
+                throw Errno(rawValue: errno, operation: "pwrite(\(path))")
+            }
+            written += result
+        }
+    }
+
+    /// Reserves and maps a window from the page the records end in. Where that fails (a full disk, a file system
+    /// that cannot map files), the next record is written with `pwrite`, which reports a full disk itself.
+    private func mapWindow() {
+        let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
+        let offset = size / pageSize * pageSize
+        guard posix_fallocate(descriptor.rawValue, off_t(offset), off_t(Self.windowSize)) == 0 else { return }
+        let address = mmap(nil, Self.windowSize, PROT_READ | PROT_WRITE, MAP_SHARED, descriptor.rawValue, off_t(offset))
+        guard let address, address != MAP_FAILED else { return }
+        window = UnsafeMutableRawBufferPointer(start: address, count: Self.windowSize)
+        windowOffset = offset
+    }
+
+    private func unmapWindow() {
+        guard let window else { return }
+        munmap(window.baseAddress, window.count)
+        self.window = nil
     }
 
     deinit {
+        unmapWindow()
+        // The reserved space past the records goes: a journal left by a clean end holds its records alone.
+        _ = ftruncate(descriptor.rawValue, off_t(size))
         try? descriptor.close()
     }
 }
@@ -156,7 +224,10 @@ extension StateStore {
             guard data.count <= Self.sizeLimit else {
                 return .failure(JournalError("\(journalPath(generation)) is larger than \(Self.sizeLimit) bytes"))
             }
-            var lines = data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
+            // The records end at the first NUL: past them is space reserved for more, never written (a crash
+            // leaves it), or what a crash left of a record being copied, never acknowledged.
+            let records = data[..<(data.firstIndex(of: 0) ?? data.endIndex)]
+            var lines = records.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
             // The part after the last newline: empty, or a line a crash cut short (never acknowledged).
             if let torn = lines.popLast(), !torn.isEmpty { result.tornLines += 1 }
             for (number, line) in lines.enumerated() {

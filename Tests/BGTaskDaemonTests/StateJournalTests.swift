@@ -22,6 +22,20 @@ struct StateJournalTests {
         return files
     }
 
+    /// The records of a journal file as the daemon left it: the bytes before the first NUL (past them is the
+    /// space reserved for the next records).
+    private func records(_ data: Data?) -> Data {
+        guard let data else { return Data() }
+        return data.prefix { $0 != 0 }
+    }
+
+    /// `journal` as a kill in the middle of copying a record leaves it: `torn` right after the records, over the
+    /// reserved space.
+    private func tearing(_ journal: Data, with torn: Data) -> Data {
+        let kept = records(journal)
+        return kept + torn + journal.dropFirst(kept.count + torn.count)
+    }
+
     /// Restarts the manager as if it had been killed at the moment `files` were taken: its clean stop's final
     /// snapshot is replaced by them.
     private func restartAsAfterKill(_ harness: ManagerHarness, with files: [String: Data]) throws {
@@ -49,8 +63,10 @@ struct StateJournalTests {
             try harness.settle()
             let after = try savedFiles(harness)
             #expect(after["state.json"] == before["state.json"], "the snapshot was rewritten for one call")
-            let journal = String(decoding: try #require(after[journalName]), as: UTF8.self)
-            let added = journal.dropFirst(before[journalName]?.count ?? 0)
+            let raw = try #require(after[journalName])
+            let journal = String(decoding: records(raw), as: UTF8.self)
+            #expect(raw.count > journal.utf8.count, "no space reserved past the records")
+            let added = journal.dropFirst(records(before[journalName]).count)
             #expect(added.filter { $0 == "\n" }.count == 1 && added.hasSuffix("\n"), "\(added)")
             #expect(added.contains("\"upload\""))
             // mail is in the foreground: the call changes its lease alone, and the record carries that, not the app.
@@ -118,7 +134,7 @@ struct StateJournalTests {
             try harness.settle()
             var files = try savedFiles(harness)
             let journalName = try #require(files.keys.first { $0.hasPrefix("state.journal.") })
-            files[journalName]?.append(Data(#"{"savedAt":1,"histo"#.utf8))
+            files[journalName] = tearing(try #require(files[journalName]), with: Data(#"{"savedAt":1,"histo"#.utf8))
             try restartAsAfterKill(harness, with: files)
             #expect(harness.log.contains("cut short"), "\(harness.log)")
             #expect(try harness.app("mail")["tasks"]?.arrayValue?.count == 1)
@@ -130,5 +146,46 @@ struct StateJournalTests {
             #expect(harness.log.contains("does not decode"), "\(harness.log)")
             #expect(FileManager.default.fileExists(atPath: harness.statePath + ".bad"))
         }
+    }
+}
+
+@Suite("State journal file")
+struct StateJournalFileTests {
+    /// Lines of every length from 1 byte to past the mapped window, none holding a NUL, each ending in a newline.
+    private func lines() -> [[UInt8]] {
+        var generator = SeededGenerator(seed: 0x6A6F_7572_6E61_6C)
+        var lines: [[UInt8]] = []
+        for index in 0..<2_000 {
+            let length =
+                index == 700 ? StateJournal.windowSize + 5_000 : Int(generator.next() % 900)
+            var line = (0..<length).map { _ in UInt8(ascii: "a") + UInt8(generator.next() % 26) }
+            line.append(UInt8(ascii: "\n"))
+            lines.append(line)
+        }
+        return lines
+    }
+
+    @Test("records go through the mapped window and pwrite alike, in order; a clean end cuts the reserved space")
+    func recordsInOrder() throws {
+        let directory = try ScratchDirectory(prefix: "journal-file")
+        let store = StateStore(path: directory.path + "/state.json")
+        var expected: [UInt8] = []
+        var journal: StateJournal? = try StateJournal(store: store, generation: 7)
+        let path = try #require(journal?.path)
+        for (index, line) in lines().enumerated() {
+            try journal?.append(line)
+            expected += line
+            #expect(journal?.size == expected.count)
+            if index % 250 == 0 || index == 700 {
+                // As a kill would leave it at this moment: the records, then NULs only.
+                let raw = Array(try Data(contentsOf: URL(fileURLWithPath: path)))
+                #expect(raw.count >= expected.count)
+                #expect(Array(raw.prefix(expected.count)) == expected, "after record \(index)")
+                #expect(raw.dropFirst(expected.count).allSatisfy { $0 == 0 }, "after record \(index)")
+            }
+        }
+        #expect(expected.count > 2 * StateJournal.windowSize, "the records did not cross windows")
+        journal = nil
+        #expect(Array(try Data(contentsOf: URL(fileURLWithPath: path))) == expected)
     }
 }
