@@ -108,48 +108,53 @@ final class AuditTrail {
 
     private func log(_ record: AuditEntry) {
         let app = record.appName
-        var fields: [LogField] = [.app(app)]
-        if let task = record.taskID { fields.append(.task(task.rawValue)) }
-        if let reason = record.reason { fields.append(.reason(reason.rawValue)) }
+        // Built only for a message the logger's level lets through (the fields are an autoclosure): a lease's
+        // entries are debug messages, on every call.
+        func fields() -> [LogField] {
+            var fields: [LogField] = [.app(app)]
+            if let task = record.taskID { fields.append(.task(task.rawValue)) }
+            if let reason = record.reason { fields.append(.reason(reason.rawValue)) }
+            return fields
+        }
         switch record.kind {
         case .registered:
-            logger.info("\(app) registered", fields + [.messageID(MessageID.registered)])
+            logger.info("\(app) registered", fields() + [.messageID(MessageID.registered)])
         case .reattached:
-            logger.info("\(app) re-attached to its registration", fields)
+            logger.info("\(app) re-attached to its registration", fields())
         case .unregistered:
-            logger.info("\(app) closed its registration; its leases ended", fields)
+            logger.info("\(app) closed its registration; its leases ended", fields())
         case .stateChanged:
-            logger.debug("\(app) is now \(record.state?.rawValue ?? "?")", fields)
+            logger.debug("\(app) is now \(record.state?.rawValue ?? "?")", fields())
         case .taskBegan:
-            logger.debug("\(app) began task \(record.taskID?.rawValue ?? 0) \(quoted(record.taskName))", fields)
+            logger.debug("\(app) began task \(record.taskID?.rawValue ?? 0) \(quoted(record.taskName))", fields())
         case .taskEnded where record.taskEnd == .expired:
             logger.warning(
                 "\(app) kept task \(record.taskID?.rawValue ?? 0) \(quoted(record.taskName)) open past its "
                     + "background time: the task expired (policy violation)",
-                fields + [.messageID(MessageID.taskExpired)])
+                fields() + [.messageID(MessageID.taskExpired)])
         case .taskEnded:
             logger.debug(
-                "\(app) task \(record.taskID?.rawValue ?? 0) ended (\(record.taskEnd?.rawValue ?? "?"))", fields)
+                "\(app) task \(record.taskID?.rawValue ?? 0) ended (\(record.taskEnd?.rawValue ?? "?"))", fields())
         case .expirationWarning:
             let tasks = (record.taskIDs ?? []).map { String($0.rawValue) }.joined(separator: ", ")
             logger.notice(
                 "\(app)'s background time is nearly used up; asked it to end task(s) \(tasks)",
-                fields + [.messageID(MessageID.expirationWarning)])
+                fields() + [.messageID(MessageID.expirationWarning)])
         case .suspensionDeferred:
             logger.notice(
                 "\(app) holds a file lock: not suspending it yet; it is terminated if it still holds one "
                     + "when its grace ends",
-                fields + [.messageID(MessageID.suspensionDeferred)])
+                fields() + [.messageID(MessageID.suspensionDeferred)])
         case .memoryWarning:
             let rank = record.rank.map { ", likely victim #\($0)" } ?? ""
-            logger.info("memory warning sent to \(app)\(rank)", fields)
+            logger.info("memory warning sent to \(app)\(rank)", fields())
         case .terminated where record.reason == .memoryReclaim:
             let memory = record.memoryBytes.map { " using \($0) bytes" } ?? ""
             let latency = record.latency.map { ", \(milliseconds($0)) ms after the trigger" } ?? ""
             let trigger = record.trigger.map { "; \($0)" } ?? ""
             logger.warning(
                 "terminating \(app) to reclaim memory (band \(record.band?.name ?? "?")\(memory)\(latency)\(trigger))",
-                fields + [.messageID(MessageID.reclaimed)])
+                fields() + [.messageID(MessageID.reclaimed)])
         case .terminated:
             let reason = record.reason?.rawValue ?? "?"
             let initiated = record.reason?.isDaemonInitiated ?? false
@@ -158,19 +163,19 @@ final class AuditTrail {
             logger.log(
                 initiated && !chosen ? .warning : .info,
                 initiated ? "terminating \(app): \(explanation(record.reason))" : "\(app) ended (\(reason))",
-                fields + [.messageID(MessageID.terminated)])
+                fields() + [.messageID(MessageID.terminated)])
         case .killed:
             logger.warning(
                 "killed \(app) with SIGKILL (\(record.reason?.rawValue ?? "?"))",
-                fields + [.messageID(MessageID.killed)])
+                fields() + [.messageID(MessageID.killed)])
         case .processExited:
             let latency = record.latency.map { ", \(milliseconds($0)) ms after the kill" } ?? ""
-            logger.info("\(app)'s process is gone (\(record.reason?.rawValue ?? "?")\(latency))", fields)
+            logger.info("\(app)'s process is gone (\(record.reason?.rawValue ?? "?")\(latency))", fields())
         case .eventsDropped:
             logger.warning(
                 "\(app)'s event queue is full (QueuedEventsPerAppMax): dropping its oldest events while it is "
                     + "suspended; GetApp counts them",
-                fields + [.messageID(MessageID.eventsDropped)])
+                fields() + [.messageID(MessageID.eventsDropped)])
         }
     }
 
