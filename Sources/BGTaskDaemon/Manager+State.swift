@@ -263,7 +263,7 @@ extension Manager {
             action()
             return
         }
-        heldUntilSaved.append((stateGeneration, action))
+        heldUntilSaved.append((stateGeneration, .action(action)))
     }
 
     /// Sends a reply, event or entry to a client once the state it reflects is saved, in order with what went
@@ -276,15 +276,13 @@ extension Manager {
             return
         }
         connection.heldOutputBytes += message.count
-        heldUntilSaved.append(
-            (
-                stateGeneration,
-                {
-                    connection.heldOutputBytes -= message.count
-                    connection.send(message)
-                    connection.updateInterest()
-                }
-            ))
+        heldUntilSaved.append((stateGeneration, .message(message, connection)))
+    }
+
+    /// What waits for a write: a message for a client (`transmit`), or anything else (`whenStateSaved`).
+    enum HeldOutput {
+        case message([UInt8], ClientConnection)
+        case action(() -> Void)
     }
 
     /// Runs what waited for writes that have finished, in order.
@@ -294,9 +292,25 @@ extension Manager {
             released += 1
         }
         guard released > 0 else { return }
-        let ready = heldUntilSaved.prefix(released)
-        heldUntilSaved.removeFirst(released)
-        for (_, action) in ready { action() }
+        let ready: ArraySlice<(generation: Int, output: HeldOutput)>
+        if released == heldUntilSaved.count {
+            // All of it, as after a lease call: nothing to move down.
+            ready = heldUntilSaved[...]
+            heldUntilSaved = []
+        } else {
+            ready = heldUntilSaved.prefix(released)
+            heldUntilSaved.removeFirst(released)
+        }
+        for (_, output) in ready {
+            switch output {
+            case .message(let message, let connection):
+                connection.heldOutputBytes -= message.count
+                connection.send(message)
+                connection.updateInterest()
+            case .action(let action):
+                action()
+            }
+        }
     }
 
     /// Whether every change is saved and nothing waits for a write (for tests stepping the manager).

@@ -74,7 +74,7 @@ public final class Manager {
     /// newer change wait in `heldUntilSaved` (see `whenStateSaved`).
     var stateGeneration = 0
     var savedGeneration = 0
-    var heldUntilSaved: [(generation: Int, action: () -> Void)] = []
+    var heldUntilSaved: [(generation: Int, output: HeldOutput)] = []
     /// Lines in the history file, and whether it must be rewritten whole at the next write (at first: it may hold
     /// a previous daemon's entries past the state it restored).
     var historyLinesInFile = 0
