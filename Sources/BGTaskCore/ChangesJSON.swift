@@ -68,7 +68,8 @@ public struct ChangesJSONWriter {
         writeNames("endedNames", changes.endedNames)
         object.key("ledgers", &out)
         if changes.ledgers.isEmpty {
-            out += [UInt8(ascii: "["), UInt8(ascii: "]")]
+            out.append(UInt8(ascii: "["))
+            out.append(UInt8(ascii: "]"))
         } else {
             out += try fallback(changes.ledgers)
         }
