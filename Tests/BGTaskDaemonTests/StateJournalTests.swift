@@ -189,3 +189,108 @@ struct StateJournalFileTests {
         #expect(Array(try Data(contentsOf: URL(fileURLWithPath: path))) == expected)
     }
 }
+
+/// A tmpfs of `sizeBytes` over a scratch directory, inside a private mount namespace held by a `sleep` (bounded by
+/// `timeout`), reached from this process through `/proc/HOLDER/root`: nothing outside the namespace is mounted
+/// or filled, and the tmpfs goes with the holder.
+private final class SmallDisk {
+    let scratch: ScratchDirectory
+    private let holder: SpawnedProcess
+    /// The directory as this process reaches it.
+    let path: String
+
+    init(sizeBytes: Int) throws {
+        scratch = try ScratchDirectory(prefix: "journal-disk")
+        let script = """
+            mount --make-rprivate / && mount -t tmpfs -o size=\(sizeBytes),mode=0700 bgtask-test-journal \
+            '\(scratch.path)' && touch '\(scratch.path)/.mounted' && exec sleep 120
+            """
+        holder = try ProcessSpawner.spawn(
+            ["timeout", "--kill-after=5", "130", "unshare", "--mount", "sh", "-c", script],
+            options: SpawnOptions(flags: .newProcessGroup))
+        let deadline = MonotonicClock.now() + Duration.seconds(30).nanosecondCount
+        while true {
+            if let text = try? ProcFS().read("\(holder.pid)/task/\(holder.pid)/children"),
+                let child = text.split(separator: " ").first.flatMap({ pid_t($0) }),
+                access("/proc/\(child)/root\(scratch.path)/.mounted", F_OK) == 0
+            {
+                path = "/proc/\(child)/root\(scratch.path)"
+                return
+            }
+            guard MonotonicClock.now() < deadline, (try? holder.pidFD.hasExited) == false else {
+                try? ProcessGroup(id: holder.pid).send(.kill)
+                _ = try? holder.waitForExit()
+                throw HarnessError("a tmpfs could not be mounted in a private namespace (unshare, mount)")
+            }
+            usleep(20_000)
+        }
+    }
+
+    /// Writes a filler file until the kernel says the disk is full; the bytes written.
+    func fill() throws -> Int {
+        let descriptor = try FileDescriptor.open(
+            path + "/filler", .writeOnly, options: [.create, .truncate], permissions: 0o600)
+        defer { try? descriptor.close() }
+        let chunk = [UInt8](repeating: 0x5A, count: 4096)
+        var written = 0
+        while true {
+            let count = chunk.withUnsafeBytes { Glibc.write(descriptor.rawValue, $0.baseAddress, $0.count) }
+            if count <= 0 { return written }
+            written += count
+        }
+    }
+
+    func free() {
+        unlink(path + "/filler")
+    }
+
+    deinit {
+        try? ProcessGroup(id: holder.pid).send(.kill)
+        _ = try? holder.waitForExit()
+        try? holder.pidFD.close()
+    }
+}
+
+@Suite("State journal on a full disk")
+struct StateJournalFullDiskTests {
+    @Test("on a full disk the reserved window still takes records; past it the append fails cleanly and loses none")
+    func fullDisk() throws {
+        guard getuid() == 0 else {
+            print("StateJournalFullDiskTests: skipped: mounting a small tmpfs in a private mount namespace needs root")
+            return
+        }
+        let disk = try SmallDisk(sizeBytes: 1 << 20)
+        let store = StateStore(path: disk.path + "/state.json")
+        var journal: StateJournal? = try StateJournal(store: store, generation: 1)
+        let path = try #require(journal?.path)
+        let line = Array(String(repeating: "r", count: 299).utf8) + [UInt8(ascii: "\n")]
+        var expected: [UInt8] = []
+        try journal?.append(line)
+        expected += line
+        let filled = try disk.fill()
+        #expect(filled > 0)
+        // The window reserved before the disk filled takes records with no system call: no SIGBUS.
+        var accepted = 1
+        var failure: Errno?
+        while failure == nil, accepted < 2 * StateJournal.windowSize / line.count {
+            do {
+                try journal?.append(line)
+                expected += line
+                accepted += 1
+            } catch {
+                failure = error
+            }
+        }
+        #expect(failure == .noSpace, "\(String(describing: failure))")
+        #expect(accepted * line.count > StateJournal.windowSize - 4096, "only \(accepted) records before the failure")
+        #expect(journal?.size == expected.count)
+        let raw = Array(try Data(contentsOf: URL(fileURLWithPath: path)))
+        #expect(Array(raw.prefix { $0 != 0 }) == expected, "the records before the failure are whole and in order")
+        // Room again: the journal goes on after the records it kept.
+        disk.free()
+        try journal?.append(line)
+        expected += line
+        journal = nil
+        #expect(Array(try Data(contentsOf: URL(fileURLWithPath: path))) == expected)
+    }
+}
