@@ -7,7 +7,8 @@ import Glibc
 
 /// One call being answered.
 struct IncomingCall {
-    /// The call, parsed once: its header, and its parameters as a JSON tree the method's type is decoded from.
+    /// The call, read once: its header, and its parameters, already typed for a lease call (`LeaseCallReader`),
+    /// else as a JSON tree the method's type is decoded from.
     let decoded: DecodedCall
     let connection: ClientConnection
     /// Whether the method changes what the state file holds: its reply waits until that is saved.
