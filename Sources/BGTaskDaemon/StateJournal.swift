@@ -99,29 +99,13 @@ final class StateJournal {
         }
         unmapWindow()
         do {
-            try write(line, at: size)
+            try descriptor.writeAll(line, at: size)
         } catch {
             _ = ftruncate(descriptor.rawValue, off_t(size))
             throw error
         }
         size += line.count
         mapWindow()
-    }
-
-    /// `pwrite` of every byte of `line` at `offset`.
-    private func write(_ line: [UInt8], at offset: Int) throws(Errno) {
-        var written = 0
-        while written < line.count {
-            let result = line.withUnsafeBytes { bytes in
-                pwrite(
-                    descriptor.rawValue, bytes.baseAddress! + written, bytes.count - written, off_t(offset + written))
-            }
-            if result < 0 {
-                if errno == EINTR { continue }
-                throw Errno(rawValue: errno, operation: "pwrite(\(path))")
-            }
-            written += result
-        }
     }
 
     /// Reserves and maps a window from the page the records end in. Where that fails (a full disk, a file system

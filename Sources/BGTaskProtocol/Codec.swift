@@ -520,7 +520,8 @@ extension EmptyReply: DirectReplyEncodable {
 extension BeginBackgroundTaskReply: DirectReplyEncodable {
     func writeJSON(to output: inout [UInt8]) {
         output.append(staticString: #"{"taskId":"#)
-        output.append(decimal: taskId)
+        // A task id's digits fit in a small string: no allocation.
+        output.append(contentsOf: String(taskId).utf8)
         output.append(UInt8(ascii: "}"))
     }
 }
@@ -572,20 +573,5 @@ extension [UInt8] {
     /// Appends the bytes of `text`, with no intermediate array.
     fileprivate mutating func append(staticString text: StaticString) {
         append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
-    }
-
-    /// Appends `value` in decimal, its digits made on the stack.
-    fileprivate mutating func append(decimal value: Int) {
-        var magnitude = value.magnitude
-        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
-            var start = digits.count
-            repeat {
-                start -= 1
-                digits[start] = UInt8(ascii: "0") + UInt8(magnitude % 10)
-                magnitude /= 10
-            } while magnitude > 0
-            if value < 0 { append(UInt8(ascii: "-")) }
-            append(contentsOf: UnsafeBufferPointer(rebasing: digits[start...]))
-        }
     }
 }

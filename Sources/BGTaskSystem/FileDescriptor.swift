@@ -151,6 +151,20 @@ public struct FileDescriptor: RawRepresentable, Hashable, Sendable, CustomString
         }
     }
 
+    /// Writes every byte at `offset` with `pwrite(2)`, looping over short writes; the descriptor's own offset
+    /// does not move.
+    public func writeAll(_ bytes: [UInt8], at offset: Int) throws(Errno) {
+        var written = 0
+        while written < bytes.count {
+            written += try systemCall("pwrite(fd \(rawValue))") {
+                // `baseAddress!`: the loop runs only while written < count, so the array is not empty.
+                bytes.withUnsafeBytes {
+                    pwrite(rawValue, $0.baseAddress! + written, $0.count - written, off_t(offset + written))
+                }
+            }
+        }
+    }
+
     /// `close(2)`. Never retried: on Linux the number is released even when close reports `EINTR`, and
     /// a retry could close a descriptor another thread just opened.
     public func close() throws(Errno) {
