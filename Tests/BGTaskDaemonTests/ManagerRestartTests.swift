@@ -136,6 +136,10 @@ struct ManagerRestartTests {
                 // The pid now names a process that started later (the fake /proc says so), stopped by its own
                 // owner; the state file says the old daemon had stopped the pid.
                 try app.standIn.process.sendSignal(.stop)
+                // A SIGSTOP takes effect when its target next runs, which on a busy machine can be after the new
+                // manager has settled: until the stand-in shows `T`, reading `R` below would prove nothing.
+                let stopped = try waitForProcessState(app.pid, timeout: .seconds(30)) { $0 == .stopped }
+                #expect(stopped == .stopped, "the stand-in did not stop within 30 s of its SIGSTOP")
                 try harness.tree.addProcess(pid: app.pid, group: app.standIn.wrapper.pid, startTime: 99)
                 try editState(at: harness.statePath) { state in
                     var processes = state["processes"] as? [[String: Any]] ?? []
