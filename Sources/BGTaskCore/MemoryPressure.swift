@@ -3,7 +3,7 @@
 /// What the shell measured, at one moment.
 public struct MemoryReading: Hashable, Sendable {
     /// The apps' memory, summed over the apps that can still be reclaimed (those already being terminated are
-    /// left out: their memory is on its way back).
+    /// left out: their memory is on its way back) and the victims that would not die (theirs is not).
     public var appsBytes: UInt64
     /// `MemAvailable`, when known.
     public var availableBytes: UInt64?
@@ -82,7 +82,8 @@ public struct MemoryAssessment: Hashable, Sendable {
 /// Hysteresis: once an episode has begun, it ends only when the apps are under 90% of `AppsMemoryMax` and
 /// `MemAvailable` is one point over `MemoryWarnPercent`, and reclamation aims for those targets, so a total
 /// hovering at the limit does not flap between warnings. Reclamation waits for the last victims to be gone
-/// before choosing more (their memory is not back until they exit), like earlyoom's `kill_wait`.
+/// before choosing more (their memory is not back until they exit), like earlyoom's `kill_wait`; the shell bounds
+/// that wait (`victimsPending` turns false for a victim that does not die in time).
 public struct MemoryPressureMachine: Sendable {
     /// What to do after a reading.
     public enum Decision: Hashable, Sendable {

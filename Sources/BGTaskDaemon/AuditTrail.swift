@@ -17,6 +17,9 @@ enum MessageID {
     static let expirationWarning = "19a38df8fa13415988d0612acc980932"
     /// An app was terminated to reclaim memory.
     static let reclaimed = "3e5eec69627a4d01827ef127a8a82faf"
+    /// A process killed to reclaim memory had not exited `MemoryMonitor.victimExitTimeout` after its kill:
+    /// reclamation stopped waiting for it and went on with the next victim.
+    static let reclaimVictimStuck = "e8c7aed02d8440fb8439a015783cc195"
     /// Suspension was put off because the app holds a file lock.
     static let suspensionDeferred = "d3c338efa4e842e98c5d15dbd1a7b4e3"
     /// A lease ended by expiry (the app kept it open past its budget): a policy violation.

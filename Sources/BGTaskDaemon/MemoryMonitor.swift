@@ -24,9 +24,18 @@ final class MemoryMonitor {
     /// Whether a sample is on the worker, and whether the next one must include the apps (asked meanwhile).
     private var isSampling = false
     private var isProcessSampleWanted = false
+    /// How long reclamation waits for a victim's process to exit before it stops waiting and goes on with the next.
+    /// A SIGKILLed process is gone within milliseconds (a few for a stopped one); one that is not gone after this
+    /// will not go soon: its kill was refused, or it is stuck in the kernel (`D` state, such as a task frozen by a
+    /// v1 freezer, which dies only once thawed). earlyoom and systemd-oomd bound their waits the same way.
+    static let victimExitTimeout: Duration = .seconds(10)
+
     /// Apps reclaimed whose processes have not exited yet, with when each was killed: no new victim until they
-    /// are gone.
+    /// are gone, or until `victimExitTimeout` has passed since their kill.
     private var pendingVictims: [AppID: MonotonicInstant] = [:]
+    /// Victims reclamation gave up waiting for, with when each was killed: their memory still counts in the apps'
+    /// total (it is not coming back), until their processes exit.
+    private var abandonedVictims: [AppID: MonotonicInstant] = [:]
     /// The last sample, and the last one that measured the apps.
     private(set) var lastSample: MemorySample?
     private(set) var lastProcessSample: MemorySample?
@@ -82,6 +91,7 @@ final class MemoryMonitor {
     func appsChanged() {
         if manager.processes.isEmpty {
             pendingVictims.removeAll()
+            abandonedVictims.removeAll()
             timer?.disarm()
         } else if timer?.deadline == nil && !isSampling {
             schedule(after: .zero)
@@ -90,6 +100,13 @@ final class MemoryMonitor {
 
     /// An app's process is gone; if it was reclaimed, how long after its kill (from a clock read now).
     func victimExited(_ app: AppID) -> Duration? {
+        if let killedAt = abandonedVictims.removeValue(forKey: app) {
+            let sinceKill = manager.clock.freshNow - killedAt
+            manager.logger.notice(
+                "\(manager.appName(app))'s process exited at last, \(sinceKill) after its kill",
+                [.app(manager.appName(app))])
+            return sinceKill
+        }
         guard let killedAt = pendingVictims.removeValue(forKey: app) else { return nil }
         // Whether that was enough is for a sample now to say, not the next tick.
         if pendingVictims.isEmpty && machine.isUnderPressure { schedule(after: .zero) }
@@ -234,9 +251,40 @@ final class MemoryMonitor {
             totalBytes: sample.memoryInfo.map { UInt64(max(0, $0.totalBytes)) })
     }
 
+    /// Stops waiting for victims killed more than `victimExitTimeout` ago, each logged with its own message id:
+    /// reclamation then goes on with the next victim instead of stalling for the rest of the episode.
+    private func abandonOverdueVictims() {
+        let current = manager.clock.freshNow
+        // One whose process the daemon no longer tracks is nothing to count.
+        abandonedVictims = abandonedVictims.filter { manager.processOfApp[$0.key] != nil }
+        for (app, killedAt) in pendingVictims where current - killedAt >= Self.victimExitTimeout {
+            pendingVictims[app] = nil
+            abandonedVictims[app] = killedAt
+            let name = manager.appName(app)
+            let pid = manager.processOfApp[app].map { " (pid \($0.pid))" } ?? ""
+            manager.logger.warning(
+                "\(name)'s process\(pid) has not exited \(current - killedAt) after it was killed to reclaim memory "
+                    + "(its kill was refused, or it is stuck in the kernel): no longer waiting for it; its memory "
+                    + "still counts, and reclamation goes on with the next victim",
+                [.app(name), .messageID(MessageID.reclaimVictimStuck)])
+        }
+    }
+
+    /// The memory of the processes of victims reclamation gave up waiting for, each process once.
+    private var abandonedBytes: UInt64 {
+        var counted = Set<Int>()
+        var total: UInt64 = 0
+        for app in abandonedVictims.keys {
+            guard let process = manager.processOfApp[app], counted.insert(process.serial).inserted else { continue }
+            total += process.memoryBytes ?? 0
+        }
+        return total
+    }
+
     private func decide(on sample: MemorySample) {
+        abandonOverdueVictims()
         let apps = readings()
-        let current = systemReading(sample, appsBytes: apps.values.reduce(0, +))
+        let current = systemReading(sample, appsBytes: apps.values.reduce(0, +) + abandonedBytes)
         // Dated from the trigger that led to this sample, if one did (the threshold fires in the allocation that
         // crosses the limit; the sample and its decision come a little later).
         let now = firedAt ?? manager.now
@@ -279,7 +327,8 @@ final class MemoryMonitor {
         for victim in victims {
             // Re-check just before each kill: memory may have come back since the sample, and a victim already
             // chosen no longer counts (it is being terminated).
-            let remaining = readings.filter { manager.core.reclamationBand(of: $0.key) != nil }.values.reduce(0, +)
+            let remaining =
+                readings.filter { manager.core.reclamationBand(of: $0.key) != nil }.values.reduce(0, +) + abandonedBytes
             let info = try? manager.procFS.memoryInfo()
             let reading = MemoryReading(
                 appsBytes: remaining, availableBytes: info.map { UInt64(max(0, $0.availableBytes)) },
@@ -307,8 +356,9 @@ final class MemoryMonitor {
         }
     }
 
-    /// The apps' total from the last sample that measured them, each process once.
+    /// The apps' total from the last sample that measured them, each process once (victims that would not die
+    /// included).
     var appsBytes: UInt64? {
-        lastProcessSample == nil ? nil : readings().values.reduce(0, +)
+        lastProcessSample == nil ? nil : readings().values.reduce(0, +) + abandonedBytes
     }
 }

@@ -7,6 +7,8 @@ import BGTaskSystem
 import BGTaskTestSupport
 import Testing
 
+@testable import BGTaskDaemon
+
 @Suite("The manager on a manual clock")
 struct ManagerTimelineTests {
     /// The default policy: the manual clock makes its real durations (ten minutes of background time) cheap.
@@ -193,6 +195,69 @@ struct ManagerTimelineTests {
             #expect(harness.processState(apps[0]) == .stopped, "the light app was disturbed")
             #expect(try harness.app("heavy")["exitReason"] == "memory-reclaim")
             #expect(try harness.app("light")["state"] == "suspended")
+        }
+    }
+
+    @Test(
+        "a victim that will not die: reclamation waits for it 10 s, logs it, and goes on with the next victim",
+        .enabled(
+            if: ScratchCgroup.unavailableReason(.freezer) == nil,
+            "a task that cannot die (frozen by the v1 freezer, in D state until thawed) needs root and the v1 freezer"))
+    func victimThatWillNotDie() async throws {
+        try await offThePool {
+            // 600 MiB of apps against 550 MiB: 105 MiB must go, so the 300 MiB app alone is the victim. It cannot
+            // die (frozen by a v1 freezer the test owns, a killed task stays in D state until thawed): once the
+            // wait for it is over, its 300 MiB still count, and the 200 MiB app must go too; the 100 MiB one stays.
+            let harness = try ManagerHarness(configuration: "[Memory]\nAppsMemoryMax=550M\n")
+            defer { harness.close() }
+            var apps: [ManagerHarness.App] = []
+            for (name, pssMiB) in [("stuck", 300), ("next", 200), ("light", 100)] {
+                apps.append(try harness.register(name, pssMiB: Int64(pssMiB)))
+                #expect(try harness.call("SetState", ["app": .string(name), "state": "background"]).errorName == nil)
+            }
+            for app in apps {
+                let didEnter = try #require(try harness.events(of: app).first { $0.kind == "didEnterBackground" })
+                try harness.acknowledge(app, didEnter.id)
+                try harness.step(until: "\(app.name) to be stopped") { harness.processState(app) == .stopped }
+            }
+            let freezer = try ScratchCgroup(.freezer)
+            defer { freezer.close() }
+            try freezer.move(apps[0].pid)
+            try freezer.cgroup.requestFreezer(true)
+            #expect(try freezer.cgroup.waitUntilFreezer(frozen: true, timeout: .seconds(30)))
+            // Samples every 100 ms of the manual clock: the warning, its grace, then the kill of the heaviest.
+            try harness.step(until: "stuck to be killed") {
+                harness.manager.advanceTime(by: .milliseconds(100))
+                return harness.log.contains("terminating stuck to reclaim memory")
+            }
+            let killedAt = harness.elapsed
+            // Within the wait, reclamation waits: the next app is left alone however long the sampling goes on.
+            try harness.step(until: "9 s of waiting for stuck") {
+                harness.manager.advanceTime(by: .milliseconds(100))
+                return harness.elapsed - killedAt >= .seconds(9)
+            }
+            #expect(harness.processState(apps[0]) != nil, "the frozen victim died")
+            #expect(!harness.log.contains("terminating next"), "a second victim chosen while waiting for the first")
+            #expect(harness.processState(apps[1]) == .stopped)
+            // Past the wait: logged, and the next victim goes; the lightest is spared.
+            try harness.step(until: "next to be killed") {
+                harness.manager.advanceTime(by: .milliseconds(100))
+                return harness.processState(apps[1]) == nil
+            }
+            let log = harness.log
+            let gaveUp = try #require(log.range(of: "stuck's process (pid \(apps[0].pid)) has not exited"), "\(log)")
+            let next = try #require(log.range(of: "terminating next to reclaim memory"), "\(log)")
+            #expect(gaveUp.lowerBound < next.lowerBound)
+            #expect(harness.elapsed - killedAt >= MemoryMonitor.victimExitTimeout)
+            #expect(!log.contains("terminating light"))
+            #expect(harness.processState(apps[2]) == .stopped, "the light app was disturbed")
+            #expect(try harness.app("next")["exitReason"] == "memory-reclaim")
+            // Thawed, the stuck victim dies at last, and the daemon says so.
+            try freezer.cgroup.requestFreezer(false)
+            try harness.step(until: "stuck to exit once thawed", timeout: .seconds(30)) {
+                harness.log.contains("stuck's process exited at last")
+            }
+            #expect(harness.processState(apps[0]) == nil)
         }
     }
 }
