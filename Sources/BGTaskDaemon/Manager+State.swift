@@ -229,6 +229,8 @@ extension Manager {
     /// generation is above every journal present, so a stale one is never read after it.
     func startJournal() {
         guard let stateStore else { return }
+        // A daemon that died while writing a snapshot left its temporary file.
+        stateStore.removeTemporaryFiles()
         journalGeneration = max(journalGeneration, stateStore.journalGenerations().last ?? 0)
         core.tracksChanges = true
         isStateDirty = true
@@ -320,9 +322,19 @@ extension Manager {
 
     /// Saves the state on the spot, after the writer's last write: the daemon is stopping, with every stopped app
     /// already continued. Once only (the exit handler runs the release again, with nothing left to save).
+    ///
+    /// A writer thread still writing a snapshot after `stateWriterStopTimeout` (a hung disk) is left to finish on
+    /// its own: the final state is then encoded with an encoder of its own and written to a temporary file of its
+    /// own generation, and the store puts snapshots in place in generation order, so the writer's older snapshot,
+    /// whenever it finishes, never replaces the final one.
     func saveFinalState() {
-        guard let stateStore, !isFinalStateSaved else { return }
-        stateWriter?.stop(timeout: .seconds(10))
+        guard var stateStore, !isFinalStateSaved else { return }
+        if let stateWriter, !stateWriter.stop(timeout: stateWriterStopTimeout) {
+            logger.warning(
+                "the state writer did not finish its snapshot within \(stateWriterStopTimeout): saving the final "
+                    + "state beside it (the older snapshot will not replace it)")
+            stateStore = stateStore.withOwnEncoder()
+        }
         isSnapshotInFlight = false
         let generation = journalGeneration + 1
         do {

@@ -68,6 +68,9 @@ public final class Manager {
     var lastSnapshotSize = 0
     /// The least journal size compacted (tests lower it to compact at every record).
     var journalCompactionFloor = 1 << 20
+    /// How long a stop waits for a snapshot the writer thread is writing before saving the final state beside it
+    /// (a disk that slow is failing; systemd's stop timeout is 90 s by default). Tests shorten it.
+    var stateWriterStopTimeout: Duration = .seconds(10)
     var isStateSaveFailureLogged = false
     var isFinalStateSaved = false
     /// Counts changes of the saved state, and the change the last finished write covers: output and stops of a
@@ -294,7 +297,7 @@ public final class Manager {
     public func run() throws(Errno) -> Int32 {
         let code = try loop.run()
         worker?.stop()
-        stateWriter?.stop(timeout: .seconds(10))
+        stateWriter?.stop(timeout: stateWriterStopTimeout)
         clock.cancelAll()
         loop.cancelAllSources()
         return code

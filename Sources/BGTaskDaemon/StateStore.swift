@@ -176,8 +176,30 @@ enum LoadedState {
 struct StateStore: Sendable {
     /// Where the state lives.
     let path: String
-    /// Keeps the apps' encodings from one save to the next.
-    let encoder = StateEncoder()
+    /// Keeps the apps' encodings from one save to the next. Used by one thread at a time: the writer thread, or
+    /// the loop while no snapshot is in flight (`withOwnEncoder()` gives the loop one of its own otherwise).
+    let encoder: StateEncoder
+    /// Orders the snapshots put in place, shared by every copy of the store.
+    private let fence: SnapshotFence
+
+    /// The store of the state at `path`.
+    init(path: String) {
+        self.path = path
+        encoder = StateEncoder()
+        fence = SnapshotFence()
+    }
+
+    private init(path: String, encoder: StateEncoder, fence: SnapshotFence) {
+        self.path = path
+        self.encoder = encoder
+        self.fence = fence
+    }
+
+    /// The same store with an encoder of its own: for a save on the loop while the writer thread may still be
+    /// encoding with the shared one (a stop that did not wait for it). The fence stays shared.
+    func withOwnEncoder() -> StateStore {
+        StateStore(path: path, encoder: StateEncoder(), fence: fence)
+    }
     /// The largest file read back: far above the state of thousands of apps, a bound on a corrupted one.
     static let sizeLimit = 256 << 20
 
@@ -268,9 +290,38 @@ struct StateStore: Sendable {
 
     /// Updates the history file, then writes `state` atomically. The history goes first: a crash between the two
     /// leaves entries past the state's `historySerial`, which loading ignores.
-    func save(_ state: DaemonState, history: HistoryUpdate = .none) throws {
+    ///
+    /// Snapshots are put in place in the order of their journal generations, whichever thread writes them: a
+    /// snapshot older than one already in place is dropped (its temporary file removed) and this returns false.
+    /// Each is written to a temporary file of its own generation, so two writers never share one.
+    @discardableResult
+    func save(_ state: DaemonState, history: HistoryUpdate = .none) throws -> Bool {
         try updateHistory(history)
-        try replace(path, with: try encoder.encode(state))
+        let generation = state.journal ?? 0
+        let bytes = try encoder.encode(state)
+        let temporary = path + ".tmp-\(generation)"
+        try write(bytes, to: temporary)
+        return try fence.install(generation: generation) {
+            try moveIntoPlace(temporary, over: path)
+        } dropping: {
+            unlink(temporary)
+        }
+    }
+
+    /// Removes temporary files a daemon that died while writing left behind (`PATH.tmp`, `PATH.tmp-N`).
+    func removeTemporaryFiles() {
+        let directoryPath = Self.directory(of: path)
+        let prefix = String(path.split(separator: "/").last ?? "") + ".tmp"
+        guard let directory = opendir(directoryPath) else { return }
+        defer { closedir(directory) }
+        var stale: [String] = []
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) {
+                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if name == prefix || name.hasPrefix(prefix + "-") { stale.append(name) }
+        }
+        for name in stale { unlink(directoryPath + "/" + name) }
     }
 
     /// Appends to the history file, or replaces it.
@@ -310,6 +361,12 @@ struct StateStore: Sendable {
     /// nothing. Syncing a file on disk (`--state-file` elsewhere) would cost each write milliseconds for nothing.
     private func replace(_ target: String, with bytes: [UInt8]) throws {
         let temporary = target + ".tmp"
+        try write(bytes, to: temporary)
+        try moveIntoPlace(temporary, over: target)
+    }
+
+    /// Writes `bytes` to a new file at `temporary` (replacing one left there); removes it if the write fails.
+    private func write(_ bytes: [UInt8], to temporary: String) throws {
         let descriptor = try FileDescriptor.open(
             temporary, .writeOnly, options: [.create, .truncate, .noFollow], permissions: 0o600)
         do {
@@ -320,7 +377,11 @@ struct StateStore: Sendable {
             unlink(temporary)
             throw error
         }
-        guard rename(temporary, target) == 0 else {
+    }
+
+    /// Renames `temporary` over `target`; removes it if that fails.
+    private func moveIntoPlace(_ temporary: String, over target: String) throws {
+        guard Glibc.rename(temporary, target) == 0 else {
             let error = Errno(rawValue: errno, operation: "rename(\(temporary), \(target))")
             unlink(temporary)
             throw error
@@ -390,5 +451,25 @@ struct StateStore: Sendable {
     static func directory(of path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return "." }
         return slash == path.startIndex ? "/" : String(path[..<slash])
+    }
+}
+
+/// The generation of the newest snapshot put in place, so that an older one, written by a thread that finished
+/// late (the writer a stop did not wait for), never replaces a newer one.
+final class SnapshotFence: Sendable {
+    private let newest = Mutex<Int?>(nil)
+
+    /// Runs `install` if `generation` is newer than every snapshot installed so far, else `drop`; whether it
+    /// installed. The check and the install are one step: no other install runs between them.
+    func install(generation: Int, _ install: () throws -> Void, dropping drop: () -> Void) throws -> Bool {
+        try newest.withLock { newest in
+            if let newest, generation <= newest {
+                drop()
+                return false
+            }
+            try install()
+            newest = generation
+            return true
+        }
     }
 }

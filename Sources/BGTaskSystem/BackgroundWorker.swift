@@ -89,23 +89,27 @@ public final class BackgroundWorker<Job: Sendable, Outcome: Sendable>: WorkerThr
     /// The number of jobs waiting (not counting the one running).
     public var pendingJobCount: Int { state.withLock { $0.jobs.count } }
 
-    /// Stops the thread after its current job and closes the descriptors. Waits at most `timeout` for a job
-    /// stuck in a read; past it the thread is detached and left to finish on its own (the process is
-    /// exiting), and its descriptors are left open for it.
-    public func stop(timeout: Duration = .seconds(1)) {
+    /// Stops the thread after its current job (jobs still waiting are dropped) and closes the descriptors. Waits
+    /// at most `timeout` for a job stuck in a read or a write; past it the thread is detached and left to finish
+    /// on its own (the process is exiting), and its descriptors are left open for it. Returns whether the thread
+    /// has finished: false means its current job may still be running, and the caller must not touch what that
+    /// job uses.
+    @discardableResult
+    public func stop(timeout: Duration = .seconds(1)) -> Bool {
         let wasRunning = state.withLock { state -> Bool in
             defer { state.isStopping = true }
             return !state.isStopping
         }
-        guard wasRunning, let thread else { return }
+        guard wasRunning, let thread else { return state.withLock { $0.isFinished } }
         Self.signal(wakeWorker)
         let isFinished = (try? finished.poll(for: .readable, timeout: timeout))?.contains(.readable) ?? false
         guard isFinished || state.withLock({ $0.isFinished }) else {
             pthread_detach(thread)
-            return
+            return false
         }
         pthread_join(thread, nil)
         for descriptor in [outcomesReady, wakeWorker, finished] { try? descriptor.close() }
+        return true
     }
 
     override func runThread() {

@@ -98,9 +98,10 @@ final class ManagerHarness {
 
     /// Stops the manager as SIGTERM or `systemctl restart` would (it continues what it stopped and saves its
     /// state), runs `whileDown`, and starts a new manager on the same state file `downtime` later on the manual
-    /// clock. The apps' event streams are gone; `reattach(_:)` registers an app again from its process.
-    func restart(after downtime: Duration, whileDown: () throws -> Void = {}) throws {
-        try settle()
+    /// clock. The apps' event streams are gone; `reattach(_:)` registers an app again from its process. With
+    /// `settlingFirst` false it stops at once, whatever writes are under way.
+    func restart(after downtime: Duration, settlingFirst: Bool = true, whileDown: () throws -> Void = {}) throws {
+        if settlingFirst { try settle() }
         let stoppedAt = manager.currentTime
         manager.stop(because: "the test restarts it")
         _ = try? manager.run()

@@ -149,6 +149,99 @@ struct StateJournalTests {
     }
 }
 
+/// Holds the state writer in `open(2)` of a temporary file made a FIFO beforehand (as a hung disk would hold a
+/// write), and lets it go when asked: the FIFO is opened for reading and drained until the writer is done with its
+/// path (renamed or removed). If nobody asks within `fallback`, it lets go by itself and says so, so that a stop
+/// blocked by the FIFO still ends.
+final class HeldWriterRelease: @unchecked Sendable {
+    // @unchecked: `didFallBack` is written by the queue before `done` is signalled and read only after.
+    private let release = DispatchSemaphore(value: 0)
+    private let done = DispatchSemaphore(value: 0)
+    private(set) var didFallBack = false
+
+    init(fifos: [String], fallback: Duration) throws {
+        for path in fifos {
+            guard mkfifo(path, 0o600) == 0 else { throw Errno(rawValue: errno, operation: "mkfifo(\(path))") }
+        }
+        let seconds = Double(fallback.components.seconds)
+        DispatchQueue.global().async { [self] in
+            if release.wait(timeout: .now() + seconds) == .timedOut { didFallBack = true }
+            Self.drain(fifos)
+            done.signal()
+        }
+    }
+
+    /// Reads every FIFO (non-blocking, so one no writer opens does not hold the rest) until one of their paths is
+    /// gone: the writer has closed it and renamed or removed it. At most 30 s.
+    private static func drain(_ fifos: [String]) {
+        let descriptors = fifos.map { open($0, O_RDONLY | O_NONBLOCK | O_CLOEXEC) }
+        defer { for descriptor in descriptors where descriptor >= 0 { close(descriptor) } }
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        let deadline = MonotonicClock.now() + Duration.seconds(30).nanosecondCount
+        while MonotonicClock.now() < deadline {
+            for descriptor in descriptors where descriptor >= 0 {
+                _ = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+            }
+            if fifos.contains(where: { access($0, F_OK) != 0 }) { return }
+            usleep(2_000)
+        }
+    }
+
+    private var isDone = false
+
+    /// Lets the writer go now, and waits (at most 40 s) until it is done with its file; the test's thread only.
+    func releaseAndWait() -> Bool {
+        guard !isDone else { return true }
+        release.signal()
+        isDone = done.wait(timeout: .now() + 40) == .success
+        return isDone
+    }
+}
+
+@Suite("State writer held up at a stop")
+struct HeldStateWriterTests {
+    @Test("a stop while the writer is held up in a snapshot: the final state is saved, the older one never replaces it")
+    func stopWhileWriterIsHeldUp() async throws {
+        try await offThePool {
+            let harness = try ManagerHarness()
+            defer { harness.close() }
+            harness.manager.stateWriterStopTimeout = .seconds(1)
+            let mail = try harness.register("mail")
+            defer { withExtendedLifetime(mail) {} }
+            try harness.settle()
+            // The next compaction writes the snapshot of the next generation; its temporary file is a FIFO, and so
+            // is the name a single temporary file would have, so the writer is held whichever it opens.
+            let generation = harness.manager.journalGeneration + 1
+            let held = try HeldWriterRelease(
+                fifos: [harness.statePath + ".tmp-\(generation)", harness.statePath + ".tmp"], fallback: .seconds(20))
+            defer { _ = held.releaseAndWait() }
+            harness.manager.journalCompactionFloor = 1
+            #expect(try harness.call("BeginBackgroundTask", ["app": "mail", "name": "first"]).errorName == nil)
+            // The compaction is on the writer thread (taken from its queue), which blocks in open(2) on the FIFO.
+            try harness.step(until: "the writer to take the snapshot") {
+                harness.manager.isSnapshotInFlight && harness.manager.stateWriter?.pendingJobCount == 0
+            }
+            #expect(try harness.call("BeginBackgroundTask", ["app": "mail", "name": "second"]).errorName == nil)
+            // Stopped with the snapshot still on the writer thread.
+            try harness.restart(after: .seconds(1), settlingFirst: false) {
+                #expect(!held.didFallBack, "the stop waited for the held-up writer")
+                #expect(harness.log.contains("did not finish its snapshot"), "\(harness.log)")
+                // The final state is in place, after the snapshot being written.
+                let final = try String(contentsOfFile: harness.statePath, encoding: .utf8)
+                #expect(final.contains("\"journal\":\(generation + 1)"), "\(final)")
+                // Now the writer finishes its older snapshot: it must not replace the final one.
+                #expect(held.releaseAndWait(), "the held writer never finished")
+                let after = try String(contentsOfFile: harness.statePath, encoding: .utf8)
+                #expect(after == final, "the older snapshot replaced the final state")
+                unlink(harness.statePath + ".tmp")
+            }
+            // Both tasks are restored: nothing of the final state was lost to the older snapshot.
+            let tasks = try #require(try harness.app("mail")["tasks"]?.arrayValue, "\(harness.log)")
+            #expect(tasks.compactMap { $0.objectValue?["name"]?.stringValue }.sorted() == ["first", "second"])
+        }
+    }
+}
+
 @Suite("State journal file")
 struct StateJournalFileTests {
     /// Lines of every length from 1 byte to past the mapped window, none holding a NUL, each ending in a newline.
