@@ -315,6 +315,13 @@ final class MemoryMonitor {
     {
         let order = manager.core.reclamationOrder(readings: readings)
         let victims = Reclamation.victims(in: order, toFree: bytesToFree)
+        // The ranking the kills come from, so that the journal explains each choice (the first few are enough:
+        // victims are taken from the front).
+        let shown = order.prefix(12).map { "\($0.name) (\($0.band.name), \($0.memoryBytes))" }
+        let more = order.count > shown.count ? ", and \(order.count - shown.count) more" : ""
+        manager.logger.notice(
+            "reclaiming \(bytesToFree) bytes; apps in reclamation order, with the bytes each was last measured at: "
+                + shown.joined(separator: ", ") + more)
         guard !victims.isEmpty else {
             if !reportedNothingToReclaim {
                 manager.logger.warning(
