@@ -159,9 +159,9 @@ let package = Package(
             dependencies: [
                 "BGTaskProtocol", "BGTaskSystem", "BGTaskTestSupport", "bgtaskd", "bgtask", "BGTaskFixtureApp",
             ]),
-        // Hostile peers against the real daemon: every bound of DESIGN §7, each with the daemon's vitals checked.
-        // Depends on the executables it runs as processes (the daemon, the hostile client), so they are built
-        // before the tests.
+        // Hostile peers against the real daemon: every bound on what a client can make the daemon hold, each with
+        // the daemon's vitals checked. Depends on the executables it runs as processes (the daemon, the hostile
+        // client), so they are built before the tests.
         .testTarget(
             name: "BGTaskHostileClientTests",
             dependencies: [

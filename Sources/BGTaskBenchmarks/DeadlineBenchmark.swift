@@ -41,7 +41,7 @@ public struct DeadlineBenchmark: Sendable {
     /// get about fifty warnings a second.
     public static let backgroundTime: Duration = .seconds(2)
     /// The warning lead the daemon gives a registration that asks for a shorter budget: a quarter of it
-    /// (DESIGN §2, `Register.backgroundTimeSec`), when `ExpirationWarningSec` is not shorter still.
+    /// (`Register.backgroundTimeSec` in docs/PROTOCOL.md), when `ExpirationWarningSec` is not shorter still.
     public static let warningLead: Duration = backgroundTime / 4
     /// The user the status calls come from.
     public static let statusUser = "nobody"

@@ -6,7 +6,7 @@ import Synchronization
 
 /// An app registered with bgtaskd, used the way an iOS app uses `UIApplication`.
 ///
-/// Threads: the app holds two connections to the daemon (DESIGN §6). Its event stream (the `Register` call) is
+/// Threads: the app holds two connections to the daemon (docs/CLIENT.md). Its event stream (the `Register` call) is
 /// read on a thread of its own, which hands each event to `callbackQueue`; there the delegate and observers run,
 /// one event at a time in the daemon's order, and the event is acknowledged once they return. Calls
 /// (`beginBackgroundTask`, `backgroundTimeRemaining`, acknowledgements...) go over the other connection from

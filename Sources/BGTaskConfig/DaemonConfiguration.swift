@@ -1,4 +1,4 @@
-// The typed effective configuration of bgtaskd, with DESIGN §9's defaults and where each number comes from.
+// The typed effective configuration of bgtaskd, with its defaults and where each number comes from.
 
 import BGTaskCore
 
@@ -19,7 +19,7 @@ public struct DaemonConfiguration: Hashable, Sendable {
     /// `[Access]`: who may act as a controller.
     public var access = Access()
 
-    /// The defaults of DESIGN §9.
+    /// The shipped defaults, as bgtaskd(8) lists them.
     public init() {}
 
     /// `[Memory]` settings other than `ReclaimForeground` (which the core owns).
@@ -55,7 +55,7 @@ public struct DaemonConfiguration: Hashable, Sendable {
         /// systemd started it and it may write there, else none (the apps' memory is then their PSS).
         public var memoryCgroupRoot: String? = nil
 
-        /// The defaults of DESIGN §9.
+        /// The shipped defaults, as bgtaskd(8) lists them.
         public init() {}
     }
 
@@ -74,11 +74,11 @@ public struct DaemonConfiguration: Hashable, Sendable {
         /// limit; with `QueuedEventsPerAppMax` it caps a suspended app's queue at 256 KiB.
         public var postPayloadSizeMaxBytes: Int = 4 * 1024
 
-        /// `MessageSizeMax`: the largest Varlink message accepted, in bytes. 64 KiB is DESIGN §7's bound:
-        /// far above any call of the interface, small enough that a flood of them stays cheap.
+        /// `MessageSizeMax`: the largest Varlink message accepted, in bytes. 64 KiB: far above any call of the
+        /// interface, small enough that a flood of them stays cheap.
         public var messageSizeMaxBytes: Int = 64 * 1024
 
-        /// The defaults of DESIGN §9.
+        /// The shipped defaults, as bgtaskd(8) lists them.
         public init() {}
     }
 
@@ -92,7 +92,7 @@ public struct DaemonConfiguration: Hashable, Sendable {
         /// is pinned to. Only that user may register the name; unset names are open to every user.
         public var appUsers: [String: String] = [:]
 
-        /// The defaults of DESIGN §9.
+        /// The shipped defaults, as bgtaskd(8) lists them.
         public init() {}
     }
 }

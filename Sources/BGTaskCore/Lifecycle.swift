@@ -1,6 +1,7 @@
 // The lifecycle and lease policy as a struct state machine: one method per input, each returning actions.
 
-/// The policy of DESIGN §1, §2 and §4 (ordering): apps, states, leases, budgets, deadlines, event queues.
+/// The lifecycle policy: apps, states, leases, budgets, deadlines, event queues and the reclamation order, as
+/// docs/ARCHITECTURE.md's state diagram and transition table describe them.
 ///
 /// Every input is a mutating method that carries `now` and returns the `Action`s the shell must carry out,
 /// in order. Nothing here reads a clock, touches the system or keeps global state, so a test can drive it

@@ -1,4 +1,4 @@
-// Memory pressure as policy: levels from readings, and the warn → grace → reclaim sequence of DESIGN §4.
+// Memory pressure as policy: levels from readings, and the warn → grace → reclaim sequence.
 
 /// What the shell measured, at one moment.
 public struct MemoryReading: Hashable, Sendable {
@@ -35,7 +35,7 @@ public struct MemoryThresholds: Hashable, Sendable {
     /// `MemoryWarningGraceSec`: after a warning, how long apps have to shrink before reclamation.
     public var warningGrace: Duration = .milliseconds(500)
 
-    /// DESIGN §9's defaults.
+    /// The shipped defaults, as bgtaskd(8) lists them.
     public init(
         appsMemoryMax: UInt64? = nil, warnPercent: Double = 10, criticalPercent: Double = 5,
         warningGrace: Duration = .milliseconds(500)
@@ -77,7 +77,7 @@ public struct MemoryAssessment: Hashable, Sendable {
     public var trigger: String
 }
 
-/// The warn → grace → reclaim sequence of DESIGN §4, as a state machine fed with readings.
+/// The warn → grace → reclaim sequence, as a state machine fed with readings (docs/ARCHITECTURE.md, Memory).
 ///
 /// Hysteresis: once an episode has begun, it ends only when the apps are under 90% of `AppsMemoryMax` and
 /// `MemAvailable` is one point over `MemoryWarnPercent`, and reclamation aims for those targets, so a total
@@ -205,8 +205,8 @@ public struct MemoryPressureMachine: Sendable {
 
     /// How long until the next reading: `shortestInterval` under pressure or with no headroom left, up to
     /// `longestIntervalWithAppsLimit` (or `longestIntervalAvailableOnly` without `AppsMemoryMax`) with half or more
-    /// of the headroom left, by the square of the headroom in between (DESIGN §4's adaptive polling: faster as
-    /// headroom shrinks, and fastest where a crossing is near: 88 ms with a tenth left, 288 ms with a quarter).
+    /// of the headroom left, by the square of the headroom in between (adaptive polling: faster as headroom
+    /// shrinks, and fastest where a crossing is near: 88 ms with a tenth left, 288 ms with a quarter).
     public func interval(after reading: MemoryReading) -> Duration {
         if phase != .normal { return Self.shortestInterval }
         var headroom = 1.0

@@ -1,4 +1,4 @@
-// The tunable numbers of the lifecycle policy, with DESIGN's defaults and where each comes from.
+// The tunable numbers of the lifecycle policy, with their defaults and where each comes from.
 
 /// The per-app policy: the `[Policy]` section of `bgtaskd.conf`, overridable per app in `apps.d/NAME.conf`.
 ///
@@ -31,14 +31,14 @@ public struct AppPolicy: Hashable, Sendable, Codable {
     public var lockedSuspendGrace: Duration = .seconds(2)
 
     /// `BackgroundBudgetPerDaySec`: cap on time spent running in background over a rolling 24 h;
-    /// zero turns it off (the default, as DESIGN §2 specifies).
+    /// zero turns it off, the default: the daily cap is for operators who want one.
     public var backgroundBudgetPerDay: Duration = .zero
 
     /// `ExitsOnSuspend`: terminate (with `willTerminate`) instead of suspending, like iOS's
     /// `UIApplicationExitsOnSuspend`. Off by default, as on iOS.
     public var exitsOnSuspend: Bool = false
 
-    /// The defaults of DESIGN §9.
+    /// The shipped defaults, as bgtaskd(8) lists them.
     public init() {}
 }
 
@@ -51,7 +51,7 @@ public struct CorePolicy: Hashable, Sendable {
     /// Per-app overrides by app name (`apps.d/NAME.conf`), already merged over the defaults.
     public var appPolicies: [String: AppPolicy] = [:]
 
-    /// `TasksPerAppMax`: open leases per app. 64 matches the `LimitExceeded` bound of DESIGN §2;
+    /// `TasksPerAppMax`: open leases per app, past which `BeginBackgroundTask` fails with `LimitExceeded`. 64:
     /// a real app rarely holds more than a handful, so hitting it means a leak.
     public var tasksPerAppMax: Int = 64
 
@@ -74,7 +74,7 @@ public struct CorePolicy: Hashable, Sendable {
     /// band. Off by default: killing what the user is looking at is worse than the OOM killer.
     public var reclaimForeground: Bool = false
 
-    /// The defaults of DESIGN §9.
+    /// The shipped defaults, as bgtaskd(8) lists them.
     public init() {}
 
     /// The policy that applies to the app registering under `name`.

@@ -1,4 +1,4 @@
-// The reclamation order of DESIGN §4: by band, memory-heaviest first within a band, with a stable tie-break.
+// The reclamation order: by band, memory-heaviest first within a band, with a stable tie-break.
 
 /// An app that could be terminated to free memory, with what the ordering looks at.
 public struct ReclamationCandidate: Hashable, Sendable {

@@ -1,4 +1,4 @@
-// The cgroups managed apps run in (DESIGN §3): where they are made, what each gives (freeze, memory, kill), and
+// The cgroups managed apps run in: where they are made, what each gives (freeze, memory, kill), and
 // their removal once the app is gone.
 
 import BGTaskConfig

@@ -21,7 +21,7 @@ final class ReadBuffer {
 
 /// A client connected to the daemon's socket.
 ///
-/// Everything a client can make the daemon hold is bounded here (DESIGN §7):
+/// Everything a client can make the daemon hold is bounded here:
 /// - input: one read per readiness, and no read while `MessageSizeMax` of unprocessed input is buffered, so a
 ///   connection holds at most one message and one read; while it streams (after `Register` or `Watch`), input
 ///   past `MessageSizeMax` closes it, since no call is read until the stream ends;
@@ -54,7 +54,8 @@ final class ClientConnection {
     let descriptor: FileDescriptor
     let credentials: PeerCredentials
     /// `CLOCK_BOOTTIME` in clock ticks when the connection was accepted: a process that started later cannot be
-    /// the peer (the start-time check of DESIGN §7 when the kernel has no `SO_PEERPIDFD`).
+    /// the peer (the start-time check that keeps a reused pid from passing for it when the kernel has no
+    /// `SO_PEERPIDFD`).
     let acceptedAtTicks: UInt64
     /// The peer's supplementary groups when it connected (`SO_PEERGROUPS`), for `ControllerGroup`.
     var groups: [gid_t] = []

@@ -1,4 +1,4 @@
-// Freezing self-registered apps through a cgroup2 cgroup of their own (DESIGN §3), with the freeze confirmed from
+// Freezing self-registered apps through a cgroup2 cgroup of their own, with the freeze confirmed from
 // cgroup.events and SIGSTOP as the fallback.
 
 import BGTaskCore

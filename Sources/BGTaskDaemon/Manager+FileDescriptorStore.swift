@@ -1,5 +1,5 @@
 // Apps' event streams kept in systemd's fd store, so a daemon restarted after a crash or a watchdog abort picks
-// them up where the last one left them: the apps do not even see the restart (DESIGN §8).
+// them up where the last one left them: the apps do not even see the restart.
 
 import BGTaskCore
 import BGTaskSystem

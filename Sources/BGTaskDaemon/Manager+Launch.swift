@@ -1,5 +1,5 @@
-// Managed apps (`Launch`, DESIGN §3): started by the daemon in cgroups of their own, watched as its children, and
-// their cgroups removed once they are gone.
+// Managed apps (`Launch`): started by the daemon in cgroups of their own, watched as its children, and their
+// cgroups removed once they are gone.
 
 import BGTaskCore
 import BGTaskProtocol
@@ -13,8 +13,8 @@ extension Manager {
     static let cgroupRemovalTimeout: Duration = .seconds(30)
     static let cgroupRemovalInterval: Duration = .milliseconds(100)
 
-    /// `Launch`: starts `argv` as the managed app `name` (DESIGN §3) and answers with the app, `notRunning` until
-    /// its process registers.
+    /// `Launch`: starts `argv` as the managed app `name` and answers with the app, `notRunning` until its process
+    /// registers.
     func launch(_ parameters: LaunchParameters, _ call: IncomingCall) throws -> CallOutcome<LaunchReply> {
         let name = parameters.name
         guard Self.isValidName(name) else { throw VarlinkError.invalidParameter(parameter: "name") }

@@ -29,7 +29,7 @@ struct MethodHandler {
     }
 
     /// A method about the app its parameters name at `app`, which the caller must be allowed to use as `caller`
-    /// (DESIGN §7: an app call from the app's uid or root; a controller call also from `ControllerGroup`).
+    /// (an app call from the app's uid or root; a controller call also from `ControllerGroup`).
     static func aboutApp<Parameters: VarlinkMethodCall>(
         _ type: Parameters.Type, name app: KeyPath<Parameters, String>, as caller: LifecycleCaller,
         _ handler: @escaping (Manager) -> (Parameters, AppID, IncomingCall) throws -> CallOutcome<Parameters.Reply>

@@ -14,7 +14,7 @@ struct PeerProcess {
 extension Manager {
     // MARK: Identity
 
-    /// The process behind `connection`, identified so a reused pid is never mistaken for it (DESIGN §7).
+    /// The process behind `connection`, identified so a reused pid is never mistaken for it.
     ///
     /// With `SO_PEERPIDFD` the kernel names the process that connected; its start time is read and kept only if
     /// the pidfd still shows it alive afterwards (then the stat was its own). Without it, the pid from
@@ -167,7 +167,8 @@ extension Manager {
     // MARK: Carrying out suspend, resume and kill
 
     /// `.suspend`: the policy counts the app suspended; the process is stopped once a lock check on the worker
-    /// finds no file lock (DESIGN §1), and only when every registration of the process is suspended.
+    /// finds no file lock (freezing a lock holder can hang every process waiting on the lock), and only when every
+    /// registration of the process is suspended.
     func requestSuspension(of app: AppID) {
         guard let process = processOfApp[app] else { return }
         let request = nextLockCheckRequest
@@ -227,8 +228,8 @@ extension Manager {
         sendStopOnceSaved(process)
     }
 
-    /// Carries out the stop `process` has decided once the state saying so is saved (DESIGN §8: nothing
-    /// stranded), and has a freeze confirmed.
+    /// Carries out the stop `process` has decided once the state saying so is saved (after a crash, that state is
+    /// what continues it: nothing is stranded), and has a freeze confirmed.
     func sendStopOnceSaved(_ process: TrackedProcess) {
         stateChanged()
         whenStateSaved { [weak self, weak process] in

@@ -1,5 +1,5 @@
 // Saving the daemon's state as it changes and restoring it on start: a restart loses no lease, grants no fresh
-// budget and strands no app (DESIGN §8).
+// budget and strands no app (docs/SERVICE.md, Restarts lose nothing).
 
 import BGTaskCore
 import BGTaskProtocol

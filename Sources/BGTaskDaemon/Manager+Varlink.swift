@@ -144,7 +144,7 @@ extension Manager {
             && !name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
     }
 
-    // MARK: Authorization (DESIGN §7)
+    // MARK: Authorization (per call, from the peer's credentials)
 
     /// Root, or a member of `ControllerGroup` (by the primary or a supplementary group of the connecting
     /// process).

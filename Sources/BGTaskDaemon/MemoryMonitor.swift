@@ -4,9 +4,9 @@ import BGTaskConfig
 import BGTaskCore
 import BGTaskSystem
 
-/// The shell of DESIGN §4: samples `/proc/meminfo` and the apps' memory (PSS) on the inspection worker's thread,
-/// feeds the core's `MemoryPressureMachine`, and carries out its decisions through the policy core
-/// (`memoryWarning`, `reclamationOrder`, `reclaim`).
+/// The shell of memory reclamation (docs/ARCHITECTURE.md, Memory): samples `/proc/meminfo` on the loop and the
+/// apps' memory (PSS) on the inspection worker's thread, feeds the core's `MemoryPressureMachine`, and carries out
+/// its decisions through the policy core (`memoryWarning`, `reclamationOrder`, `reclaim`).
 ///
 /// Triggers by adaptive sampling: PSI triggers on `/proc/pressure/memory` need `CAP_SYS_RESOURCE`, and the apps'
 /// total against `AppsMemoryMax` can only be read. It is quiet when nothing can trigger: no timer without apps;
@@ -211,8 +211,8 @@ final class MemoryMonitor {
         decide(on: sample)
     }
 
-    /// Stores each process's reading on its `TrackedProcess`; an unreadable one keeps its last reading (DESIGN §7:
-    /// it is never silently immune to reclamation) and is logged once.
+    /// Stores each process's reading on its `TrackedProcess`; an unreadable one keeps its last reading (failing
+    /// closed: it is never silently immune to reclamation) and is logged once.
     private func applyProcessReadings(_ sample: MemorySample) {
         for (key, bytes) in sample.processBytes {
             guard let process = manager.processes[key] else { continue }

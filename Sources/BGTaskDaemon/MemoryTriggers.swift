@@ -1,4 +1,4 @@
-// What wakes the memory monitor between its samples (DESIGN §4): a usage threshold on the managed apps' memory
+// What wakes the memory monitor between its samples: a usage threshold on the managed apps' memory
 // cgroup at AppsMemoryMax, and PSI triggers where the host accepts them.
 
 import BGTaskCore

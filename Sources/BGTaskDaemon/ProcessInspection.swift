@@ -58,7 +58,8 @@ enum LockCheck: Sendable, Equatable {
     case free
     /// A lock is held; the text says which, for the log.
     case held(String)
-    /// The locks could not be read or attributed: fail closed, as if a lock were held (DESIGN §7).
+    /// The locks could not be read or attributed: fail closed, as if a lock were held (freezing a lock holder can
+    /// hang every process waiting on the lock).
     case unknown(String)
     /// The process is gone.
     case gone

@@ -6,11 +6,11 @@ import BGTaskSystem
 import Glibc
 import Synchronization
 
-/// Everything a restarted daemon needs to carry on where the last one stopped (DESIGN §8): the policy's state,
-/// the processes behind the registrations (pid and start time, so a reused pid is never adopted, and what the
-/// daemon had stopped of each), and how far the history goes. The history itself lives in a file of its own that
-/// each write appends to (`StateStore.historyPath`): rewriting hundreds of entries on every change would cost
-/// more than everything else together.
+/// Everything a restarted daemon needs to carry on where the last one stopped (docs/SERVICE.md, Restarts lose
+/// nothing): the policy's state, the processes behind the registrations (pid and start time, so a reused pid is
+/// never adopted, and what the daemon had stopped of each), and how far the history goes. The history itself lives
+/// in a file of its own that each write appends to (`StateStore.historyPath`): rewriting hundreds of entries on
+/// every change would cost more than everything else together.
 ///
 /// The file is a snapshot: what changed after it is in the journal it names (`journal`, see `StateJournal`),
 /// and the state is the snapshot with the journal applied.

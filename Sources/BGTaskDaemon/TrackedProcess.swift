@@ -12,8 +12,8 @@ enum StopTarget: Hashable {
     case cgroup(CgroupDirectory)
 }
 
-/// The running process of self-registered apps (DESIGN §3: the cgroup2 freezer when the app has a cgroup of its
-/// own, else signals; PSS).
+/// The running process of self-registered apps (the cgroup2 freezer when the app has a cgroup of its own, else
+/// signals; PSS: docs/ARCHITECTURE.md, Backends).
 ///
 /// One per distinct process, however many names it registered: the daemon holds one pidfd per process, and a
 /// process registered under two names is measured and stopped once. Identity is the pidfd, never the bare pid:
@@ -46,7 +46,8 @@ final class TrackedProcess {
     /// What the daemon stopped the last time it stopped it (shown in `GetApp`), kept after it resumes.
     private(set) var lastStopTarget: StopTarget?
     private var isReleased = false
-    /// The last memory reading in bytes, kept when a later read fails (DESIGN §7: fail closed).
+    /// The last memory reading in bytes, kept when a later read fails: a failed read never makes the app look
+    /// lighter to reclamation.
     var memoryBytes: UInt64?
     /// Whether the latest memory read failed (`memoryBytes` is then the reading before it).
     var isMemoryReadingStale = false

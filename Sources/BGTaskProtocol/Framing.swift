@@ -19,7 +19,7 @@ public enum VarlinkFramingError: Error, Hashable, Sendable, CustomStringConverti
 /// it stopped. A message longer than `maximumMessageSize` is an error as soon as it is detected, without waiting
 /// for its end, so a peer cannot make the buffer grow without bound; after it the decoder stays failed.
 public struct VarlinkFrameDecoder: Sendable {
-    /// 64 KiB, DESIGN §7 and `MessageSizeMax=64K`: calls are a few hundred bytes, so this is generous for the
+    /// 64 KiB, the default of `MessageSizeMax=64K`: calls are a few hundred bytes, so this is generous for the
     /// daemon while bounding what one connection can make it buffer. A client reading replies that list many apps
     /// (`ListApps`, `History`) should pass a larger limit.
     public static let defaultMaximumMessageSize = 64 * 1024

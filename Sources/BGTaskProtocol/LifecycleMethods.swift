@@ -15,7 +15,7 @@ public protocol VarlinkMethodCall: Codable, Sendable {
     static var methodName: String { get }
 }
 
-/// Who may make a call, the two sides DESIGN §6 and §7 distinguish.
+/// Who may make a call: the app side or the controller side, as `io.bgtask.Lifecycle.varlink` divides its methods.
 public enum LifecycleCaller: String, Sendable, CaseIterable {
     /// An app about itself: accepted from the app's own uid and from root.
     case app

@@ -20,7 +20,7 @@ struct AppTracker {
         /// across suspension and waking, cleared in the foreground and once ended.
         var budgetStart: Duration?
 
-        /// The reclamation band the daemon would choose it from (DESIGN §4), or nil when it cannot be reclaimed.
+        /// The reclamation band the daemon would choose it from, or nil when it cannot be reclaimed.
         var band: ReclamationBand? {
             guard isRegistered, let state else { return nil }
             switch state {

@@ -4,15 +4,15 @@
 public enum Invariant: String, CaseIterable, Codable, Hashable, Sendable {
     /// Every task that began ends exactly once, with a cause (a `taskEnded` entry carrying `taskEnd`).
     case taskEndsOnce = "task-ends-once"
-    /// No app stays in background with a task open past its budget plus the grace (DESIGN §2).
+    /// No app stays in background with a task open past its budget plus the grace.
     case budgetRespected = "budget-respected"
-    /// An app the daemon reports suspended is stopped or frozen; one it reports running is neither (DESIGN §3).
+    /// An app the daemon reports suspended is stopped or frozen; one it reports running is neither.
     case suspendedMeansStopped = "suspended-means-stopped"
-    /// No process stays stopped or frozen after its app ended or after the daemon stopped (DESIGN §3, §8).
+    /// No process stays stopped or frozen after its app ended or after the daemon stopped.
     case noStrayStops = "no-stray-stops"
-    /// Reclamation kills bands in order and the heaviest first within a band, and only over target (DESIGN §4).
+    /// Reclamation kills bands in order and the heaviest first within a band, and only over target.
     case heaviestFirst = "heaviest-first"
-    /// A restart loses no app, task or budget, and grants no fresh budget (DESIGN §8).
+    /// A restart loses no app, task or budget, and grants no fresh budget.
     case restartKeepsState = "restart-keeps-state"
     /// The watchdog restarts the daemon only when a hang was injected.
     case watchdogOnlyOnHang = "watchdog-only-on-hang"

@@ -41,8 +41,8 @@ public struct SoakCriteria: Hashable, Sendable {
     /// How many counter-examples each result keeps, earliest first.
     public var counterExampleLimit: Int
 
-    /// Criteria; the defaults are DESIGN §9's configuration and the tolerances of a harness sampling about once
-    /// a second.
+    /// Criteria; the defaults are the daemon's default configuration and the tolerances of a harness sampling about
+    /// once a second.
     public init(
         backgroundTime: Duration = .seconds(600), backgroundTimeByApp: [String: Duration] = [:],
         budgetGrace: Duration = .seconds(2), settling: Duration = .seconds(1), appsMemoryMax: Int? = nil,

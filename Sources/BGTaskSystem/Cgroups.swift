@@ -1,5 +1,5 @@
-// The kernel's cgroup tools for freezing, measuring and killing whole apps (DESIGN §3): which hierarchies this host
-// has, found by looking, and the operations on one cgroup directory, each confirmed rather than assumed.
+// The kernel's cgroup tools for freezing, measuring and killing whole apps: which hierarchies this host has, found
+// by looking, and the operations on one cgroup directory, each confirmed rather than assumed.
 import CSystemd
 import Glibc
 

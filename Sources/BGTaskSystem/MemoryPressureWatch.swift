@@ -38,9 +38,9 @@ public struct MemoryPressureTrigger: Hashable, Sendable, CustomStringConvertible
         kind: .some, stall: .milliseconds(200), window: .seconds(2))
 
     /// The window granularity the kernel demands of writers without `CAP_SYS_RESOURCE`: whole multiples of 2 s
-    /// (psi.c's rule for unprivileged triggers). Measured on these machines, whose root lacks that capability
-    /// (REFERENCE.md): 500 ms and 1 s windows are refused with `EINVAL`, on `/proc/pressure/memory` and on a
-    /// cgroup's `memory.pressure` alike; 2 s is taken.
+    /// (psi.c's rule for unprivileged triggers). Measured on a build host whose root lacks that capability: 500 ms
+    /// and 1 s windows are refused with `EINVAL`, on `/proc/pressure/memory` and on a cgroup's `memory.pressure`
+    /// alike; 2 s is taken.
     public static let unprivilegedWindowGranularity: Duration = .seconds(2)
 
     /// The stall in whole microseconds, as the kernel reads it (`%u`: clamped to 0…4294967295).

@@ -46,7 +46,7 @@ public enum UnixSocket {
                 }
             }
             // bind creates the file as 0777 & ~umask; the interface is world-connectable by design
-            // (DESIGN §7: authorization is per call), so set the mode explicitly.
+            // (authorization is per call, from the peer's credentials), so set the mode explicitly.
             _ = try systemCall("chmod(\(path))") { chmod(path, mode) }
             _ = try systemCall("listen(\(path))") { Glibc.listen(fd.rawValue, backlog) }
         } catch {

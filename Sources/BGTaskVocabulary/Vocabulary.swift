@@ -4,7 +4,7 @@
 // the word on the wire, in the journal and in the history, so adding a case here is the one change, and every
 // `switch` over it (none has a `default`) shows what else must learn of it. Standard library only.
 
-/// Where an app is in its lifecycle (DESIGN §1; `App.state`).
+/// Where an app is in its lifecycle (`App.state`; the state diagram is in docs/ARCHITECTURE.md).
 public enum AppState: String, Codable, CaseIterable, Sendable {
     /// Known but without a running registration: launched and not yet registered, or its event stream closed
     /// while its process lives on. Holds no leases; never stopped or frozen.
@@ -32,7 +32,7 @@ public enum AppState: String, Codable, CaseIterable, Sendable {
     public var isRunning: Bool { isForeground || self == .background }
 }
 
-/// The kind of an event sent on an app's event stream (DESIGN §6; `Event.kind`).
+/// The kind of an event sent on an app's event stream (`Event.kind`).
 public enum EventKind: String, Codable, CaseIterable, Sendable {
     /// Leaving `active` for `inactive` (`applicationWillResignActive`).
     case willResignActive
@@ -55,7 +55,7 @@ public enum EventKind: String, Codable, CaseIterable, Sendable {
     case notification
 }
 
-/// What happens to a notification posted to a suspended app (DESIGN §1; `Post.behavior`).
+/// What happens to a notification posted to a suspended app (`Post.behavior`).
 public enum DeliveryBehavior: String, Codable, CaseIterable, Sendable {
     /// Discard it.
     case drop
@@ -71,7 +71,7 @@ public enum DeliveryBehavior: String, Codable, CaseIterable, Sendable {
     public static let `default` = DeliveryBehavior.coalesce
 }
 
-/// Why an app ended (DESIGN §1; `App.exitReason`, `HistoryEntry.reason`, the journal's `BGTASK_REASON=`).
+/// Why an app ended (`App.exitReason`, `HistoryEntry.reason`, the journal's `BGTASK_REASON=`).
 public enum TerminationReason: String, Codable, CaseIterable, Sendable {
     /// `didEnterBackground` was not acknowledged in time and no lease was held.
     case enterBackgroundTimeout = "enter-background-timeout"
@@ -85,8 +85,8 @@ public enum TerminationReason: String, Codable, CaseIterable, Sendable {
     case memoryReclaim = "memory-reclaim"
     /// A controller asked (`Terminate`).
     case controller
-    /// An `ExitsOnSuspend=yes` app reached the point where it would have been suspended. (Added to DESIGN's
-    /// list: folding it into `exited` would hide that the daemon ended the app.)
+    /// An `ExitsOnSuspend=yes` app reached the point where it would have been suspended. (A reason of its
+    /// own: folding it into `exited` would hide that the daemon ended the app.)
     case exitsOnSuspend = "exits-on-suspend"
     /// The app's process ended on its own, or its registration closed and then its process ended.
     case exited
@@ -115,7 +115,7 @@ public enum TaskEndCause: String, Codable, CaseIterable, Sendable {
     case appEnded = "app-ended"
 }
 
-/// The reclamation bands of DESIGN §4, in the order they are reclaimed (`HistoryEntry.band`).
+/// The reclamation bands, in the order they are reclaimed (`HistoryEntry.band`).
 public enum ReclamationBand: String, Codable, CaseIterable, Sendable, Comparable, CustomStringConvertible {
     /// Suspended apps: cheapest to lose, and removed with no notice.
     case suspended

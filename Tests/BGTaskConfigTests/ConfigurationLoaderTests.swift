@@ -19,8 +19,8 @@ func places(_ result: ConfigurationLoadResult) -> [String] {
     }
 }
 
-/// DESIGN §9's table of keys and defaults, copied as text.
-let designDefaults = """
+/// The keys and their defaults as bgtaskd(8) lists them, as a configuration file.
+let documentedDefaults = """
     [Policy]
     BackgroundTimeSec=600s
     ExpirationWarningSec=5s
@@ -59,8 +59,8 @@ let designDefaults = """
     #expect(!result.hasErrors)
 }
 
-@Test func defaultsAreDesignSection9() {
-    let result = load([mainPath: designDefaults])
+@Test func defaultsAreTheDocumentedOnes() {
+    let result = load([mainPath: documentedDefaults])
     #expect(result.diagnostics.isEmpty, "\(result.diagnostics)")
     #expect(result.configuration == DaemonConfiguration())
     #expect(result.filesRead == [mainPath])

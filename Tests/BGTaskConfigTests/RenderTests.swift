@@ -4,8 +4,8 @@ import BGTaskConfig
 import BGTaskCore
 import Testing
 
-/// The keys of DESIGN §9 by section, in the table's order.
-let designKeys: [(section: String, keys: [String])] = [
+/// The keys by section, in the order bgtaskd(8) lists them.
+let documentedKeys: [(section: String, keys: [String])] = [
     (
         "Policy",
         [
@@ -34,17 +34,19 @@ let designKeys: [(section: String, keys: [String])] = [
     let text = DaemonConfiguration().renderINI()
     let file = INIFile(parsing: text, fileName: "dump")
     #expect(file.diagnostics.isEmpty)
-    #expect(file.sections.map(\.name) == designKeys.map(\.section))
+    #expect(file.sections.map(\.name) == documentedKeys.map(\.section))
     let shown = file.entries.map { "\($0.section).\($0.key)" }
-    #expect(shown == designKeys.flatMap { section in section.keys.map { "\(section.section).\($0)" } })
+    #expect(shown == documentedKeys.flatMap { section in section.keys.map { "\(section.section).\($0)" } })
 }
 
-@Test func theDumpOfTheDefaultsIsDesignSection9() {
-    // Loading the dump and loading DESIGN's own table must agree, value for value.
+@Test func theDumpOfTheDefaultsIsTheDocumentedTable() {
+    // Loading the dump and loading the documented table of defaults must agree, value for value.
     let dumped = DaemonConfiguration.parseRenderedINI(DaemonConfiguration().renderINI(), fileName: "dump")
-    let design = ConfigurationLoader(path: "/c", fileSystem: InMemoryFileSystem(files: ["/c": designDefaults])).load()
+    let documented = ConfigurationLoader(
+        path: "/c", fileSystem: InMemoryFileSystem(files: ["/c": documentedDefaults])
+    ).load()
     #expect(dumped.diagnostics.isEmpty)
-    #expect(dumped.configuration == design.configuration)
+    #expect(dumped.configuration == documented.configuration)
 }
 
 @Test func appBlocksHoldOnlyWhatDiffers() throws {

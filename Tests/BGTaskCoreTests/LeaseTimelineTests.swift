@@ -1,10 +1,11 @@
-// Timelines for every bullet of DESIGN §2: leases, the shared budget, remaining time, expiry and the daily cap.
+// Timelines for the lease rules: leases, the shared budget, remaining time, expiry and the daily cap
+// (docs/ARCHITECTURE.md, Transitions and Remaining time).
 
 import BGTaskCore
 import BGTaskTestSupport
 import Testing
 
-@Suite("Leases and remaining time (DESIGN §2)")
+@Suite("Leases and remaining time")
 struct LeaseTimelineTests {
     @Test("task ids are positive and never reused, across apps and after ending")
     func taskIDsNeverReused() throws {

@@ -1,10 +1,11 @@
-// Timelines for every row and bullet of DESIGN §1: do X, advance T, expect what the app and the shell see.
+// Timelines for the lifecycle's transitions (docs/ARCHITECTURE.md, Transitions): do X, advance T, expect what the
+// app and the shell see.
 
 import BGTaskCore
 import BGTaskTestSupport
 import Testing
 
-@Suite("Lifecycle transitions (DESIGN §1)")
+@Suite("Lifecycle transitions")
 struct LifecycleTimelineTests {
     @Test("active → inactive sends willResignActive and arms nothing")
     func activeToInactive() throws {

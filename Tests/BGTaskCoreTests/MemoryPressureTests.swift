@@ -48,7 +48,7 @@ private let assessmentRows: [AssessmentRow] = [
         reading: MemoryReading(appsBytes: 0, availableBytes: 0, totalBytes: 0), level: .normal, bytesToFree: 0),
 ]
 
-@Suite("Memory pressure (DESIGN §4)")
+@Suite("Memory pressure")
 struct MemoryPressureTests {
     @Test("assessment", arguments: assessmentRows)
     private func assessment(row: AssessmentRow) {

@@ -22,7 +22,7 @@ private func candidates(_ rows: [(String, ReclamationBand, UInt64, Int64)]) -> [
     }
 }
 
-@Suite("Reclamation order (DESIGN §4)")
+@Suite("Reclamation order")
 struct ReclamationTests {
     private static let orderRows: [Row] = [
         Row(label: "no candidates", candidates: [], includeForeground: false, expected: []),

@@ -1,5 +1,5 @@
-// Each backend this host has, by name (DESIGN §3): freeze confirmed, thaw confirmed, the kill of a frozen (or
-// stopped) app completes, and the memory read matches what the app allocated within 10%.
+// Each backend this host has, by name (docs/ARCHITECTURE.md, Backends): freeze confirmed, thaw confirmed, the kill
+// of a frozen (or stopped) app completes, and the memory read matches what the app allocated within 10%.
 
 import BGTaskProtocol
 import BGTaskSystem

@@ -33,7 +33,7 @@ private let hostileRows: [HostileRow] = {
     let garbage = (0..<4096).map { _ in UInt8.random(in: 1...255, using: &random) }
     let big = String(repeating: "a", count: 1 << 20)
     let lifecycle = "io.bgtask.Lifecycle."
-    // Not a well-formed call, but framed: answered, and the connection keeps serving (DESIGN §7).
+    // Not a well-formed call, but framed: answered, and the connection keeps serving.
     let invalid = HostileOutcome.error("io.bgtask.Lifecycle.InvalidMessage")
     return [
         HostileRow(label: "4 KiB of random bytes", bytes: garbage + [0], outcome: invalid),

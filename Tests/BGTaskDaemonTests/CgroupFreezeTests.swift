@@ -1,4 +1,4 @@
-// A self-registered app alone in a cgroup2 cgroup is frozen through it, not stopped with signals (DESIGN §3), and
+// A self-registered app alone in a cgroup2 cgroup is frozen through it, not stopped with signals, and
 // whatever ends the daemon, the cgroup is thawed.
 
 import BGTaskProtocol

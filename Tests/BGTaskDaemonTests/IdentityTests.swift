@@ -1,4 +1,4 @@
-// Who may hold a name (DESIGN §7): re-attaching needs the same live process and uid, a pinned name belongs to its
+// Who may hold a name: re-attaching needs the same live process and uid, a pinned name belongs to its
 // user, and a process that reuses a dead app's pid gets a registration of its own, never the old one.
 
 import BGTaskProtocol

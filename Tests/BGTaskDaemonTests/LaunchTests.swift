@@ -1,4 +1,4 @@
-// Launch (DESIGN §3): managed apps started by the daemon in cgroups of their own, with the memory pressure protocol,
+// Launch: managed apps started by the daemon in cgroups of their own, with the memory pressure protocol,
 // the launch timeout, their real exit status, their output captured, and their cgroups removed when they end.
 
 import BGTaskProtocol

@@ -1,4 +1,4 @@
-// Reclamation of launched apps on the real backends (DESIGN §4): heaviest first within a band, bands in order, no
+// Reclamation of launched apps on the real backends: heaviest first within a band, bands in order, no
 // further than the target, a cooperative likely victim spared, each kill recorded with its latencies.
 
 import BGTaskProtocol

@@ -1,4 +1,4 @@
-// Authorization from peer credentials (DESIGN §7), with calls made by real processes running as other users.
+// Authorization from peer credentials, with calls made by real processes running as other users.
 
 import BGTaskProtocol
 import BGTaskSystem

@@ -1,4 +1,4 @@
-// What wakes the memory monitor (DESIGN §4): what the service manager names in $MEMORY_PRESSURE_WATCH (systemd's
+// What wakes the memory monitor: what the service manager names in $MEMORY_PRESSURE_WATCH (systemd's
 // protocol), turned off by /dev/null, else a PSI trigger of the daemon's own; reported by GetStatus.
 
 import BGTaskProtocol

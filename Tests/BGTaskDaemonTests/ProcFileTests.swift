@@ -7,7 +7,7 @@ import Testing
 
 @testable import BGTaskDaemon
 
-/// The files the daemon reads and where (DESIGN §4, §7), all through `ProcessInspector` or the manager:
+/// The files the daemon reads and where, all through `ProcessInspector` or the manager:
 ///
 /// | file                      | read for                                | when it cannot be read or understood       |
 /// |---------------------------|-----------------------------------------|--------------------------------------------|

@@ -51,9 +51,11 @@ struct IDLTests {
         #expect(undocumented == [])
     }
 
-    /// The names and shapes DESIGN §6 fixes, as IDL text, checked against the parsed file (additions allowed).
-    @Test func designShapesAreKept() throws {
-        let design = """
+    /// The interface's original names and shapes, as IDL text, checked against the parsed file: clients written
+    /// against them must keep working, so the `.varlink` file may add (comments, optional parameters, fields,
+    /// methods) but never rename, reorder or retype what is here. In docs/PROTOCOL.md they open each list.
+    @Test func originalShapesAreKept() throws {
+        let original = """
             interface io.bgtask.Lifecycle
             type Task (id: int, name: string, ageSec: float)
             type App (name: string, state: string, pid: int, uid: int, managed: bool,
@@ -88,7 +90,7 @@ struct IDLTests {
             error InvalidState (app: string, state: string)
             error LimitExceeded (limit: string, max: int)
             """
-        let expected = try VarlinkInterfaceDefinition(parsing: design)
+        let expected = try VarlinkInterfaceDefinition(parsing: original)
         let actual = lifecycleDefinition
         func shape(_ fields: [VarlinkField]) -> [String] { fields.map { "\($0.name): \($0.type)" } }
         for type in expected.types {
@@ -97,19 +99,19 @@ struct IDLTests {
                 Issue.record("\(type.name) is not a struct")
                 continue
             }
-            // DESIGN's fields, in DESIGN's order, come first; additions follow.
+            // The original fields, in their original order, come first; additions follow.
             #expect(Array(shape(actualFields).prefix(expectedFields.count)) == shape(expectedFields), "\(type.name)")
         }
         for method in expected.methods {
             let found = try #require(actual.method(named: method.name))
-            // DESIGN's parameters, in order, come first; an added parameter must be optional so that callers
-            // written against DESIGN's shape keep working.
+            // The original parameters, in order, come first; an added parameter must be optional so that callers
+            // written against the original shape keep working.
             let parameters = shape(found.parameters)
             #expect(Array(parameters.prefix(method.parameters.count)) == shape(method.parameters), "\(method.name)")
             for added in parameters.dropFirst(method.parameters.count) {
                 #expect(added.contains(": ?"), "\(method.name) adds a required parameter \(added)")
             }
-            // DESIGN's reply fields, in order, come first; a client written against DESIGN ignores additions.
+            // The original reply fields, in order, come first; a client written against them ignores additions.
             #expect(
                 Array(shape(found.reply).prefix(method.reply.count)) == shape(method.reply), "\(method.name) reply")
         }

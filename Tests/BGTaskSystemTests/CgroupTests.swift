@@ -154,7 +154,8 @@ struct CgroupTests {
         #expect(try cgroup.waitUntilFreezer(frozen: false, timeout: .seconds(5)), "never THAWED")
         #expect(within(.seconds(10)) { pids.contains { state($0) == .running } }, "nothing ran after the thaw")
 
-        // SIGKILL of a v1-frozen task waits for the thaw (REFERENCE.md): kill, see it still there, thaw, gone.
+        // SIGKILL of a v1-frozen task waits for the thaw (it stays in D state until THAWED): kill, see it still
+        // there, thaw, gone.
         try cgroup.requestFreezer(true)
         #expect(try cgroup.waitUntilFreezer(frozen: true, timeout: .seconds(5)))
         for pid in pids { kill(pid, SIGKILL) }

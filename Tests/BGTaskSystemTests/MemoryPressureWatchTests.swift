@@ -448,7 +448,8 @@ struct MemoryPressureWatchTests {
         try await offThePool {
             let path = "/proc/pressure/memory"
             let asked = MemoryPressureTrigger(kind: .some, stall: .milliseconds(150), window: .milliseconds(500))
-            // Root here lacks CAP_SYS_RESOURCE (REFERENCE.md), so EINVAL is expected; with it, the kernel takes it.
+            // Without CAP_SYS_RESOURCE (root lacks it on the build hosts) the kernel refuses it with EINVAL; with
+            // it, the kernel takes it.
             var exact: MemoryPressureWatchError?
             do throws(MemoryPressureWatchError) {
                 let watch = try MemoryPressureWatch.armPSI(path: path, trigger: asked, fallback: .none)

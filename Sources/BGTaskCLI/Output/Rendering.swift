@@ -7,7 +7,7 @@ import Foundation
 public enum Rendering {
     // MARK: JSON
 
-    /// `value` as one line of JSON, with the field names the protocol module encodes (DESIGN §6), every field
+    /// `value` as one line of JSON, with the field names the protocol module encodes (docs/PROTOCOL.md), every field
     /// present (absent ones as `null`), keys sorted so output is stable, and a newline.
     ///
     /// Fails only for a value JSON cannot represent (a NaN or infinite number), which the daemon never sends.

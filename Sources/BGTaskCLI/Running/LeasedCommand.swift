@@ -17,7 +17,7 @@ import Synchronization
 /// time instead.
 final class LeasedCommand: Sendable {
     /// How long before the end of the background time the daemon warns, when bgtask must compute the warning
-    /// itself: `ExpirationWarningSec`'s default (DESIGN §2); the interface does not report the configured value.
+    /// itself: `ExpirationWarningSec`'s default; the interface does not report the configured value.
     static let warningLeadSeconds = 5.0
 
     private let client: LifecycleClient
