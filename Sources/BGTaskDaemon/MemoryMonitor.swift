@@ -315,13 +315,6 @@ final class MemoryMonitor {
     {
         let order = manager.core.reclamationOrder(readings: readings)
         let victims = Reclamation.victims(in: order, toFree: bytesToFree)
-        // The ranking the kills come from, so that the journal explains each choice (the first few are enough:
-        // victims are taken from the front).
-        let shown = order.prefix(12).map { "\($0.name) (\($0.band.name), \($0.memoryBytes))" }
-        let more = order.count > shown.count ? ", and \(order.count - shown.count) more" : ""
-        manager.logger.notice(
-            "reclaiming \(bytesToFree) bytes; apps in reclamation order, with the bytes each was last measured at: "
-                + shown.joined(separator: ", ") + more)
         guard !victims.isEmpty else {
             if !reportedNothingToReclaim {
                 manager.logger.warning(
@@ -331,6 +324,16 @@ final class MemoryMonitor {
             }
             return
         }
+        // The ranking the kills come from, so that the journal explains each choice: the apps in order with their
+        // bands, pids and the bytes each was last measured at (victims come from the front; a dozen is enough).
+        let shown = order.prefix(12).map { candidate in
+            let pid = manager.processOfApp[candidate.app].map { "pid \($0.pid), " } ?? ""
+            return "\(candidate.name) (\(candidate.band.name), \(pid)\(candidate.memoryBytes) bytes)"
+        }
+        let more = order.count > shown.count ? ", and \(order.count - shown.count) more" : ""
+        manager.logger.notice(
+            "reclaiming \(bytesToFree) bytes (\(trigger)); apps in reclamation order: "
+                + shown.joined(separator: ", ") + more)
         for victim in victims {
             // Re-check just before each kill: memory may have come back since the sample, and a victim already
             // chosen no longer counts (it is being terminated).
