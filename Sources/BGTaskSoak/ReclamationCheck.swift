@@ -7,9 +7,9 @@ extension SoakChecker {
     /// Each `terminated` entry with reason `memory-reclaim`: no other app was in a band reclaimed before the
     /// victim's (suspended, background without task, background with tasks, then foreground, and that only with
     /// `ReclaimForeground=yes`); no other app in its band was heavier by more than `memoryTolerance`; and the
-    /// apps' total memory was over the target. Weights are the victim's `memoryBytes` and, for the others, the
-    /// harness's readings within `readingWindow` before the kill (after it, memory the victims shared counts for
-    /// fewer processes) and the later victims' `memoryBytes`.
+    /// apps' total memory was over the target. Weights are the victim's `memoryBytes` (the daemon's reading at its
+    /// decision) and, for the others, the lighter of the harness's last reading before the kill and its first
+    /// after it (each within `readingWindow`), and the later victims' `memoryBytes`: see `MemoryReadings.lightest`.
     static func checkHeaviestFirst(_ evidence: SoakEvidence, _ criteria: SoakCriteria) -> InvariantResult {
         var log = ViolationLog(.heaviestFirst, limit: criteria.counterExampleLimit)
         let readings = MemoryReadings(evidence)
@@ -46,7 +46,7 @@ extension SoakChecker {
                         at: time, app: victim,
                         "reclaimed from band \(band) at \(moment(time)) while \(other) was still in band \(otherBand)")
                 } else if otherBand == band, let weight,
-                    let otherWeight = readings.smallest(of: other, before: time, within: window),
+                    let otherWeight = readings.lightest(of: other, around: time, within: window),
                     Double(otherWeight) > Double(weight) * (1 + criteria.memoryTolerance)
                 {
                     log.violated(
@@ -108,6 +108,8 @@ extension SoakChecker {
 /// The apps' memory over time: the harness's readings, and each reclaimed victim's reading from its entry.
 struct MemoryReadings {
     private var byApp: [String: [(time: Duration, memoryBytes: Int)]] = [:]
+    /// The harness's readings alone, in time order.
+    private var harnessByApp: [String: [(time: Duration, memoryBytes: Int)]] = [:]
     /// The victims' weights as the daemon recorded them at their kills.
     private var victimWeights: [String: [(time: Duration, memoryBytes: Int)]] = [:]
     /// When the harness itself read anything: a total is judged only where it did.
@@ -116,8 +118,10 @@ struct MemoryReadings {
     init(_ evidence: SoakEvidence) {
         for sample in evidence.memorySamples {
             byApp[sample.app, default: []].append((sample.takenAt, sample.memoryBytes))
+            harnessByApp[sample.app, default: []].append((sample.takenAt, sample.memoryBytes))
             harnessTimes.append(sample.takenAt)
         }
+        for app in harnessByApp.keys { harnessByApp[app]?.sort { $0.time < $1.time } }
         for observed in evidence.entries
         where observed.entry.kind == .terminated && observed.entry.reason == .memoryReclaim {
             if let memoryBytes = observed.entry.memoryBytes {
@@ -127,16 +131,29 @@ struct MemoryReadings {
         }
     }
 
-    /// The lightest reading of `app` that can be set against a kill at `time`: the harness's from `window` before
-    /// it, and its weight as a victim of the same round (the daemon's reading, up to `window` after). Not the
-    /// harness's after the kill: memory shared with the victims (PSS) then counts for fewer processes, so the
-    /// survivors read heavier than when the daemon weighed them.
-    func smallest(of app: String, before time: Duration, within window: Duration) -> Int? {
-        let harness = byApp[app]?.filter { ((time - window)...time).contains($0.time) }.map(\.memoryBytes) ?? []
+    /// The lightest `app` can have weighed when the daemon chose the victim of a kill seen at `time`: the lighter
+    /// of the harness's last reading before the kill and its first reading after it (each within `window`; the one
+    /// after counts only beside one before), and its weight as a victim of the same round (the daemon's reading,
+    /// within `window`).
+    ///
+    /// The harness reads every app about once a second and the daemon weighs them at one instant in between; an
+    /// app maps and frees memory as it likes meanwhile (the soak's apps free a random chunk now and then), so it is
+    /// known to have been heavier at the decision only if both readings around it say so. Judging by the reading
+    /// before alone blamed the daemon for sparing an app that had freed 14 MiB between that reading and the
+    /// decision (seeds 3831752957692394277 and 8360582566104785993; the daemon's ranking, logged with each
+    /// reclamation, had weighed it rightly). The reading after can only be heavier than the app was at the kill
+    /// for memory it shared with the victims (PSS counts it for fewer processes once they are gone), and the
+    /// lighter of the two is taken, so that never makes a survivor look heavier than it was.
+    func lightest(of app: String, around time: Duration, within window: Duration) -> Int? {
+        let harness = harnessByApp[app] ?? []
+        let before = harness.last { ((time - window)...time).contains($0.time) }
+        let after = harness.first { $0.time > time && $0.time <= time + window }
         let asVictim =
             victimWeights[app]?.filter { ((time - window)...(time + window)).contains($0.time) }.map(\.memoryBytes)
             ?? []
-        return (harness + asVictim).min()
+        // A reading after the kill alone is no evidence: it may be heavier only for memory shared with the victims.
+        let readings = before.map { [$0.memoryBytes] + (after.map { [$0.memoryBytes] } ?? []) } ?? []
+        return (readings + asVictim).min()
     }
 
     /// The heaviest reading of `app` in `span`: the most it can have weighed then.

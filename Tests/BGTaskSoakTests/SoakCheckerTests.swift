@@ -283,6 +283,32 @@ struct SoakCheckerTests {
         #expect(example.app == "mail" && example.evidence.contains("while photos in the same band suspended"))
     }
 
+    @Test("a survivor that freed memory between the harness's reading and the kill is judged by its reading after")
+    func survivorLighterAfterTheKill() throws {
+        // The seeds 3831752957692394277 and 8360582566104785993: photos was read at 300 MiB a second before the
+        // kill of mail (250 MiB), freed most of it, and the daemon weighed it at its decision as the harness read
+        // it right after: 2 MiB. Sparing it was right.
+        var scenario = SoakScenario()
+        scenario.evidence.entries.removeAll {
+            $0.entry.app == "photos" && (at(20)...at(20.3)).contains($0.observedAt)
+        }
+        scenario.evidence.memorySamples.removeAll { $0.app == "photos" }
+        scenario.evidence.memorySamples += [
+            MemorySample(takenAt: at(19.1), app: "photos", memoryBytes: mebibytes(300)),
+            MemorySample(takenAt: at(20.1), app: "photos", memoryBytes: mebibytes(2)),
+        ]
+        let result = SoakChecker.check(.heaviestFirst, scenario.evidence, scenario.criteria)
+        #expect(result.violationCount == 0, "\(result.counterExamples)")
+        // Heavy on both sides of the kill, it should have gone first; a lighter reading earlier in the window does
+        // not excuse it (only the readings nearest the kill bracket the decision).
+        scenario.evidence.memorySamples[scenario.evidence.memorySamples.count - 1].memoryBytes = mebibytes(300)
+        scenario.evidence.memorySamples.append(
+            MemorySample(takenAt: at(18.5), app: "photos", memoryBytes: mebibytes(2)))
+        let example = try #require(
+            SoakChecker.check(.heaviestFirst, scenario.evidence, scenario.criteria).counterExamples.first)
+        #expect(example.app == "mail" && example.evidence.contains("while photos in the same band suspended"))
+    }
+
     @Test("a kill from a later band while an earlier band has apps fails heaviest-first")
     func bandSkipped() throws {
         var scenario = SoakScenario()
