@@ -1,5 +1,5 @@
-// The command line of a soak run: `bgtask-soak [--apps N] [--duration D] [--seed S] [--faults LIST] [--systemd]
-// [--report PATH]`.
+// The command line of a soak run: `bgtask-soak [--apps N] [--duration D] [--seed S | --explore] [--faults LIST]
+// [--systemd] [--report PATH]`.
 
 /// A fault the harness injects.
 public enum SoakFault: String, CaseIterable, Codable, Sendable {
@@ -26,8 +26,10 @@ public struct SoakOptions: Sendable {
     public var apps = 50
     /// How long the apps churn.
     public var duration: Duration = .seconds(60)
-    /// The schedule's seed; random when not given.
+    /// The schedule's seed; random when not given (`--explore`).
     public var seed: UInt64?
+    /// `--explore` was given: a fresh seed, and a failure says how its seed joins the gate's list.
+    public var isExploring = false
     /// The faults to inject; nil for every one the host allows.
     public var faults: [SoakFault]?
     /// Run the installed units under a contained systemd manager.
@@ -42,7 +44,8 @@ public struct SoakOptions: Sendable {
 
     /// The help text.
     public static let help = """
-        usage: bgtask-soak [--apps N] [--duration D] [--seed S] [--faults LIST] [--systemd] [--report PATH]
+        usage: bgtask-soak [--apps N] [--duration D] [--seed S | --explore] [--faults LIST] [--systemd]
+                           [--report PATH]
 
         Runs bgtaskd under a seeded random load of N synthetic apps (this program re-run as `bgtask-soak app`:
         launched through the daemon, self-registered, some in cgroups of their own) for D, injects faults, gathers
@@ -53,7 +56,9 @@ public struct SoakOptions: Sendable {
         options:
           --apps N          synthetic apps alive at once (default 50)
           --duration D      how long the apps churn: 90s, 15min (default 60s)
-          --seed S          the schedule's seed (default: random, printed)
+          --seed S          replay the schedule of seed S
+          --explore         draw a new seed (the default without --seed): the test suite runs a fixed list of
+                            seeds (Tests/soak-gate-seeds.txt), and exploring is how new ones are found
           --faults LIST     comma-separated: kill, hang, restart, client-kill, hostile, disk-full, or none
                             (default: every one this host allows; disk-full needs root)
           --systemd         run the units scripts/install installs under a contained systemd user manager (root):
@@ -76,6 +81,7 @@ public struct SoakOptions: Sendable {
             switch argument {
             case "-h", "--help": options.wantsHelp = true
             case "--systemd": options.usesSystemd = true
+            case "--explore": options.isExploring = true
             case "--apps":
                 let text = try value()
                 guard let count = Int(text), (1...2_000).contains(count) else {
@@ -109,6 +115,9 @@ public struct SoakOptions: Sendable {
             case "--report": options.reportPath = try value()
             default: throw SoakError("unknown argument \(argument)")
             }
+        }
+        if options.isExploring, let seed = options.seed {
+            throw SoakError("--explore draws a new seed; --seed \(seed) replays one: give one of them")
         }
         return options
     }

@@ -48,7 +48,14 @@ do {
     let missing = result.faults.filter { $0.value == 0 }.map(\.key.rawValue).sorted()
     if !missing.isEmpty { fail("faults never injected: \(missing.joined(separator: ", "))", status: 1) }
     if !result.report.isPassing {
-        fail("invariants failed: \(result.report.failedInvariants.map(\.rawValue).joined(separator: ", "))", status: 1)
+        let failed = result.report.failedInvariants.map(\.rawValue).joined(separator: ", ")
+        if options.seed == nil {
+            // A seed found by exploring: once what it found is fixed, it joins the gate (docs/TESTING.md).
+            print(
+                "seed \(result.seed) found a failure of \(failed); once it is fixed, add it to "
+                    + "Tests/soak-gate-seeds.txt (with what it found) so the test suite replays it")
+        }
+        fail("invariants failed: \(failed)", status: 1)
     }
 } catch {
     fail("\(error)", status: 1)
