@@ -227,16 +227,12 @@ final class TrackedProcess {
             controlCgroup: cgroups?.control?.path, memoryCgroup: cgroups?.memory?.path)
     }
 
-    /// Takes over what the previous daemon had stopped of this process, as its state file says: a restarted
-    /// daemon must undo the stop on the same target the old one made it on.
-    func adoptStop(of saved: SavedProcess) {
-        guard saved.isStopped else { return }
-        if let path = saved.frozenCgroup {
-            stopped = .cgroup(CgroupDirectory(path: path))
-        } else {
-            stopped = saved.stoppedGroup.map { .group($0) } ?? .process
-        }
-        lastStopTarget = stopped
+    /// Takes over what the previous daemon had stopped of this process (as its state file says, once checked:
+    /// `Manager.trustedStop(of:process:)`): a restarted daemon must undo the stop on the same target the old one
+    /// made it on.
+    func adoptStop(_ target: StopTarget) {
+        stopped = target
+        lastStopTarget = target
     }
 
     /// Stops watching and closes the pidfd.

@@ -156,6 +156,65 @@ struct ManagerRestartTests {
     }
 
     @Test(
+        "a state naming a cgroup or process group that is not the app's: nothing is thawed, continued or killed there",
+        .enabled(
+            if: ScratchCgroup.unavailableReason(.unified) == nil,
+            "someone else's frozen cgroup is a cgroup2 cgroup the test makes, which needs root"))
+    func doctoredStopTargets() async throws {
+        try await offThePool {
+            let harness = try ManagerHarness()
+            defer { harness.close() }
+            // Someone else's frozen cgroup, and someone else's stopped process group: the state will name them.
+            let scratch = try ScratchCgroup(.unified)
+            defer { scratch.close() }
+            let frozen = try ChildProcess(["sleep", "120"])
+            defer { frozen.terminate() }
+            try scratch.move(frozen.pid)
+            try scratch.cgroup.requestFreeze(true)
+            #expect(try scratch.cgroup.waitUntil(frozen: true, timeout: .seconds(30)))
+            let leader = try ChildProcess(["sleep", "120"], flags: [.newProcessGroup])
+            defer { leader.terminate() }
+            try leader.process.pidFD.sendSignal(.stop)
+            #expect(try waitForProcessState(leader.pid, timeout: .seconds(30)) { $0 == .stopped } == .stopped)
+
+            let doctorings: [(String, [String: Any])] = [
+                ("mail", ["frozenCgroup": scratch.cgroup.path]), ("game", ["stoppedGroup": leader.pid]),
+            ]
+            var apps: [ManagerHarness.App] = []
+            defer { withExtendedLifetime(apps) {} }
+            for (name, doctored) in doctorings {
+                // Kept: dropping it would close its stream, and with it the registration.
+                let app = try suspended(name, in: harness)
+                apps.append(app)
+                try harness.restart(after: .seconds(1)) {
+                    // As a crash leaves it (no final stop continued it): /proc shows it stopped.
+                    try harness.tree.addProcess(
+                        pid: app.pid, group: app.standIn.wrapper.pid, startTime: 1, state: "T", command: name)
+                    try editState(at: harness.statePath) { state in
+                        var processes = state["processes"] as? [[String: Any]] ?? []
+                        for index in processes.indices {
+                            processes[index]["isStopped"] = true
+                            for (key, value) in doctored { processes[index][key] = value }
+                        }
+                        state["processes"] = processes
+                    }
+                }
+                #expect(harness.log.contains("nothing is"), "\(harness.log)")
+                // Resumed, then terminated: neither reaches what the state named.
+                let resumed = try harness.call("SetState", ["app": .string(name), "state": "active"])
+                #expect(resumed.errorName == nil, "\(resumed) \(harness.log)")
+                #expect(try harness.call("Terminate", ["app": .string(name)]).errorName == nil)
+                try harness.advance(by: policy.willTerminateGrace + .seconds(1))
+                try harness.step(until: "\(name) to be gone") { try harness.app(name)["state"] == "terminated" }
+                #expect(try scratch.cgroup.isFrozen(), "the daemon thawed a cgroup the state named")
+                #expect(try !frozen.process.pidFD.hasExited, "the daemon killed a process in a cgroup the state named")
+                #expect(try !leader.process.pidFD.hasExited, "the daemon killed a process group the state named")
+                #expect(try ProcFS().stat(leader.pid).state == .stopped, "the daemon continued a group the state named")
+            }
+        }
+    }
+
+    @Test(
         "a state file that cannot be used is set aside and logged, and the daemon starts empty",
         arguments: ["truncated", "garbage", "another version", "another boot", "contradictory"])
     func unusableState(_ flaw: String) async throws {
