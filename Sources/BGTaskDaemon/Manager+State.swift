@@ -421,7 +421,7 @@ extension Manager {
             process.cgroups = savedCgroups
             // The old daemon's stop, if the process is still stopped or its cgroup still frozen (the service's
             // clean-up continues and thaws them), and only on a target this daemon would choose itself now.
-            if saved.isStopped, let stop = trustedStop(of: saved, process: process) {
+            if let stop = trustedStop(of: saved, process: process) {
                 let isStillStopped =
                     if case .cgroup(let cgroup) = stop {
                         (try? cgroup.isFrozen()) == true
@@ -466,31 +466,16 @@ extension Manager {
         stateChanged()
     }
 
-    /// What the state file says the last daemon stopped of `saved`, if it passes the checks a live stop gets; nil
-    /// (logged) for anything else. The state file is not trusted to name what to thaw or kill: a cgroup must be
-    /// the one this daemon launched the app into (already checked against its roots) or the app's own cgroup as
-    /// `ownCgroup(of:)` finds it now, and a process group must be the one the app itself leads (the only group the
-    /// daemon ever stops).
+    /// What the state file says the last daemon stopped of `saved`, if it passes the checks a live stop gets
+    /// (`SavedStop.trusted`); nil, logged, for a stop it names on anything else.
     private func trustedStop(of saved: SavedProcess, process: TrackedProcess) -> StopTarget? {
-        if let path = saved.frozenCgroup {
-            if let control = process.cgroups?.control, control.path == path { return .cgroup(control) }
-            if let own = ownCgroup(of: process), own.path == path { return .cgroup(own) }
-            logger.warning(
-                "the state says pid \(saved.pid) was frozen through \(path), which is neither the cgroup bgtaskd "
-                    + "launched it into nor one of its own: nothing is thawed or killed through it",
-                process.apps.map { .app(appName($0)) })
-            return nil
+        switch SavedStop.trusted(saved, launchedInto: process.cgroups?.control, ownCgroup: { ownCgroup(of: process) }) {
+        case .success(let target):
+            return target
+        case .failure(let refusal):
+            logger.warning(refusal.description, process.apps.map { .app(appName($0)) })
+            return refusal.fallback
         }
-        if let group = saved.stoppedGroup {
-            guard group == saved.pid else {
-                logger.warning(
-                    "the state says process group \(group) was stopped for pid \(saved.pid), which does not lead "
-                        + "it: nothing is continued or killed through it", process.apps.map { .app(appName($0)) })
-                return .process
-            }
-            return .group(group)
-        }
-        return .process
     }
 
     /// The pidfd of a saved process if its pid still names it: alive, with the saved start time.

@@ -221,28 +221,10 @@ struct StateStore: Sendable {
             return .unusable("cannot read it: \(error)")
         }
         guard data.count <= Self.sizeLimit else { return .unusable("it is larger than \(Self.sizeLimit) bytes") }
-        let decoder = JSONValueDecoder()
-        let tree: JSONValue
-        let header: DaemonStateHeader
-        do {
-            tree = try JSONParser.parse(data)
-            header = try decoder.decode(DaemonStateHeader.self, from: tree)
-        } catch {
-            return .unusable("it is not a state file (\(Self.describe(error)))")
-        }
-        guard header.format == DaemonState.formatName else { return .unusable("it is a \(header.format) file") }
-        guard DaemonState.readableVersions.contains(header.version) else {
-            return .unusable(
-                "it has version \(header.version); this bgtaskd reads versions \(DaemonState.readableVersions.lowerBound) "
-                    + "to \(DaemonState.readableVersions.upperBound)")
-        }
-        guard header.bootID == bootID else { return .unusable("it was saved before the machine last booted") }
-        guard header.savedAt <= now else { return .unusable("it was saved at \(header.savedAt), after now (\(now))") }
         let snapshot: DaemonState
-        do {
-            snapshot = try decoder.decode(DaemonState.self, from: tree)
-        } catch {
-            return .unusable("it does not decode (\(Self.describe(error)))")
+        switch Self.decodeSnapshot(data, bootID: bootID, now: now) {
+        case .failure(let reason): return .unusable(reason.description)
+        case .success(let decoded): snapshot = decoded
         }
         switch replayJournals(onto: snapshot) {
         case .failure(let error):
@@ -253,6 +235,42 @@ struct StateStore: Sendable {
             }
             return .state(replayed)
         }
+    }
+
+    /// The snapshot `data` holds, or why it cannot be used: not a state file, another format, version or boot,
+    /// saved in the future of `now`, or a state that does not decode. The journals after it are not read.
+    static func decodeSnapshot(_ data: [UInt8], bootID: String, now: MonotonicInstant) -> Result<DaemonState, Refusal> {
+        let decoder = JSONValueDecoder()
+        let tree: JSONValue
+        let header: DaemonStateHeader
+        do {
+            tree = try JSONParser.parse(data)
+            header = try decoder.decode(DaemonStateHeader.self, from: tree)
+        } catch {
+            return .failure(Refusal("it is not a state file (\(describe(error)))"))
+        }
+        guard header.format == DaemonState.formatName else { return .failure(Refusal("it is a \(header.format) file")) }
+        guard DaemonState.readableVersions.contains(header.version) else {
+            return .failure(
+                Refusal(
+                    "it has version \(header.version); this bgtaskd reads versions "
+                        + "\(DaemonState.readableVersions.lowerBound) to \(DaemonState.readableVersions.upperBound)"))
+        }
+        guard header.bootID == bootID else { return .failure(Refusal("it was saved before the machine last booted")) }
+        guard header.savedAt <= now else {
+            return .failure(Refusal("it was saved at \(header.savedAt), after now (\(now))"))
+        }
+        do {
+            return .success(try decoder.decode(DaemonState.self, from: tree))
+        } catch {
+            return .failure(Refusal("it does not decode (\(describe(error)))"))
+        }
+    }
+
+    /// Why a state file cannot be used, in words for the log.
+    struct Refusal: Error, CustomStringConvertible {
+        var description: String
+        init(_ description: String) { self.description = description }
     }
 
     /// A decoding error in one line: what was wrong and where.
