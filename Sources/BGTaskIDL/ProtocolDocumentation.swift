@@ -23,10 +23,11 @@ public enum ProtocolDocumentation {
             client can use it, for example `python3 -m varlink.cli call` or `varlinkctl call`.
 
             Errors are Varlink error replies: `{"error": "io.bgtask.Lifecycle.NoSuchApp", "parameters": \
-            {"app": "..."}}`. Malformed messages (over `MessageSizeMax`, 64 KiB by default; invalid UTF-8 or \
-            JSON; a missing or malformed `method`) close the connection; unknown methods and wrongly typed \
-            parameters get the \
-            `org.varlink.service` errors `MethodNotFound`, `InterfaceNotFound` and `InvalidParameter`.
+            {"app": "..."}}`. A message that is not a well-formed call (invalid UTF-8 or JSON, not an object, a \
+            missing or malformed `method`) gets `io.bgtask.Lifecycle.InvalidMessage` and the connection stays open \
+            for the next; a message over `MessageSizeMax` (64 KiB by default) closes it. Unknown methods and \
+            wrongly typed parameters get the `org.varlink.service` errors `MethodNotFound`, `InterfaceNotFound` \
+            and `InvalidParameter`.
 
             Optional reply fields (`?type`) are always present, as `null` when they do not apply.
 
