@@ -402,10 +402,7 @@ extension Manager {
                 if let savedCgroups { removeCgroups(savedCgroups) }
                 continue
             }
-            let process = TrackedProcess(
-                serial: nextProcessSerial, pidFD: pidFD, uid: saved.uid, startTime: saved.startTime,
-                changes: processChanges)
-            nextProcessSerial += 1
+            let process = newTrackedProcess(pidFD: pidFD, uid: saved.uid, startTime: saved.startTime)
             // The old daemon's stop, if the process is still stopped or its cgroup still frozen (the service's
             // clean-up continues and thaws them).
             let isStillStopped =

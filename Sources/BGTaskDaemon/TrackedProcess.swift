@@ -4,8 +4,9 @@ import BGTaskCore
 import BGTaskSystem
 import Glibc
 
-/// What the daemon stopped, decided at the moment it stopped it and undone exactly: the process alone, the process
-/// group the process led at that moment (both with SIGSTOP), or the cgroup2 cgroup of its own it was in (frozen).
+/// What the daemon stopped, decided at the moment it stopped it and undone exactly: the process alone, the members of
+/// the process group the process led at that moment (both with SIGSTOP, each only if of the app's uid), or the
+/// cgroup2 cgroup of its own it was in (frozen).
 enum StopTarget: Hashable {
     case process
     case group(pid_t)
@@ -22,12 +23,17 @@ enum StopTarget: Hashable {
 /// Whether to signal the group is decided each time from the world as it is (`getpgid(pid) == pid` now), never
 /// remembered from registration: a process may become a group leader after registering (as `bgtask run` does).
 /// A stop is undone on the same target it was made on.
+///
+/// Signals go only to processes of the app's uid (`signals`): a group's members one by one, each checked
+/// through a pidfd.
 final class TrackedProcess {
     /// The daemon's key for the process, unique while it runs (memory samples and lock checks name it).
     let serial: Int
     let pidFD: PidFD
     /// The uid it connected with.
     let uid: uid_t
+    /// How signals reach it and its group: only processes wholly of `uid`.
+    let signals: AppSignals
     /// Its start time in clock ticks after boot: with the pid, the identity /proc reads are checked against.
     let startTime: UInt64
     /// The loop source reporting the pidfd readable (the process exited).
@@ -45,6 +51,10 @@ final class TrackedProcess {
     private(set) var isStopPending = false
     /// What the daemon stopped the last time it stopped it (shown in `GetApp`), kept after it resumes.
     private(set) var lastStopTarget: StopTarget?
+    /// The members a SIGSTOP to its group stopped: the SIGCONT (or SIGKILL) that ends the stop reaches them even
+    /// if they left the group meanwhile. Not saved: after a restart, the group's members of the app's uid are what
+    /// is continued.
+    private var stoppedMembers: Set<SignalledProcess> = []
     private var isReleased = false
     /// The last memory reading in bytes, kept when a later read fails (DESIGN §7: fail closed).
     var memoryBytes: UInt64?
@@ -66,12 +76,16 @@ final class TrackedProcess {
         InspectedProcess(key: serial, pid: pid, startTime: startTime, memoryFile: cgroups?.memorySource?.path)
     }
 
-    init(serial: Int, pidFD: PidFD, uid: uid_t, startTime: UInt64, changes: ProcessChangeLog? = nil) {
+    /// A process to track; `procFS` is where the uids of what it signals are read.
+    init(
+        serial: Int, pidFD: PidFD, uid: uid_t, startTime: UInt64, procFS: ProcFS, changes: ProcessChangeLog? = nil
+    ) {
         self.changes = changes
         self.serial = serial
         self.pidFD = pidFD
         self.uid = uid
         self.startTime = startTime
+        signals = AppSignals(uid: uid, procFS: procFS)
     }
 
     /// The group the process leads right now, if it leads one. The pidfd pins nothing about the pid, so check the
@@ -83,8 +97,11 @@ final class TrackedProcess {
 
     private func send(_ signal: Signal, to target: StopTarget) throws(Errno) {
         switch target {
-        case .process: try pidFD.sendSignal(signal)
-        case .group(let id): try ProcessGroup(id: id).send(signal)
+        case .process:
+            try signals.send(signal, toProcess: pidFD, startTime: startTime)
+        case .group(let id):
+            let signalled = try signals.send(signal, toGroup: id, also: signal == .stop ? [] : stoppedMembers)
+            stoppedMembers = signal == .stop ? stoppedMembers.union(signalled) : []
         case .cgroup(let cgroup):
             do {
                 switch signal {
@@ -94,7 +111,7 @@ final class TrackedProcess {
                     // cgroup.kill (Linux 5.14) takes every process at once, frozen or not; without it each
                     // process gets SIGKILL through a pidfd, and a v1 freezer is thawed so the kill completes.
                     _ = try cgroup.killEverything()
-                default: try pidFD.sendSignal(signal)
+                default: try signals.send(signal, toProcess: pidFD, startTime: startTime)
                 }
             } catch let error as Errno {
                 // The cgroup is gone: so is whatever was in it.
@@ -190,8 +207,8 @@ final class TrackedProcess {
     /// killer, an operator), the rest of the group would stay stopped for good: continue it, or kill it when
     /// `killing` (the daemon was ending the app). The group id stays valid while any member lives (a pid number is
     /// not reused while a group still uses it); a process now holding the leader's pid with another start time
-    /// means the group is gone and the number reused, and then nothing is sent. A frozen cgroup is thawed (or
-    /// killed) the same way: the rest of its processes are the app's.
+    /// means the group is gone and the number reused, and then nothing is sent; else its members of the app's uid
+    /// get the signal. A frozen cgroup is thawed (or killed) the same way: the rest of its processes are the app's.
     func releaseGroupAfterExit(killing: Bool, procFS: ProcFS) throws(Errno) {
         if case .cgroup(let cgroup) = stopped {
             stopped = nil
@@ -208,12 +225,8 @@ final class TrackedProcess {
         guard case .group(let id) = stopped else { return }
         stopped = nil
         if let stat = try? procFS.stat(id), stat.startTime != startTime { return }
-        do {
-            try ProcessGroup(id: id).send(killing ? .kill : .continue)
-        } catch {
-            // No member left: nothing stays stopped.
-            if error != .noSuchProcess { throw error }
-        }
+        // Its members of the app's uid (none left: nothing stays stopped).
+        try send(killing ? .kill : .continue, to: .group(id))
     }
 
     /// The process as the state file keeps it.
@@ -241,6 +254,8 @@ final class TrackedProcess {
     /// Stops watching and closes the pidfd.
     func release() {
         isReleased = true
+        stoppedMembers = []
+        signals.report = { _ in }
         isStopPending = false
         exitSource?.cancel()
         exitSource = nil
