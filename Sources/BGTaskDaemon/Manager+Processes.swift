@@ -245,6 +245,11 @@ extension Manager {
         stateChanged()
         whenStateSaved { [weak self, weak process] in
             guard let self, let process else { return }
+            // A freeze of a cgroup of the app's own waited for the save: what is in it may have changed meanwhile.
+            if let cgroup = process.pendingOwnCgroupFreeze, !process.mayActOnWhole(cgroup) {
+                self.fallBack(process, because: "\(cgroup) no longer holds only the app's processes")
+                return
+            }
             do throws(Errno) {
                 try process.sendPendingStop()
                 if process.frozenCgroup != nil { self.confirmFreeze(of: process) }

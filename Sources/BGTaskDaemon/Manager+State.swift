@@ -403,15 +403,6 @@ extension Manager {
                 continue
             }
             let process = newTrackedProcess(pidFD: pidFD, uid: saved.uid, startTime: saved.startTime)
-            // The old daemon's stop, if the process is still stopped or its cgroup still frozen (the service's
-            // clean-up continues and thaws them).
-            let isStillStopped =
-                if let path = saved.frozenCgroup {
-                    (try? CgroupDirectory(path: path).isFrozen()) == true
-                } else {
-                    (try? procFS.stat(saved.pid).state) == .stopped
-                }
-            if isStillStopped { process.adoptStop(of: saved) }
             process.memoryBytes = saved.memoryBytes
             process.cgroups = savedCgroups
             guard watchExit(of: process) else {
@@ -420,6 +411,7 @@ extension Manager {
                 continue
             }
             process.apps = Set(apps)
+            if isStillStopped(saved, process) { process.adoptStop(of: saved) }
             processes[process.serial] = process
             for app in apps { processOfApp[app] = process }
             adopted += 1
@@ -447,6 +439,27 @@ extension Manager {
             "restored \(state.lifecycle.appCount) registrations (\(core.liveAppCount) live, \(core.openTaskCount) "
                 + "tasks) from \(stateStore.path): \(adopted) processes adopted, \(gone) gone meanwhile")
         stateChanged()
+    }
+
+    /// Whether what the old daemon stopped of `saved` is still stopped (the service's clean-up continues and thaws
+    /// what it stopped), and may stay so: a cgroup of the app's own it froze, which now holds a process of another
+    /// uid (moved in while no daemon ran) or a child cgroup, is thawed instead, and the app, still suspended, is
+    /// stopped again with signals.
+    private func isStillStopped(_ saved: SavedProcess, _ process: TrackedProcess) -> Bool {
+        guard let path = saved.frozenCgroup else { return (try? procFS.stat(saved.pid).state) == .stopped }
+        let cgroup = CgroupDirectory(path: path)
+        guard (try? cgroup.isFrozen()) == true else { return false }
+        if path == process.cgroups?.control?.path || process.mayActOnWhole(cgroup) { return true }
+        let fields = process.apps.sorted().map { LogField.app(appName($0)) }
+        do {
+            try cgroup.setFrozen(false)
+            logger.notice(
+                "thawed \(path), frozen for pid \(process.pid): it no longer holds only the app's processes", fields)
+        } catch {
+            logger.error(
+                "cannot thaw \(path) (it no longer holds only pid \(process.pid)'s processes): \(error)", fields)
+        }
+        return false
     }
 
     /// The pidfd of a saved process if its pid still names it: alive, with the saved start time.

@@ -1,4 +1,4 @@
-// An app whose process group holds a process of another uid (a setuid child, a program run as another
+// An app whose process group or cgroup holds a process of another uid (a setuid child, a program run as another
 // user): the daemon stops, continues and kills the app's own processes and never the other uid's, though it
 // could (it holds CAP_KILL; the app does not).
 
@@ -99,6 +99,113 @@ struct ForeignMemberTests {
         }
     }
 
+    @Test("a cgroup of the app's own holding a process of another uid is not frozen: the app's processes get signals")
+    func ownCgroupWithOtherUid() async throws {
+        try await withRootAndScratchCgroup("ownCgroupWithOtherUid") { scratch in
+            let daemon = try DaemonHarness()
+            defer { daemon.terminate() }
+            let watch = try WatchStream(daemon)
+            let app = try pythonApp(daemon, name: "scoped", newGroup: true)
+            try scratch.move(app.pid)
+            // Both children start in the app's cgroup, as its descendants.
+            let own = try child(of: app)
+            defer { end(own) }
+            let foreign = try child(of: app, uids: [nobody, nobody, nobody])
+            defer { end(foreign) }
+            #expect(try Set(scratch.cgroup.processes()) == [app.pid, own.pid, foreign.pid])
+
+            let control = try daemon.connect()
+            try control.lifecycle("SetState", ["app": "scoped", "state": "background"])
+            try watch.waitFor("stateChanged", app: "scoped", ["state": "suspended"])
+            #expect(try waitForProcessState(app.pid) { $0 == .stopped } == .stopped, "\(daemon.log)")
+            #expect(try waitForProcessState(own.pid) { $0 == .stopped } == .stopped)
+            #expect(try scratch.cgroup.events()["frozen"] == 0, "the cgroup was frozen with another uid's process")
+            #expect(try control.app("scoped")["suspendedWith"] == "group")
+            #expect(try waitForMessage(daemon, "leaving pid \(foreign.pid) alone"), "\(daemon.log)")
+            #expect(try ProcFS().stat(foreign.pid).state != .stopped)
+
+            try control.lifecycle("SetState", ["app": "scoped", "state": "active"])
+            try app.waitForLine(startingWith: "event willEnterForeground")
+            #expect(try waitForProcessState(own.pid) { $0 != .stopped } != .stopped)
+
+            try control.lifecycle("Terminate", ["app": "scoped"])
+            #expect(try app.waitForExit() == .signaled(.kill))
+            #expect(try own.waitForExit(timeout: .seconds(10)))
+            #expect(try !foreign.waitForExit(timeout: .milliseconds(300)), "the member of another uid was killed")
+            #expect(try scratch.cgroup.processes() == [foreign.pid])
+            #expect(try scratch.cgroup.events()["frozen"] == 0)
+        }
+    }
+
+    @Test(
+        "a process of another uid moved into an app's frozen cgroup: reclaiming the app kills the app alone, and thaws it"
+    )
+    func killThroughCgroupRechecks() async throws {
+        try await withRootAndScratchCgroup("killThroughCgroupRechecks") { scratch in
+            // No limit yet: the app must be frozen before memory is short.
+            let daemon = try DaemonHarness(configuration: memoryPolicy(appsMemoryMax: "infinity"))
+            defer { daemon.terminate() }
+            let watch = try WatchStream(daemon)
+            let app = try pythonApp(daemon, name: "scoped")
+            try scratch.move(app.pid)
+            try app.send("alloc 128")
+            try app.waitForLine(startingWith: "allocated")
+            try daemon.connect().lifecycle("SetState", ["app": "scoped", "state": "background"])
+            try watch.waitFor("stateChanged", app: "scoped", ["state": "suspended"])
+            #expect(try scratch.cgroup.waitUntil(frozen: true, timeout: .seconds(10)), "\(daemon.log)")
+            // The daemon saw the freeze (and checked the cgroup once frozen) before anything else moves in.
+            #expect(
+                try waitForMessage(daemon, "froze pid \(app.pid) through \(scratch.cgroup.path)"), "\(daemon.log)")
+
+            // Root puts another user's process into the frozen cgroup (it freezes with it).
+            let foreign = try foreignSleeper()
+            defer { foreign.terminate() }
+            try scratch.move(foreign.pid)
+            _ = try daemon.directory.write("bgtaskd.conf", memoryPolicy(appsMemoryMax: "96M"))
+            try daemon.daemonPidFD.sendSignal(.hangUp)
+            try watch.waitFor("terminated", app: "scoped", ["reason": "memory-reclaim"])
+            #expect(try app.waitForExit() == .signaled(.kill))
+            #expect(
+                try !foreign.process.pidFD.waitForExit(timeout: .milliseconds(300)),
+                "the process of another uid was killed with the app's cgroup")
+            #expect(try scratch.cgroup.waitUntil(frozen: false, timeout: .seconds(10)), "left frozen:\n\(daemon.log)")
+            #expect(try scratch.cgroup.processes() == [foreign.pid])
+            #expect(!daemon.log.contains("with SIGSTOP instead"), "the kill was not through the frozen cgroup")
+            #expect(daemon.log.contains("leaving pid \(foreign.pid) alone"), "\(daemon.log)")
+        }
+    }
+
+    @Test("a restarted daemon does not keep a frozen cgroup that now holds a process of another uid: it stops the app")
+    func adoptionRechecksTheCgroup() async throws {
+        try await withRootAndScratchCgroup("adoptionRechecksTheCgroup") { scratch in
+            let daemon = try DaemonHarness()
+            defer { daemon.terminate() }
+            let watch = try WatchStream(daemon)
+            let app = try pythonApp(daemon, name: "scoped")
+            try scratch.move(app.pid)
+            try daemon.connect().lifecycle("SetState", ["app": "scoped", "state": "background"])
+            try watch.waitFor("stateChanged", app: "scoped", ["state": "suspended"])
+            #expect(try scratch.cgroup.waitUntil(frozen: true, timeout: .seconds(10)), "\(daemon.log)")
+            try daemon.daemonPidFD.sendSignal(.kill)
+            _ = try daemon.daemonPidFD.waitForExit(timeout: .seconds(10))
+
+            let foreign = try foreignSleeper()
+            defer { foreign.terminate() }
+            try scratch.move(foreign.pid)
+            let statePath = daemon.directory.path + "/state.json"
+            let next = try DaemonHarness(arguments: ["--state-file", statePath])
+            defer { next.terminate() }
+            #expect(try waitForMessage(next, "1 processes adopted"), "\(next.log)")
+            #expect(
+                try scratch.cgroup.waitUntil(frozen: false, timeout: .seconds(10)),
+                "the cgroup stayed frozen with another uid's process:\n\(next.log)")
+            #expect(try waitForProcessState(app.pid) { $0 == .stopped } == .stopped, "\(next.log)")
+            #expect(try next.connect().app("scoped")["state"] == "suspended")
+            try next.stop()
+            #expect(try waitForProcessState(app.pid) { $0 != .stopped } != .stopped)
+        }
+    }
+
     @Test("after a kill -9, --release-stopped continues the app's group but not a member of another uid")
     func releaseSkipsOtherUid() async throws {
         try await withRoot("releaseSkipsOtherUid") {
@@ -150,6 +257,22 @@ struct ForeignMemberTests {
         try await offThePool(body)
     }
 
+    /// Runs `body` off the pool as root with a cgroup2 cgroup of the test's own (removed after, with whatever is
+    /// left in it); skips, saying why, where the host cannot make the cgroup.
+    private func withRootAndScratchCgroup(
+        _ test: String, _ body: @escaping @Sendable (ScratchCgroup) throws -> Void
+    ) async throws {
+        if let reason = ScratchCgroup.unavailableReason(.unified) {
+            print("\(test): skipped: \(reason)")
+            return
+        }
+        try await offThePool {
+            let scratch = try ScratchCgroup(.unified)
+            defer { scratch.close() }
+            try body(scratch)
+        }
+    }
+
     /// A child of the python `app`, in its process group, running with the real, effective and saved `uids` when
     /// given; a pidfd of it for the test (it bounds its own lifetime by the app's, 60 s).
     private func child(of app: ChildProcess, uids: [uid_t]? = nil) throws -> PidFD {
@@ -162,6 +285,13 @@ struct ForeignMemberTests {
             guard status.contains(expected) else { throw HarnessError("child \(pid) runs with other uids:\n\(status)") }
         }
         return pidFD
+    }
+
+    /// A process of `nobody` the test started (a `sleep` bounding its own lifetime).
+    private func foreignSleeper() throws -> ChildProcess {
+        try ChildProcess([
+            "setpriv", "--reuid=\(nobody)", "--regid=\(nobody)", "--clear-groups", "sleep", "60",
+        ])
     }
 
     /// Kills a child of an app through its pidfd (whoever its parent is by now) and closes the pidfd.
