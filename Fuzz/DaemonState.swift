@@ -5,8 +5,8 @@
 // every process it holds then goes through the checks a restart applies before it signals anything: its cgroups are
 // used only when `LaunchCgroupRoots.made` accepts them, and its stop only as `SavedStop.trusted` allows. Asserts
 // that nothing outside the daemon's roots is ever taken as a launched app's cgroup (each path an `app-*` child of
-// its root, no `.` or `..` and no deeper path), that a frozen cgroup taken over is the launched one or the app's own
-// as the live check found it (here, a cgroup named after the pid under a root of the fuzzer's), and that a stopped
+// its root, no `.` or `..` and no deeper path), that a frozen cgroup taken over is the launched one or the one the
+// process is in as /proc says (here, a cgroup named after the pid under a root of the fuzzer's), and that a stopped
 // process group taken over is the one the process leads.
 import BGTaskCore
 import BGTaskSystem
@@ -42,10 +42,10 @@ public func fuzzDaemonState(_ start: UnsafePointer<UInt8>, _ count: Int) -> CInt
             }
             launchedInto = cgroups.control
         }
-        // The app's own cgroup, as the live check would find it: for odd pids one named after the pid.
+        // The cgroup the process is in, as /proc would say: for odd pids one named after the pid.
         let own = saved.pid % 2 == 1 ? CgroupDirectory(path: "/sys/fs/cgroup/unified/user.slice/app-\(saved.pid)") : nil
         let taken: StopTarget?
-        switch SavedStop.trusted(saved, launchedInto: launchedInto, ownCgroup: { own }) {
+        switch SavedStop.trusted(saved, launchedInto: launchedInto, currentCgroup: { own }) {
         case .success(let target): taken = target
         case .failure(let refusal): taken = refusal.fallback
         }
@@ -53,7 +53,7 @@ public func fuzzDaemonState(_ start: UnsafePointer<UInt8>, _ count: Int) -> CInt
         case .cgroup(let cgroup)?:
             precondition(
                 cgroup.path == launchedInto?.path || cgroup.path == own?.path,
-                "took over a freeze through \(cgroup.path), neither launched into nor the app's own")
+                "took over a freeze through \(cgroup.path), neither launched into nor the process's")
         case .group(let group)?:
             precondition(group == saved.pid, "took over a stop of group \(group) that pid \(saved.pid) does not lead")
         case .process?:

@@ -1,9 +1,10 @@
 // libFuzzer target: every /proc parser of BGTaskSystem on any bytes, decoded as `ProcFS.read` decodes them.
 //
-// Each parser (stat, smaps_rollup's Pss, locks, fdinfo's lock lines, meminfo, pressure) must refuse with a
-// `ProcParseError` or return values the kernel could print: a positive pid, a non-negative whole number of KiB,
-// lock ranges that end after they start, available memory within the total, averages within 0–100. Stat lines,
-// lock rows and meminfo figures written back in the kernel's format parse to the same values, and the stat line of
+// Each parser (stat, status's user ids, smaps_rollup's Pss, locks, fdinfo's lock lines, meminfo, pressure) must
+// refuse with a `ProcParseError` or return values the kernel could print: a positive pid, uids that name a user,
+// taken from the input's one line that starts with `Uid:`, a non-negative whole number of KiB, lock ranges that end
+// after they start, available memory within the total, averages within 0–100. Stat lines, user ids, lock rows and
+// meminfo figures written back in the kernel's format parse to the same values, and the stat line of
 // a process named with the input's first bytes parses to that name. The line splitter behind `ProcFS.scanLines`,
 // fed the input in chunks whose sizes come from the input, yields exactly the input's lines or refuses it. The
 // cgroup files (`/proc/PID/cgroup`, whose paths hold names a user may choose, `cgroup.events`, `cgroup.procs`, a
@@ -17,6 +18,7 @@ public func fuzzProcFiles(_ start: UnsafePointer<UInt8>, _ count: Int) -> CInt {
     let text = String(decoding: bytes, as: UTF8.self)
     checkCommandName(bytes)
     checkStat(text)
+    checkUserIDs(text)
     checkProportionalSetSize(text)
     checkLocks(text)
     checkFileDescriptorLocks(text)
@@ -48,6 +50,21 @@ private func checkStat(_ text: String) {
         + "\(stat.sessionID) \(middle) \(stat.startTime) 2383872 233\n"
     let again = attempt { () throws(ProcParseError) in try ProcessStat.parse(line) }
     precondition(again == stat, "stat \(stat) written as \(line.debugDescription) read as \(String(describing: again))")
+}
+
+/// The user ids of `status`: each names a user (never `(uid_t)-1`), they come from the only line of the input
+/// that starts with `Uid:`, and written back in the kernel's form among other lines they read the same.
+private func checkUserIDs(_ text: String) {
+    guard let ids = attempt({ () throws(ProcParseError) in try ProcessUserIDs.parse(text) }) else { return }
+    let all = [ids.real, ids.effective, ids.saved, ids.filesystem]
+    precondition(!all.contains(uid_t.max), "user ids \(ids)")
+    let uidLines = text.utf8.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
+        .filter { $0.starts(with: "Uid:".utf8) }
+    precondition(uidLines.count == 1, "user ids \(ids) from \(uidLines.count) Uid lines")
+    let written = "Name:\tx\nUid:\t" + all.map(String.init).joined(separator: "\t") + "\nGid:\t0\t0\t0\t0\n"
+    let again = attempt { () throws(ProcParseError) in try ProcessUserIDs.parse(written) }
+    precondition(
+        again == ids, "user ids \(ids) written as \(written.debugDescription) read as \(String(describing: again))")
 }
 
 /// The stat line of a process that named itself with the input's first bytes (a command name is up to 15 bytes,

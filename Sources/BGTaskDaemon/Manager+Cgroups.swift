@@ -6,41 +6,36 @@ import BGTaskSystem
 import Glibc
 
 extension Manager {
-    /// The most processes a cgroup may hold for the daemon to check that they are all the app's (each is a
-    /// `/proc` read on the loop); past it the app is stopped with signals.
+    /// The most processes a cgroup may hold for the daemon to check that they are all the app's (each is two
+    /// `/proc` reads on the loop); past it the app is stopped with signals.
     static let ownCgroupProcessLimit = 64
     /// How long a freeze may take to show in `cgroup.events` (5–7 ms here) before SIGSTOP replaces it.
     static let freezeConfirmationTimeout: Duration = .seconds(1)
     static let freezeConfirmationInterval: Duration = .milliseconds(20)
 
     /// The cgroup2 cgroup `process` may be frozen through: one of its own (desktop shells and
-    /// `systemd-run --scope` give each app one) that holds only the process and its descendants, has no child
-    /// cgroups, is neither the root nor the daemon's own (or an ancestor of it), and that the daemon may freeze.
-    /// Nil for anything else, or anything that cannot be read: the app is then stopped with signals.
+    /// `systemd-run --scope` give each app one) that holds only the process and its descendants, all wholly of the
+    /// app's uid (a setuid child is not the app's to freeze), has no child cgroups, is neither the root nor the
+    /// daemon's own (or an ancestor of it), and that the daemon may freeze. Nil for anything else, or anything that
+    /// cannot be read: the app is then stopped with signals, which leave a process of another uid alone.
     func ownCgroup(of process: TrackedProcess) -> CgroupDirectory? {
+        guard let cgroup = currentCgroup(of: process) else { return nil }
+        guard access(cgroup.path + "/cgroup.freeze", W_OK) == 0, !cgroup.hasChildCgroups,
+            let pids = try? cgroup.processes(), pids.count <= Self.ownCgroupProcessLimit, pids.contains(process.pid),
+            pids.allSatisfy({ isDescendant($0, of: process) }), process.mayActOnWhole(cgroup)
+        else { return nil }
+        return cgroup
+    }
+
+    /// The cgroup2 cgroup `process` is in now (`/proc/PID/cgroup`), unless it is the root or the daemon's own (or an
+    /// ancestor of it); nil when it cannot be read.
+    func currentCgroup(of process: TrackedProcess) -> CgroupDirectory? {
         guard let root = cgroupHierarchies.unified,
             let cgroup = try? cgroupHierarchies.cgroups(of: process.pid, procFS: procFS).unified,
             cgroup.path != root, cgroup.path.hasPrefix(root + "/")
         else { return nil }
         if let own = daemonCgroup, own.path == cgroup.path || own.path.hasPrefix(cgroup.path + "/") { return nil }
-        guard access(cgroup.path + "/cgroup.freeze", W_OK) == 0, !hasChildCgroups(cgroup),
-            let pids = try? cgroup.processes(), pids.count <= Self.ownCgroupProcessLimit, pids.contains(process.pid),
-            pids.allSatisfy({ isDescendant($0, of: process) })
-        else { return nil }
         return cgroup
-    }
-
-    /// Whether `cgroup` has a child cgroup (a subdirectory): freezing it would freeze that one's processes too.
-    private func hasChildCgroups(_ cgroup: CgroupDirectory) -> Bool {
-        guard let directory = opendir(cgroup.path) else { return true }
-        defer { closedir(directory) }
-        while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) {
-                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
-            }
-            if entry.pointee.d_type == UInt8(DT_DIR) && name != "." && name != ".." { return true }
-        }
-        return false
     }
 
     /// Whether `pid` is `process` or descends from it (parents followed through `/proc`, at most 64 steps).
@@ -129,6 +124,12 @@ extension Manager {
             }
             if (try? cgroup.isFrozen()) == true {
                 freezeConfirmations[serial] = nil
+                // Frozen, nothing in it can change its uid: a process that turned another uid's between the check
+                // before the freeze and the freeze itself is found now, and thawed with the rest.
+                if process.frozenOwnCgroup != nil && !process.mayActOnWhole(cgroup) {
+                    fallBack(process, because: "\(cgroup) holds a process of another uid")
+                    continue
+                }
                 logger.debug("froze pid \(process.pid) through \(cgroup)", process.apps.map { .app(appName($0)) })
             } else if current >= deadline {
                 freezeConfirmations[serial] = nil
@@ -138,12 +139,13 @@ extension Manager {
         armFreezeConfirmationTimer()
     }
 
-    /// Stops `process` with SIGSTOP instead of the freeze that did not confirm (after the state says so).
-    private func fallBack(_ process: TrackedProcess?, because reason: String) {
+    /// Stops `process` with SIGSTOP instead of the freeze that did not confirm or may not stand (after the state
+    /// says so).
+    func fallBack(_ process: TrackedProcess?, because reason: String) {
         guard let process, process.frozenCgroup != nil else { return }
         logger.warning(
-            "\(reason): thawing it and stopping pid \(process.pid) with SIGSTOP instead",
-            process.apps.map { .app(appName($0)) })
+            "\(reason): \(process.isStopPending ? "not freezing it;" : "thawing it and") stopping pid \(process.pid) "
+                + "with SIGSTOP instead", process.apps.map { .app(appName($0)) })
         do {
             try process.fallBackToSignals()
         } catch {

@@ -89,10 +89,7 @@ extension Manager {
             _ = cgroups?.removeEmpty()
             throw error
         }
-        let process = TrackedProcess(
-            serial: nextProcessSerial, pidFD: child.pidFD, uid: uid, startTime: startTime,
-            changes: processChanges)
-        nextProcessSerial += 1
+        let process = newTrackedProcess(pidFD: child.pidFD, uid: uid, startTime: startTime)
         process.cgroups = cgroups
         process.child = child
         let app = launched.app

@@ -70,10 +70,7 @@ extension Manager {
             processOfApp[app] = existing
             return
         }
-        let process = TrackedProcess(
-            serial: nextProcessSerial, pidFD: peer.pidFD, uid: uid, startTime: peer.startTime,
-            changes: processChanges)
-        nextProcessSerial += 1
+        let process = newTrackedProcess(pidFD: peer.pidFD, uid: uid, startTime: peer.startTime)
         guard watchExit(of: process) else {
             // Fail closed: an app whose exit cannot be watched is not tracked at all, and its registration ends.
             perform(core.processExited(app, how: .exited, now: now))
@@ -83,6 +80,21 @@ extension Manager {
         processes[process.serial] = process
         processOfApp[app] = process
         memoryMonitor?.appsChanged()
+    }
+
+    /// A process to track under the next serial, whose signals' reports (a process of another uid left alone) are
+    /// logged with the names of its apps.
+    func newTrackedProcess(pidFD: PidFD, uid: uid_t, startTime: UInt64) -> TrackedProcess {
+        let process = TrackedProcess(
+            serial: nextProcessSerial, pidFD: pidFD, uid: uid, startTime: startTime, procFS: procFS,
+            changes: processChanges)
+        nextProcessSerial += 1
+        // The process owns the closure (through its signals): it is alive whenever the closure runs.
+        process.signals.report = { [weak self, unowned process] message in
+            guard let self else { return }
+            self.logger.notice(message, process.apps.sorted().map { .app(self.appName($0)) })
+        }
+        return process
     }
 
     /// Watches the process's pidfd for its exit; false (logged, the pidfd closed) when it cannot be watched.
@@ -234,6 +246,11 @@ extension Manager {
         stateChanged()
         whenStateSaved { [weak self, weak process] in
             guard let self, let process else { return }
+            // A freeze of a cgroup of the app's own waited for the save: what is in it may have changed meanwhile.
+            if let cgroup = process.pendingOwnCgroupFreeze, !process.mayActOnWhole(cgroup) {
+                self.fallBack(process, because: "\(cgroup) no longer holds only the app's processes")
+                return
+            }
             do throws(Errno) {
                 try process.sendPendingStop()
                 if process.frozenCgroup != nil { self.confirmFreeze(of: process) }

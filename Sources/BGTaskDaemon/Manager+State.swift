@@ -414,22 +414,8 @@ extension Manager {
                 if let savedCgroups { removeCgroups(savedCgroups) }
                 continue
             }
-            let process = TrackedProcess(
-                serial: nextProcessSerial, pidFD: pidFD, uid: saved.uid, startTime: saved.startTime,
-                changes: processChanges)
-            nextProcessSerial += 1
+            let process = newTrackedProcess(pidFD: pidFD, uid: saved.uid, startTime: saved.startTime)
             process.cgroups = savedCgroups
-            // The old daemon's stop, if the process is still stopped or its cgroup still frozen (the service's
-            // clean-up continues and thaws them), and only on a target this daemon would choose itself now.
-            if let stop = trustedStop(of: saved, process: process) {
-                let isStillStopped =
-                    if case .cgroup(let cgroup) = stop {
-                        (try? cgroup.isFrozen()) == true
-                    } else {
-                        (try? procFS.stat(saved.pid).state) == .stopped
-                    }
-                if isStillStopped { process.adoptStop(stop) }
-            }
             process.memoryBytes = saved.memoryBytes
             guard watchExit(of: process) else {
                 gone += 1
@@ -437,6 +423,11 @@ extension Manager {
                 continue
             }
             process.apps = Set(apps)
+            // The old daemon's stop, if the process is still stopped or its cgroup still frozen (the service's
+            // clean-up continues and thaws them), and only on a target this daemon would choose itself now.
+            if let stop = trustedStop(of: saved, process: process), isStillStopped(stop, saved, process) {
+                process.adoptStop(stop)
+            }
             processes[process.serial] = process
             for app in apps { processOfApp[app] = process }
             adopted += 1
@@ -469,13 +460,37 @@ extension Manager {
     /// What the state file says the last daemon stopped of `saved`, if it passes the checks a live stop gets
     /// (`SavedStop.trusted`); nil, logged, for a stop it names on anything else.
     private func trustedStop(of saved: SavedProcess, process: TrackedProcess) -> StopTarget? {
-        switch SavedStop.trusted(saved, launchedInto: process.cgroups?.control, ownCgroup: { ownCgroup(of: process) }) {
+        let verdict = SavedStop.trusted(
+            saved, launchedInto: process.cgroups?.control, currentCgroup: { currentCgroup(of: process) })
+        switch verdict {
         case .success(let target):
             return target
         case .failure(let refusal):
-            logger.warning(refusal.description, process.apps.map { .app(appName($0)) })
+            logger.warning(refusal.description, process.apps.sorted().map { .app(appName($0)) })
             return refusal.fallback
         }
+    }
+
+    /// Whether what the old daemon stopped (`stop`, checked by `trustedStop`) is still stopped (the service's
+    /// clean-up continues and thaws what it stopped), and may stay so. A cgroup the app sits in that the old daemon
+    /// froze but that no longer qualifies to be frozen whole (`ownCgroup(of:)`: a process of another uid or one
+    /// that does not descend from the app moved in while no daemon ran, or a child cgroup was made) is thawed
+    /// instead: it is the old daemon's freeze, undone, and the app, still suspended, is stopped again with signals.
+    private func isStillStopped(_ stop: StopTarget, _ saved: SavedProcess, _ process: TrackedProcess) -> Bool {
+        guard case .cgroup(let cgroup) = stop else { return (try? procFS.stat(saved.pid).state) == .stopped }
+        guard (try? cgroup.isFrozen()) == true else { return false }
+        if cgroup.path == process.cgroups?.control?.path || ownCgroup(of: process)?.path == cgroup.path { return true }
+        let fields = process.apps.sorted().map { LogField.app(appName($0)) }
+        do {
+            try cgroup.setFrozen(false)
+            logger.notice(
+                "thawed \(cgroup.path), frozen for pid \(process.pid): it no longer holds only the app's processes",
+                fields)
+        } catch {
+            logger.error(
+                "cannot thaw \(cgroup.path) (it no longer holds only pid \(process.pid)'s processes): \(error)", fields)
+        }
+        return false
     }
 
     /// The pidfd of a saved process if its pid still names it: alive, with the saved start time.

@@ -15,20 +15,22 @@ enum SavedStop {
 
     /// What the daemon may treat as stopped of `saved` (nil when the state says nothing was). A frozen cgroup must
     /// be `launchedInto`, the cgroup bgtaskd launched the app into (checked against `CgroupRoot=` by the caller),
-    /// or `ownCgroup()`, the app's own cgroup as the live check finds it now; anything else is refused and nothing
-    /// is taken as stopped. A stopped process group must be the one the process leads (its id is the process's
-    /// pid: the only group the daemon ever stops); anything else is refused and the process alone is taken.
+    /// or `currentCgroup()`, the cgroup2 cgroup the process is in now as `/proc/PID/cgroup` says (neither the root
+    /// nor the daemon's own; whether it may stay frozen whole is the caller's next check); anything else is
+    /// refused and nothing is taken as stopped. A stopped process group must be the one the process leads (its id
+    /// is the process's pid: the only group the daemon ever stops); anything else is refused and the process
+    /// alone is taken.
     static func trusted(
-        _ saved: SavedProcess, launchedInto: CgroupDirectory?, ownCgroup: () -> CgroupDirectory?
+        _ saved: SavedProcess, launchedInto: CgroupDirectory?, currentCgroup: () -> CgroupDirectory?
     ) -> Result<StopTarget?, Refusal> {
         guard saved.isStopped else { return .success(nil) }
         if let path = saved.frozenCgroup {
             if let launchedInto, launchedInto.path == path { return .success(.cgroup(launchedInto)) }
-            if let own = ownCgroup(), own.path == path { return .success(.cgroup(own)) }
+            if let current = currentCgroup(), current.path == path { return .success(.cgroup(current)) }
             return .failure(
                 Refusal(
                     description: "the state says pid \(saved.pid) was frozen through \(path), which is neither the "
-                        + "cgroup bgtaskd launched it into nor one of its own: nothing is thawed or killed through it",
+                        + "cgroup bgtaskd launched it into nor the one it is in: nothing is thawed or killed through it",
                     fallback: nil))
         }
         if let group = saved.stoppedGroup {

@@ -12,7 +12,8 @@ import Glibc
 /// everything and finds nothing to do; a `kill -9`, a crash or a watchdog abort leaves suspended apps stopped,
 /// and this is what continues them. Each target is checked first: a process only if its pid still names the
 /// process that registered (same start time); a group whose leader has exited only if no other process has
-/// taken the leader's pid (a group id cannot be reused while the group has members).
+/// taken the leader's pid (a group id cannot be reused while the group has members), and then only its members of
+/// the app's uid.
 public enum StoppedRelease {
     /// Does the release; returns the exit status (0 unless the state file cannot be rewritten). `now` is the
     /// monotonic clock's reading the state's save time is checked against (the real clock but in tests).
@@ -83,12 +84,16 @@ public enum StoppedRelease {
                 logger.info("pid \(saved.pid) is another process now: its old group is gone")
                 return false
             }
+            // Its members of the app's uid only: the daemon stopped no other (and one stopped by its own user
+            // since is not the daemon's to continue).
+            let signals = AppSignals(uid: saved.uid, procFS: procFS) { logger.notice($0) }
             do {
-                try ProcessGroup(id: group).send(.continue)
-                logger.info("continued process group \(group)")
-                return true
+                let continued = try signals.send(.continue, toGroup: group)
+                logger.info(
+                    "continued process group \(group) (\(continued.count) process(es) of uid \(saved.uid))")
+                return !continued.isEmpty
             } catch {
-                if error != .noSuchProcess { logger.error("cannot continue process group \(group): \(error)") }
+                logger.error("cannot continue process group \(group): \(error)")
                 return false
             }
         }
@@ -103,7 +108,7 @@ public enum StoppedRelease {
             guard try !pidFD.hasExited, (try? procFS.stat(saved.pid))?.startTime == saved.startTime else {
                 return false
             }
-            try pidFD.sendSignal(.continue)
+            try AppSignals(uid: saved.uid, procFS: procFS).send(.continue, toProcess: pidFD, startTime: saved.startTime)
             logger.info("continued pid \(saved.pid)")
             return true
         } catch {

@@ -4,8 +4,9 @@ import BGTaskCore
 import BGTaskSystem
 import Glibc
 
-/// What the daemon stopped, decided at the moment it stopped it and undone exactly: the process alone, the process
-/// group the process led at that moment (both with SIGSTOP), or the cgroup2 cgroup of its own it was in (frozen).
+/// What the daemon stopped, decided at the moment it stopped it and undone exactly: the process alone, the members of
+/// the process group the process led at that moment (both with SIGSTOP, each only if of the app's uid), or a cgroup:
+/// the one the daemon made for a managed app, or the cgroup2 cgroup of its own a self-registered app was in (frozen).
 enum StopTarget: Hashable {
     case process
     case group(pid_t)
@@ -22,12 +23,19 @@ enum StopTarget: Hashable {
 /// Whether to signal the group is decided each time from the world as it is (`getpgid(pid) == pid` now), never
 /// remembered from registration: a process may become a group leader after registering (as `bgtask run` does).
 /// A stop is undone on the same target it was made on.
+///
+/// Signals go only to processes of the app's uid (`signals`): a group's members one by one, each checked
+/// through a pidfd. A cgroup the daemon made for a managed app is the app's whole and is frozen and killed whole; a
+/// self-registered app's own cgroup only while everything in it is of the app's uid (`mayActOnWhole(_:)`, checked
+/// by the manager before freezing and again once frozen, and here before killing), else member by member.
 final class TrackedProcess {
     /// The daemon's key for the process, unique while it runs (memory samples and lock checks name it).
     let serial: Int
     let pidFD: PidFD
     /// The uid it connected with.
     let uid: uid_t
+    /// How signals reach it and its group: only processes wholly of `uid`.
+    let signals: AppSignals
     /// Its start time in clock ticks after boot: with the pid, the identity /proc reads are checked against.
     let startTime: UInt64
     /// The loop source reporting the pidfd readable (the process exited).
@@ -45,6 +53,10 @@ final class TrackedProcess {
     private(set) var isStopPending = false
     /// What the daemon stopped the last time it stopped it (shown in `GetApp`), kept after it resumes.
     private(set) var lastStopTarget: StopTarget?
+    /// The members a SIGSTOP to its group stopped: the SIGCONT (or SIGKILL) that ends the stop reaches them even
+    /// if they left the group meanwhile. Not saved: after a restart, the group's members of the app's uid are what
+    /// is continued.
+    private var stoppedMembers: Set<SignalledProcess> = []
     private var isReleased = false
     /// The last memory reading in bytes, kept when a later read fails: a failed read never makes the app look
     /// lighter to reclamation.
@@ -67,12 +79,30 @@ final class TrackedProcess {
         InspectedProcess(key: serial, pid: pid, startTime: startTime, memoryFile: cgroups?.memorySource?.path)
     }
 
-    init(serial: Int, pidFD: PidFD, uid: uid_t, startTime: UInt64, changes: ProcessChangeLog? = nil) {
+    /// A process to track; `procFS` is where the uids of what it signals are read.
+    init(
+        serial: Int, pidFD: PidFD, uid: uid_t, startTime: UInt64, procFS: ProcFS, changes: ProcessChangeLog? = nil
+    ) {
         self.changes = changes
         self.serial = serial
         self.pidFD = pidFD
         self.uid = uid
         self.startTime = startTime
+        signals = AppSignals(uid: uid, procFS: procFS)
+    }
+
+    /// Whether `cgroup` is the one the daemon made for it (a managed app): the app's whole, whoever runs in it.
+    private func isMade(_ cgroup: CgroupDirectory) -> Bool {
+        cgroups?.control?.path == cgroup.path
+    }
+
+    /// Whether a cgroup of the app's own (not one the daemon made) may be frozen or killed whole for it: it has
+    /// no child cgroup, at most `Manager.ownCgroupProcessLimit` processes, and every one of them is wholly of the
+    /// app's uid (each one that is not is reported). False when it cannot be read.
+    func mayActOnWhole(_ cgroup: CgroupDirectory) -> Bool {
+        guard !cgroup.hasChildCgroups, let pids = try? cgroup.processes(), pids.count <= Manager.ownCgroupProcessLimit
+        else { return false }
+        return signals.ownsAll(pids, in: cgroup.path)
     }
 
     /// The group the process leads right now, if it leads one. The pidfd pins nothing about the pid, so check the
@@ -84,18 +114,25 @@ final class TrackedProcess {
 
     private func send(_ signal: Signal, to target: StopTarget) throws(Errno) {
         switch target {
-        case .process: try pidFD.sendSignal(signal)
-        case .group(let id): try ProcessGroup(id: id).send(signal)
+        case .process:
+            try signals.send(signal, toProcess: pidFD, startTime: startTime)
+        case .group(let id):
+            let signalled = try signals.send(signal, toGroup: id, also: signal == .stop ? [] : stoppedMembers)
+            stoppedMembers = signal == .stop ? stoppedMembers.union(signalled) : []
+        case .cgroup(let cgroup) where !isMade(cgroup) && signal == .kill:
+            // A cgroup of the app's own: killed whole only if all of it is still the app's.
+            try killOwn(cgroup, isFrozen: true)
         case .cgroup(let cgroup):
             do {
                 switch signal {
                 case .stop: try cgroup.setFrozen(true)
                 case .continue: try cgroup.setFrozen(false)
                 case .kill:
-                    // cgroup.kill (Linux 5.14) takes every process at once, frozen or not; without it each
-                    // process gets SIGKILL through a pidfd, and a v1 freezer is thawed so the kill completes.
+                    // A cgroup the daemon made: the app's whole. cgroup.kill (Linux 5.14) takes every process at
+                    // once, frozen or not; without it each process gets SIGKILL through a pidfd, and a v1 freezer
+                    // is thawed so the kill completes.
                     _ = try cgroup.killEverything()
-                default: try pidFD.sendSignal(signal)
+                default: try signals.send(signal, toProcess: pidFD, startTime: startTime)
                 }
             } catch let error as Errno {
                 // The cgroup is gone: so is whatever was in it.
@@ -127,11 +164,26 @@ final class TrackedProcess {
         return nil
     }
 
-    /// A freeze that did not confirm: thaws the cgroup and decides a SIGSTOP instead, which
-    /// `sendPendingStop()` sends (after the state saying so is saved).
+    /// The cgroup of the app's own (not one the daemon made) whose freeze is decided but not yet written: what is
+    /// in it is checked again before it is.
+    var pendingOwnCgroupFreeze: CgroupDirectory? {
+        guard isStopPending, case .cgroup(let cgroup) = stopped, !isMade(cgroup) else { return nil }
+        return cgroup
+    }
+
+    /// Whether the daemon froze it through a cgroup of the app's own (not one the daemon made).
+    var frozenOwnCgroup: CgroupDirectory? {
+        guard let cgroup = frozenCgroup, !isMade(cgroup) else { return nil }
+        return cgroup
+    }
+
+    /// A freeze that did not confirm, or that may not stand (the cgroup holds a process of another uid): thaws the
+    /// cgroup (when the freeze was written) and decides a SIGSTOP instead, which `sendPendingStop()` sends (after
+    /// the state saying so is saved).
     func fallBackToSignals() throws(Errno) {
         guard case .cgroup(let cgroup) = stopped else { return }
-        try? cgroup.setFrozen(false)
+        // A freeze still pending was never written: the cgroup is not the daemon's to thaw.
+        if !isStopPending { try? cgroup.setFrozen(false) }
         stopped = nil
         isStopPending = false
         try stop()
@@ -171,6 +223,7 @@ final class TrackedProcess {
     /// comes back now rather than when the exit completes.
     func kill() throws(Errno) {
         var target = StopTarget.process
+        let wasWritten = !isStopPending
         if let stopped {
             target = stopped
         } else if let control = cgroups?.control {
@@ -181,7 +234,11 @@ final class TrackedProcess {
         }
         stopped = nil
         isStopPending = false
-        try send(.kill, to: target)
+        if case .cgroup(let cgroup) = target, !isMade(cgroup) {
+            try killOwn(cgroup, isFrozen: wasWritten)
+        } else {
+            try send(.kill, to: target)
+        }
         // The kill already happened; releasing early is an optimisation the kernel may decline (EINVAL while
         // the exit has not started, ESRCH once it finished).
         try? pidFD.releaseMemory()
@@ -191,9 +248,20 @@ final class TrackedProcess {
     /// killer, an operator), the rest of the group would stay stopped for good: continue it, or kill it when
     /// `killing` (the daemon was ending the app). The group id stays valid while any member lives (a pid number is
     /// not reused while a group still uses it); a process now holding the leader's pid with another start time
-    /// means the group is gone and the number reused, and then nothing is sent. A frozen cgroup is thawed (or
-    /// killed) the same way: the rest of its processes are the app's.
+    /// means the group is gone and the number reused, and then nothing is sent; else its members of the app's uid
+    /// get the signal. A frozen cgroup the daemon made is thawed (or killed) whole: the rest of its processes are the
+    /// app's. A cgroup of the app's own is thawed, or killed as `kill()` kills it (whole only if all of it is still
+    /// the app's).
     func releaseGroupAfterExit(killing: Bool, procFS: ProcFS) throws(Errno) {
+        if case .cgroup(let cgroup) = stopped, !isMade(cgroup) {
+            stopped = nil
+            if killing {
+                try killOwn(cgroup, isFrozen: !isStopPending)
+            } else {
+                try thaw(cgroup)
+            }
+            return
+        }
         if case .cgroup(let cgroup) = stopped {
             stopped = nil
             do {
@@ -209,11 +277,36 @@ final class TrackedProcess {
         guard case .group(let id) = stopped else { return }
         stopped = nil
         if let stat = try? procFS.stat(id), stat.startTime != startTime { return }
+        // Its members of the app's uid (none left: nothing stays stopped).
+        try send(killing ? .kill : .continue, to: .group(id))
+    }
+
+    /// SIGKILL to what is in a cgroup of the app's own (not one the daemon made), then a thaw. Frozen (`isFrozen`:
+    /// the daemon wrote the freeze), nothing in it can fork or `execve`: when every process in it is then the app's,
+    /// `cgroup.kill` takes them all at once. Otherwise each process of the app's uid gets SIGKILL through a pidfd,
+    /// and the rest are left alone, running again once thawed.
+    private func killOwn(_ cgroup: CgroupDirectory, isFrozen: Bool) throws(Errno) {
         do {
-            try ProcessGroup(id: id).send(killing ? .kill : .continue)
+            if isFrozen, try cgroup.isFrozen(), mayActOnWhole(cgroup) {
+                _ = try cgroup.killEverything()
+            } else {
+                try signals.send(.kill, toCgroup: cgroup)
+            }
+        } catch let error as Errno {
+            // The cgroup is gone: so is whatever was in it.
+            throw error.rawValue == ENOENT ? Errno.noSuchProcess : error
         } catch {
-            // No member left: nothing stays stopped.
-            if error != .noSuchProcess { throw error }
+            throw Errno(rawValue: EIO, operation: "\(cgroup): \(error)")
+        }
+        if isFrozen { try thaw(cgroup) }
+    }
+
+    /// Thaws a cgroup the daemon froze; one gone already needs nothing.
+    private func thaw(_ cgroup: CgroupDirectory) throws(Errno) {
+        do {
+            try cgroup.setFrozen(false)
+        } catch {
+            if error.rawValue != ENOENT { throw error }
         }
     }
 
@@ -238,6 +331,8 @@ final class TrackedProcess {
     /// Stops watching and closes the pidfd.
     func release() {
         isReleased = true
+        stoppedMembers = []
+        signals.report = { _ in }
         isStopPending = false
         exitSource?.cancel()
         exitSource = nil

@@ -102,6 +102,20 @@ public struct CgroupDirectory: Hashable, Sendable, CustomStringConvertible {
         try CgroupProcesses.parse(read("cgroup.procs"))
     }
 
+    /// Whether it has a child cgroup (a subdirectory), whose processes freezing or killing it would reach too;
+    /// true when it cannot be read (fail closed: the caller then does not act on it whole).
+    public var hasChildCgroups: Bool {
+        guard let directory = opendir(path) else { return true }
+        defer { closedir(directory) }
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) {
+                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if entry.pointee.d_type == UInt8(DT_DIR) && name != "." && name != ".." { return true }
+        }
+        return false
+    }
+
     /// Moves `pid` into it.
     public func move(_ pid: pid_t) throws(Errno) {
         try write("cgroup.procs", "\(pid)")

@@ -67,6 +67,22 @@ public struct ProcFS: Sendable {
         try ProcessStat.parse(readLines("\(pid)/stat"))
     }
 
+    /// The real, effective, saved and filesystem uids of a process (the `Uid:` line of `/proc/PID/status`).
+    public func userIDs(_ pid: pid_t) throws -> ProcessUserIDs {
+        try ProcessUserIDs.parse(readLines("\(pid)/status"))
+    }
+
+    /// The stat of every process whose stat shows it in process group `group`, from one pass over every
+    /// process's stat. Throws when the process list cannot be read; a process that exits during the pass, or whose
+    /// stat cannot be read or understood, is left out (for a caller deciding whom to signal, a process it cannot
+    /// see is one it does not signal).
+    public func processes(inGroup group: pid_t) throws(Errno) -> [ProcessStat] {
+        try processIDs().compactMap { pid in
+            guard let stat = try? self.stat(pid), stat.processGroupID == group else { return nil }
+            return stat
+        }
+    }
+
     /// `Pss` of `/proc/PID/smaps_rollup` in bytes: the process's fair share of the memory it maps.
     public func proportionalSetSize(_ pid: pid_t) throws -> Int64 {
         try ProportionalSetSize.parse(readLines("\(pid)/smaps_rollup"))

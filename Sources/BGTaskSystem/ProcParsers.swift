@@ -197,6 +197,76 @@ extension StringProtocol {
     }
 }
 
+// MARK: - /proc/PID/status
+
+/// The user ids of a process, from the `Uid:` line of `/proc/PID/status`: whose process it is, which decides
+/// whether the daemon may signal it on an app's behalf.
+public struct ProcessUserIDs: Hashable, Sendable {
+    /// The real uid: who started it (a setuid program keeps its caller's).
+    public var real: uid_t
+    /// The effective uid: whose rights it acts with.
+    public var effective: uid_t
+    /// The saved set-user-id: the uid it may switch its effective uid back to.
+    public var saved: uid_t
+    /// The filesystem uid: whose rights it opens files with (follows the effective uid unless changed).
+    public var filesystem: uid_t
+
+    /// User ids from their parts.
+    public init(real: uid_t, effective: uid_t, saved: uid_t, filesystem: uid_t) {
+        self.real = real
+        self.effective = effective
+        self.saved = saved
+        self.filesystem = filesystem
+    }
+
+    /// Whether the process is wholly `uid`'s: its real, effective and saved uids are all `uid`, so it cannot act
+    /// with another's rights now or later. A setuid-root program `uid` started has `uid` as its real uid and 0 as
+    /// the others: it is not.
+    public func areAll(_ uid: uid_t) -> Bool {
+        real == uid && effective == uid && saved == uid
+    }
+
+    /// Parses `/proc/PID/status`: its one `Uid:` line, four decimal ids (real, effective, saved, filesystem)
+    /// separated by tabs. The text is read as bytes: only a line that starts with `Uid:` counts, and a second
+    /// one, a missing one, or one whose ids are not four plain numbers a uid can hold is refused (the kernel never
+    /// prints such; a caller deciding whose a process is must not guess).
+    public static func parse(_ text: String) throws(ProcParseError) -> ProcessUserIDs {
+        func failure(_ reason: String, line: Int? = nil) -> ProcParseError {
+            ProcParseError(file: "status", line: line, reason: reason)
+        }
+        let prefix = Array("Uid:".utf8)
+        var found: (ids: ProcessUserIDs, line: Int)?
+        for (index, line) in text.utf8.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
+            .enumerated()
+        where line.starts(with: prefix) {
+            let number = index + 1
+            let lineText = String(decoding: line, as: UTF8.self)
+            if let found {
+                throw failure("a second Uid line (the first is line \(found.line))", line: number)
+            }
+            let parts = line.dropFirst(prefix.count).split(whereSeparator: {
+                $0 == UInt8(ascii: "\t") || $0 == UInt8(ascii: " ")
+            })
+            guard parts.count == 4 else {
+                throw failure("\(parts.count) ids in \(quoted(lineText)), need 4", line: number)
+            }
+            var ids: [uid_t] = []
+            for part in parts {
+                // Digits only (no sign, no spaces), at most 10 of them, and not (uid_t)-1, which names no user.
+                guard part.count <= 10, part.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }),
+                    let value = UInt64(String(decoding: part, as: UTF8.self)), value < UInt64(uid_t.max)
+                else {
+                    throw failure("bad uid \(quoted(String(decoding: part, as: UTF8.self)))", line: number)
+                }
+                ids.append(uid_t(value))
+            }
+            found = (ProcessUserIDs(real: ids[0], effective: ids[1], saved: ids[2], filesystem: ids[3]), number)
+        }
+        guard let found else { throw failure("no Uid line") }
+        return found.ids
+    }
+}
+
 // MARK: - /proc/PID/smaps_rollup
 
 /// Proportional set size (PSS): the process's private memory plus its share of shared pages.

@@ -3,7 +3,7 @@
 import BGTaskSystem
 import Foundation
 
-/// A directory laid out like the parts of `/proc` the daemon reads: `PID/stat`, `PID/smaps_rollup`,
+/// A directory laid out like the parts of `/proc` the daemon reads: `PID/stat`, `PID/status`, `PID/smaps_rollup`,
 /// `PID/fdinfo/N`, `locks`, `meminfo` and `pressure/memory`. Point `ProcFS(root:)` at `procFS` to read it.
 ///
 /// Only what a test adds exists, so a missing file stands for a process that is gone or a file that cannot be read.
@@ -29,11 +29,13 @@ public final class FakeProcTree {
         try setLocks("")
     }
 
-    /// Adds (or replaces) a process: its `stat` and, unless `pssKiB` is nil, its `smaps_rollup`. `group` is the
-    /// process group id written in `stat`; nil makes the process lead its own group.
+    /// Adds (or replaces) a process: its `stat`, its `status` and, unless `pssKiB` is nil, its `smaps_rollup`.
+    /// `group` is the process group id written in `stat`; nil makes the process lead its own group. `uid` is its
+    /// real, effective, saved and filesystem uid in `status`; nil is the test's own real uid (whose the stand-in
+    /// processes the daemon signals are).
     public func addProcess(
         pid: Int32, group: Int32? = nil, startTime: UInt64 = 1_000, state: String = "S", pssKiB: Int64? = 1_024,
-        command: String = "app"
+        command: String = "app", uid: UInt32? = nil
     ) throws {
         let groupID = group ?? pid
         // Fields after the state: ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
@@ -42,6 +44,11 @@ public final class FakeProcTree {
             "1 \(groupID) \(groupID) 0 -1 4194560 120 0 0 0 0 0 0 0 20 0 1 0 \(startTime) 2383872 233 "
             + "18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0"
         try directory.write("\(pid)/stat", "\(pid) (\(command)) \(state) \(rest)\n")
+        let id = uid ?? getuid()
+        try directory.write(
+            "\(pid)/status",
+            "Name:\t\(command)\nState:\t\(state)\nTgid:\t\(pid)\nPid:\t\(pid)\nPPid:\t1\n"
+                + "Uid:\t\(id)\t\(id)\t\(id)\t\(id)\nGid:\t0\t0\t0\t0\n")
         if let pssKiB {
             try directory.write(
                 "\(pid)/smaps_rollup",

@@ -2,6 +2,7 @@
 
 import BGTaskSystem
 import BGTaskTestSupport
+import Glibc
 import Testing
 
 @Suite("ProcFS reading")
@@ -56,5 +57,38 @@ struct ProcFSTests {
         #expect(error?.line == 2)
         let missing = #expect(throws: Errno.self) { try procFS.scanLines("missing") { _ in true } }
         #expect(missing == .noSuchFileOrDirectory)
+    }
+
+    @Test("userIDs: the Uid line of PID/status; this process's own match getuid and geteuid")
+    func userIDs() throws {
+        let tree = try FakeProcTree()
+        try tree.addProcess(pid: 42, uid: 65534)
+        #expect(
+            try tree.procFS.userIDs(42)
+                == ProcessUserIDs(real: 65534, effective: 65534, saved: 65534, filesystem: 65534))
+        let missing = #expect(throws: Errno.self) { try tree.procFS.userIDs(43) }
+        #expect(missing == .noSuchFileOrDirectory)
+        _ = try tree.directory.write("44/status", "Name:\tx\nUid:\t1\t2\t3\t4")
+        #expect(throws: ProcParseError.self) { try tree.procFS.userIDs(44) }
+        let own = try ProcFS().userIDs(getpid())
+        #expect(own.real == getuid() && own.effective == geteuid())
+    }
+
+    @Test("processes(inGroup:): every process whose stat shows the group; gone and unreadable ones left out")
+    func groupMembers() throws {
+        let tree = try FakeProcTree()
+        try tree.addProcess(pid: 100)
+        try tree.addProcess(pid: 101, group: 100)
+        try tree.addProcess(pid: 102, group: 100, startTime: 7)
+        try tree.addProcess(pid: 200)
+        try tree.addProcess(pid: 201, group: 200)
+        _ = try tree.directory.write("103/stat", "garbage\n")
+        let members = try tree.procFS.processes(inGroup: 100)
+        #expect(Set(members.map(\.pid)) == [100, 101, 102])
+        #expect(members.first { $0.pid == 102 }?.startTime == 7)
+        #expect(try tree.procFS.processes(inGroup: 300).isEmpty)
+        // The real /proc: this process's group has this process in it.
+        let group = try ProcessGroup.of(getpid())
+        #expect(try ProcFS().processes(inGroup: group.id).contains { $0.pid == getpid() })
     }
 }

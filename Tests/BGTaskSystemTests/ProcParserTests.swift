@@ -134,6 +134,89 @@ extension String {
     }
 }
 
+/// A `/proc/PID/status` as the kernel prints it (6.x, abridged after `Groups:`), with `uidLine` in its place.
+private func statusText(name: String = "sleep", uidLine: String = "Uid:\t1000\t1000\t1000\t1000") -> String {
+    "Name:\t\(name)\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t4242\nNgid:\t0\nPid:\t4242\nPPid:\t1\n"
+        + "TracerPid:\t0\n\(uidLine)\nGid:\t1000\t1000\t1000\t1000\nFDSize:\t64\nGroups:\t27 1000 \n"
+        + "VmPeak:\t    8380 kB\nThreads:\t1\n"
+}
+
+@Suite struct UserIDParserTests {
+    static let good: [(String, ProcessUserIDs)] = [
+        (statusText(), ProcessUserIDs(real: 1000, effective: 1000, saved: 1000, filesystem: 1000)),
+        // A setuid-root program its user started: the real uid stays, the others are root's.
+        (
+            statusText(uidLine: "Uid:\t1000\t0\t0\t0"),
+            ProcessUserIDs(real: 1000, effective: 0, saved: 0, filesystem: 0)
+        ),
+        (
+            statusText(uidLine: "Uid:\t0\t65534\t4294967294\t65534"),
+            ProcessUserIDs(real: 0, effective: 65534, saved: 4_294_967_294, filesystem: 65534)
+        ),
+        // Spaces instead of tabs, and a line alone, are taken.
+        ("Uid: 1 2 3 4\n", ProcessUserIDs(real: 1, effective: 2, saved: 3, filesystem: 4)),
+        ("Uid:\t7\t7\t7\t7", ProcessUserIDs(real: 7, effective: 7, saved: 7, filesystem: 7)),
+        // A process named to look like a Uid line: the kernel prints it after "Name:", where it does not count.
+        (
+            statusText(name: "Uid:\t0\t0\t0\t0"),
+            ProcessUserIDs(real: 1000, effective: 1000, saved: 1000, filesystem: 1000)
+        ),
+    ]
+
+    @Test(arguments: good)
+    func parsesGoodRows(text: String, expected: ProcessUserIDs) throws {
+        #expect(try ProcessUserIDs.parse(text) == expected)
+    }
+
+    static let hostile: [String] = [
+        "",
+        "\n",
+        statusText(uidLine: ""),  // No Uid line.
+        statusText(uidLine: " Uid:\t0\t0\t0\t0"),  // Not at the start of a line: no Uid line.
+        statusText(uidLine: "uid:\t0\t0\t0\t0"),
+        statusText(uidLine: "Uid:\t1000\t1000\t1000"),  // Three ids.
+        statusText(uidLine: "Uid:\t1000\t1000\t1000\t1000\t0"),  // Five.
+        statusText(uidLine: "Uid:"),
+        statusText(uidLine: "Uid:\t-1\t0\t0\t0"),
+        statusText(uidLine: "Uid:\t+1\t0\t0\t0"),
+        statusText(uidLine: "Uid:\t4294967295\t0\t0\t0"),  // (uid_t)-1 names no user.
+        statusText(uidLine: "Uid:\t4294967296\t0\t0\t0"),  // Past a uid.
+        statusText(uidLine: "Uid:\t99999999999999999999999\t0\t0\t0"),
+        statusText(uidLine: "Uid:\t00000000001000\t0\t0\t0"),
+        statusText(uidLine: "Uid:\t1000\tx\t0\t0"),
+        statusText(uidLine: "Uid:\t1e3\t0\t0\t0"),
+        statusText(uidLine: "Uid:\t\u{661}\t0\t0\t0"),  // An Arabic-Indic digit one.
+        statusText(uidLine: "Uid:\u{301}\t0\t0\t0\t0"),  // A combining mark fused with the colon.
+        // Two Uid lines: which one the kernel meant cannot be known.
+        statusText(uidLine: "Uid:\t0\t0\t0\t0\nUid:\t1000\t1000\t1000\t1000"),
+        statusText(uidLine: "Uid:\t1000\t1000\t1000\t1000\nUid:\t0\t0\t0\t0"),
+        "\u{0}\u{1}Uid:\u{ff}",
+        "Uid:" + String(repeating: "\t1", count: 10_000),
+    ]
+
+    @Test(arguments: hostile)
+    func rejectsHostileRows(text: String) {
+        #expect(throws: ProcParseError.self) { try ProcessUserIDs.parse(text) }
+    }
+
+    @Test func errorQuotesABoundedPartOfTheInput() {
+        let error = #expect(throws: ProcParseError.self) {
+            try ProcessUserIDs.parse("Uid:" + String(repeating: "\t1", count: 10_000))
+        }
+        #expect((error?.description.count ?? .max) < 200)
+    }
+
+    @Test func wholeOnlyWhenRealEffectiveAndSavedAreTheUid() {
+        #expect(ProcessUserIDs(real: 1000, effective: 1000, saved: 1000, filesystem: 1000).areAll(1000))
+        // The filesystem uid does not decide whose signals reach it.
+        #expect(ProcessUserIDs(real: 1000, effective: 1000, saved: 1000, filesystem: 0).areAll(1000))
+        #expect(!ProcessUserIDs(real: 1000, effective: 0, saved: 0, filesystem: 0).areAll(1000))
+        #expect(!ProcessUserIDs(real: 1000, effective: 1000, saved: 0, filesystem: 1000).areAll(1000))
+        #expect(!ProcessUserIDs(real: 0, effective: 1000, saved: 1000, filesystem: 1000).areAll(1000))
+        #expect(!ProcessUserIDs(real: 1000, effective: 1000, saved: 1000, filesystem: 1000).areAll(0))
+    }
+}
+
 @Suite struct LockParserTests {
     static let good: [(String, FileLock)] = [
         (

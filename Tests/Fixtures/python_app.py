@@ -11,6 +11,8 @@ obeys commands on stdin, one per line:
     lead            -> "leading"           (makes a process group of our own, after registering)
     child           -> "child PID"         (a child in our process group that sleeps out our lifetime)
     child-lock KIND PATH -> "child PID"    (the same, printed once the child holds a KIND lock on PATH)
+    child-as RUID EUID SUID -> "child PID" (the same, printed once the child runs with these user ids: a member
+                                           of another uid, or a setuid child's real/effective/saved mix; root only)
 Failures print "error NAME". The process bounds its own lifetime (--lifetime, default 60 s), and so do its
 children.
 """
@@ -61,13 +63,16 @@ def take_lock(kind, path):
     return handle
 
 
-def spawn_child(lifetime, lock=None):
-    """Forks a child that stays in our process group until our lifetime ends, holding `lock` if given."""
+def spawn_child(lifetime, lock=None, uids=None):
+    """Forks a child that stays in our process group until our lifetime ends, holding `lock` if given, running
+    with the real, effective and saved user ids `uids` if given."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read_end)
         signal.alarm(lifetime)
+        if uids:
+            os.setresuid(*uids)
         held = take_lock(*lock) if lock else None
         os.write(write_end, b"x")
         while True:
@@ -145,6 +150,8 @@ def main():
                 out("leading")
             elif words[0] == "child":
                 out("child", spawn_child(args.lifetime))
+            elif words[0] == "child-as":
+                out("child", spawn_child(args.lifetime, uids=[int(word) for word in words[1:4]]))
             elif words[0] == "child-lock":
                 out("child", spawn_child(args.lifetime, (words[1], words[2])))
             elif words[0] == "exit":
