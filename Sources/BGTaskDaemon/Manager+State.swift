@@ -494,10 +494,18 @@ extension Manager {
     }
 
     /// The pidfd of a saved process if its pid still names it: alive, with the saved start time.
+    ///
+    /// And of the saved uid, as a registration's peer credentials gave it (its effective uid): the state file is not
+    /// trusted to say whose a process is, which decides who may act as the app and whose processes its signals may
+    /// reach. An unreadable uid is not adopted (fail closed: the app ends `exited`).
     private func adoptableProcess(_ saved: SavedProcess) -> PidFD? {
         guard let pidFD = try? PidFD.open(pid: saved.pid) else { return nil }
         if let stat = try? procFS.stat(saved.pid), stat.startTime == saved.startTime, (try? pidFD.hasExited) == false {
-            return pidFD
+            if let ids = try? procFS.userIDs(saved.pid), ids.effective == saved.uid, (try? pidFD.hasExited) == false {
+                return pidFD
+            }
+            logger.warning(
+                "the state says pid \(saved.pid) is uid \(saved.uid)'s, which /proc does not confirm: not adopting it")
         }
         try? pidFD.close()
         return nil

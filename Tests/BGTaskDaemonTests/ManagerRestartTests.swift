@@ -155,6 +155,31 @@ struct ManagerRestartTests {
         }
     }
 
+    @Test("a saved process whose uid /proc does not confirm is not adopted: the app ends, the process is left alone")
+    func doctoredUID() async throws {
+        try await offThePool {
+            let harness = try ManagerHarness()
+            defer { harness.close() }
+            let app = try suspended("app", in: harness)
+            try harness.restart(after: .seconds(1)) {
+                // As a crash leaves it, stopped; the state now says it is another user's.
+                try app.standIn.process.sendSignal(.stop)
+                #expect(try waitForProcessState(app.pid, timeout: .seconds(30)) { $0 == .stopped } == .stopped)
+                try editState(at: harness.statePath) { state in
+                    var processes = state["processes"] as? [[String: Any]] ?? []
+                    processes[0]["uid"] = 65_534
+                    processes[0]["isStopped"] = true
+                    state["processes"] = processes
+                }
+            }
+            #expect(harness.log.contains("which /proc does not confirm: not adopting it"), "\(harness.log)")
+            #expect(try harness.app("app")["exitReason"] == "exited")
+            try harness.advance(by: .seconds(10))
+            #expect(harness.processState(app) == .stopped, "the daemon acted on a process it did not adopt")
+            try app.standIn.process.sendSignal(.continue)
+        }
+    }
+
     @Test(
         "a state naming a cgroup or process group that is not the app's: nothing is thawed, continued or killed there",
         .enabled(
