@@ -176,7 +176,9 @@ final class ClientConnection {
             close(because: "read failed: \(error)")
         case .done(0):
             isInputFinished = true
-            if isPeerGone || stream != nil || decoder.bufferedByteCount == 0 && bufferedOutput == 0 {
+            // Nothing left to answer or to send (replies held for a save are still owed).
+            let isAllAnswered = decoder.bufferedByteCount == 0 && pendingOutput == 0
+            if isPeerGone || stream != nil || isAllAnswered {
                 close(because: "the client closed the connection")
             } else {
                 processMessages()
@@ -232,12 +234,24 @@ final class ClientConnection {
             onMessage?(self, message)
         }
         guard !isClosed else { return }
-        if isInputFinished && mayProcessCalls && bufferedOutput == 0 {
-            // Every call that came before the end of input is answered.
+        if isInputFinished && mayProcessCalls && pendingOutput == 0 {
+            // Every call that came before the end of input is answered, and the answers sent.
             close(because: "the client finished")
             return
         }
         updateInterest()
+    }
+
+    /// Sends a message the manager held until the state it reflects was saved (counted in `heldOutputBytes` until
+    /// now); a client that finished its input is closed, on a turn of the backlog, once nothing more is owed to it.
+    func sendHeld(_ message: [UInt8]) {
+        heldOutputBytes -= message.count
+        send(message)
+        if !isClosed && isInputFinished && heldOutputBytes == 0 {
+            onBacklog?(self)
+        } else {
+            updateInterest()
+        }
     }
 
     /// Queues an encoded, NUL-terminated message for the client.
