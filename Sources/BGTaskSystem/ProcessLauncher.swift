@@ -86,25 +86,6 @@ public enum ProcessLauncher {
         return nil
     }
 
-    /// Starts `spec`; returns once the child has exec'd (or throws why it could not, the child reaped). Blocks for
-    /// as long as the child takes to get there.
-    public static func launch(_ spec: LaunchSpec) throws(LaunchError) -> SpawnedProcess {
-        let handshake = try start(spec)
-        defer { handshake.close() }
-        while true {
-            switch handshake.outcome() {
-            case .pending:
-                _ = try? handshake.pipe.poll(for: .readable, timeout: nil)
-            case .executed:
-                return handshake.child
-            case .failed(let error):
-                _ = try? handshake.child.waitForExit()
-                try? handshake.child.pidFD.close()
-                throw error
-            }
-        }
-    }
-
     /// Starts `spec` and returns at once, the child cloned but not yet exec'd: whether it execs is for the caller
     /// to learn from the handshake (`LaunchHandshake.outcome()`), without waiting on a child that may take its
     /// time (a hung home directory, a frozen cgroup). Throws when the child cannot be cloned.
