@@ -26,7 +26,8 @@ final class ReadBuffer {
 ///   connection holds at most one message and one read; while it streams (after `Register` or `Watch`), input
 ///   past `MessageSizeMax` closes it, since no call is read until the stream ends;
 /// - calls: at most `callsPerTurn` per loop turn; more complete calls wait for the manager's backlog source, so a
-///   pipelining client cannot hold the loop;
+///   pipelining client cannot hold the loop; while a call's reply is deferred (`Launch`, until its program has
+///   started), the calls after it wait, so replies still come in order;
 /// - output: past `readPauseThreshold` unsent bytes the daemon reads and processes no more calls until the client
 ///   catches up (its replies are never dropped); a streaming connection past `streamOutputLimit` is not reading
 ///   its events and is disconnected.
@@ -73,6 +74,8 @@ final class ClientConnection {
     var loggedLimits: Set<String> = []
     /// Whether the manager's backlog holds this connection (complete calls wait for a later turn).
     var isBacklogged = false
+    /// Whether a call's reply is deferred (`holdCalls()`): the calls after it wait until `releaseCalls()`.
+    private(set) var isAwaitingReply = false
     private var output: [UInt8] = []
     private var outputStart = 0
     private(set) var isClosed = false
@@ -118,10 +121,10 @@ final class ClientConnection {
     var heldOutputBytes = 0
     private var pendingOutput: Int { bufferedOutput + heldOutputBytes }
 
-    /// Whether the client's calls may be processed now: no stream holds the connection and its replies are
-    /// being read (or can no longer be).
+    /// Whether the client's calls may be processed now: no stream holds the connection, no call waits for its
+    /// deferred reply, and its replies are being read (or can no longer be).
     private var mayProcessCalls: Bool {
-        !isClosed && stream == nil && (isPeerGone || pendingOutput <= Self.readPauseThreshold)
+        !isClosed && stream == nil && !isAwaitingReply && (isPeerGone || pendingOutput <= Self.readPauseThreshold)
     }
 
     /// Whether to read now: input not finished, room for a whole message, and replies not piling up (a streaming
@@ -177,7 +180,9 @@ final class ClientConnection {
             close(because: "read failed: \(error)")
         case .done(0):
             isInputFinished = true
-            if isPeerGone || stream != nil || decoder.bufferedByteCount == 0 && bufferedOutput == 0 {
+            // Nothing left to answer or to send (replies held for a save, or deferred, are still owed).
+            let isAllAnswered = decoder.bufferedByteCount == 0 && pendingOutput == 0 && !isAwaitingReply
+            if isPeerGone || stream != nil || isAllAnswered {
                 close(because: "the client closed the connection")
             } else {
                 processMessages()
@@ -233,12 +238,45 @@ final class ClientConnection {
             onMessage?(self, message)
         }
         guard !isClosed else { return }
-        if isInputFinished && mayProcessCalls && bufferedOutput == 0 {
-            // Every call that came before the end of input is answered.
+        if isInputFinished && mayProcessCalls && pendingOutput == 0 {
+            // Every call that came before the end of input is answered, and the answers sent.
             close(because: "the client finished")
             return
         }
         updateInterest()
+    }
+
+    /// The call just handed to the manager is answered later (its work goes on off the loop): the calls after it
+    /// wait, read but not processed, until `releaseCalls()`. Input stays bounded as while replies pile up: reads
+    /// stop once a message's worth is buffered.
+    func holdCalls() {
+        isAwaitingReply = true
+    }
+
+    /// The deferred reply has been handed to `Manager.transmit`: the calls after it go on, on a turn of the backlog
+    /// (this may run in the middle of another connection's call), and a client that finished its input is closed
+    /// once everything is answered.
+    func releaseCalls() {
+        guard isAwaitingReply else { return }
+        isAwaitingReply = false
+        guard !isClosed else { return }
+        if decoder.bufferedByteCount > 0 || isInputFinished {
+            onBacklog?(self)
+        } else {
+            updateInterest()
+        }
+    }
+
+    /// Sends a message the manager held until the state it reflects was saved (counted in `heldOutputBytes` until
+    /// now); a client that finished its input is closed, on a turn of the backlog, once nothing more is owed to it.
+    func sendHeld(_ message: [UInt8]) {
+        heldOutputBytes -= message.count
+        send(message)
+        if !isClosed && isInputFinished && heldOutputBytes == 0 {
+            onBacklog?(self)
+        } else {
+            updateInterest()
+        }
     }
 
     /// Queues an encoded, NUL-terminated message for the client.

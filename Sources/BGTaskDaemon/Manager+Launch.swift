@@ -1,5 +1,5 @@
-// Managed apps (`Launch`): started by the daemon in cgroups of their own, watched as its children, and their
-// cgroups removed once they are gone.
+// Managed apps (`Launch`): the call checked, the launch handed to `AppLauncher`, the app taken on once its program has
+// started, watched as the daemon's child, and its cgroups removed once it is gone.
 
 import BGTaskCore
 import BGTaskProtocol
@@ -13,8 +13,13 @@ extension Manager {
     static let cgroupRemovalTimeout: Duration = .seconds(30)
     static let cgroupRemovalInterval: Duration = .milliseconds(100)
 
-    /// `Launch`: starts `argv` as the managed app `name` and answers with the app, `notRunning` until its process
-    /// registers.
+    /// The most launches held at once (from the call to the program's exec, and children being ended): a few, since
+    /// a healthy launch takes milliseconds; more at once means starts are hanging, and each holds a child.
+    static let launchesInFlightMax = 4
+
+    /// `Launch`: checks the call, then starts `argv` as the managed app `name` off the loop (`AppLauncher`). The
+    /// reply waits until the program has started (`launchEnded`), and so do the calls after it on the connection;
+    /// other connections are served meanwhile.
     func launch(_ parameters: LaunchParameters, _ call: IncomingCall) throws -> CallOutcome<LaunchReply> {
         let name = parameters.name
         guard Self.isValidName(name) else { throw VarlinkError.invalidParameter(parameter: "name") }
@@ -22,100 +27,117 @@ extension Manager {
         guard let program = argv.first, !program.isEmpty, argv.count <= Self.launchArgumentsMax,
             argv.allSatisfy({ !$0.utf8.contains(0) })
         else { throw VarlinkError.invalidParameter(parameter: "argv") }
-        let credentials = call.credentials
-        let uid = try launchUID(for: name, credentials: credentials)
+        let uid = try launchUID(for: name, credentials: call.credentials)
         settleExitedHolder(of: name)
         try core.canLaunch(name: name, uid: uid)
+        guard let launcher, !isStopping else {
+            logger.notice("cannot launch \(name) for uid \(call.credentials.uid): bgtaskd is stopping", [.app(name)])
+            throw VarlinkError.launchFailed(app: name, reason: "bgtaskd is stopping")
+        }
+        guard !launcher.isLaunching(name) else { throw BGTaskCore.LifecycleError.appExists(name) }
+        let request = LaunchRequest(
+            name: name, argv: argv, uid: uid, changesUser: uid != geteuid(),
+            exitsOnSuspend: parameters.exitsOnSuspend, roots: launchRoots, logDirectory: logDirectory,
+            socketPath: socketPath)
+        let timeout = configuration.core.appPolicy(for: name).launchTimeout
+        guard launcher.submit(request, for: call, timeout: timeout) else {
+            throw VarlinkError.limitExceeded(limit: "LaunchesInFlightMax", max: Self.launchesInFlightMax)
+        }
+        call.connection.holdCalls()
+        return CallOutcome()
+    }
 
-        func refuse(_ reason: String) -> VarlinkError {
-            logger.notice("cannot launch \(name) for uid \(credentials.uid): \(reason)", [.app(name)])
-            return VarlinkError.launchFailed(app: name, reason: reason)
+    /// A launch ended: its program started (the app is tracked from now on, unless something changed meanwhile:
+    /// then the child is ended) or it could not be; the call is answered and its connection goes on.
+    func launchEnded(_ launch: AppLauncher.Launch, _ outcome: AppLauncher.Outcome) {
+        let call = launch.call
+        let name = launch.request.name
+        defer {
+            call.connection.releaseCalls()
+            updateStatus()
         }
-        let searchPath = ProcessInfoEnvironment.value("PATH") ?? ProcessLauncher.defaultSearchPath
-        guard let executable = ProcessLauncher.resolve(program, searchPath: searchPath) else {
-            throw refuse(
-                program.contains("/") ? "\(program) is not an executable file" : "no executable \(program) in PATH")
+        func refuse(_ reason: String) {
+            logger.notice("cannot launch \(name) for uid \(call.credentials.uid): \(reason)", [.app(name)])
         }
-        var user: LaunchUser?
-        if uid != geteuid() {
-            guard let found = try? UserDatabase.launchUser(for: uid) else {
-                throw refuse("uid \(uid) has no user entry")
-            }
-            user = found
-        }
-        let cgroups: AppCgroups?
-        do {
-            cgroups =
-                launchRoots.control == nil && launchRoots.memory == nil
-                ? nil : try launchRoots.makeCgroups(name: name)
-        } catch {
-            throw refuse("cannot make its cgroup: \(error)")
-        }
-        if let owner = user, let cgroups {
-            // The app may then make cgroups of its own below (a delegated subtree) and read its files.
-            for cgroup in cgroups.all {
-                for file in ["", "/cgroup.procs", "/cgroup.subtree_control", "/cgroup.threads"] {
-                    _ = chown(cgroup.path + file, owner.uid, owner.gid)
+        switch outcome {
+        case .failed(let reason):
+            refuse(reason)
+            fail(call, VarlinkError.launchFailed(app: name, reason: reason))
+        case .executed(let started):
+            switch adopt(started, of: launch.request) {
+            case .success(let launched):
+                if let info = appInfo(launched.app) {
+                    reply(call, LaunchReply(app: info))
+                } else {
+                    // Just launched, so known to the core: cannot happen.
+                    fail(call, VarlinkError.noSuchApp(app: name))
                 }
+                perform(launched.actions)
+            case .failure(let refusal):
+                launcher?.end(started.child, cgroups: started.cgroups)
+                refuse(refusal.reason)
+                fail(call, refusal.answer)
             }
         }
-        let output = launchOutput(for: name)
-        defer { if output.rawValue > 2 { try? output.close() } }
-        let spec = LaunchSpec(
-            program: executable, arguments: argv,
-            environment: launchEnvironment(name: name, uid: uid, user: user, cgroups: cgroups),
-            cgroupProcsFiles: cgroups?.all.map { $0.path + "/cgroup.procs" } ?? [], standardOutput: output,
-            standardError: output, user: user, workingDirectory: user.map { Self.existingDirectory($0.home) } ?? "/")
-        let child: SpawnedProcess
-        do {
-            child = try ProcessLauncher.launch(spec)
-        } catch {
-            _ = cgroups?.removeEmpty()
-            throw refuse("\(error)")
+    }
+
+    /// Why a launched child that has exec'd is not taken on: the reason logged, and the error the caller gets.
+    struct AdoptionRefusal: Error {
+        let reason: String
+        let answer: any Error
+    }
+
+    /// Makes the core and the manager take on a launched child that has exec'd: the app is recorded and its process
+    /// tracked. Refused when the core no longer accepts it (the name registered meanwhile, `AppsPerUserMax` reached)
+    /// or the daemon is stopping: the child is then the caller's to end.
+    private func adopt(
+        _ started: StartedLaunch, of request: LaunchRequest
+    ) -> Result<(app: AppID, actions: [Action]), AdoptionRefusal> {
+        let name = request.name
+        guard !isStopping else {
+            return .failure(
+                AdoptionRefusal(
+                    reason: "bgtaskd is stopping",
+                    answer: VarlinkError.launchFailed(app: name, reason: "bgtaskd is stopping")))
         }
-        // The child is ours and unreaped: its stat is its own.
-        let startTime = (try? procFS.stat(child.pid).startTime) ?? 0
+        let child = started.child
+        settleExitedHolder(of: name)
         let launched: (app: AppID, actions: [Action])
         do {
             launched = try core.appLaunched(
-                name: name, process: ProcessIdentity(pid: child.pid, uid: uid),
-                exitsOnSuspend: parameters.exitsOnSuspend, now: now)
+                name: name, process: ProcessIdentity(pid: child.pid, uid: request.uid),
+                exitsOnSuspend: request.exitsOnSuspend, now: now)
         } catch {
-            // Checked above, on this same loop iteration: cannot happen; undo all the same.
-            _ = try? child.pidFD.sendSignal(.kill)
-            _ = try? child.waitForExit()
-            try? child.pidFD.close()
-            cgroups?.killAll()
-            _ = cgroups?.removeEmpty()
-            throw error
+            let reason =
+                switch error {
+                case .appExists: "\(name) was registered while it started"
+                case .limitExceeded(let limit, let max): "\(limit)=\(max) was reached while it started"
+                default: "\(error)"
+                }
+            return .failure(AdoptionRefusal(reason: reason, answer: error))
         }
-        let process = newTrackedProcess(pidFD: child.pidFD, uid: uid, startTime: startTime)
-        process.cgroups = cgroups
+        let process = newTrackedProcess(pidFD: child.pidFD, uid: request.uid, startTime: started.startTime)
+        process.cgroups = started.cgroups
         process.child = child
-        let app = launched.app
-        guard watchExit(of: process) else {
+        guard watchExit(of: process, releasingOnFailure: false) else {
             // Fail closed: an app whose exit cannot be watched is not kept.
-            _ = try? child.pidFD.sendSignal(.kill)
-            cgroups?.killAll()
-            return CallOutcome(actions: launched.actions + core.processExited(app, how: .exited, now: now))
+            perform(core.processExited(launched.app, how: .exited, now: now))
+            let reason = "its exit cannot be watched"
+            return .failure(
+                AdoptionRefusal(reason: reason, answer: VarlinkError.launchFailed(app: name, reason: reason)))
         }
+        let app = launched.app
         process.apps.insert(app)
         processes[process.serial] = process
         processOfApp[app] = process
+        stateChanged()
         memoryMonitor?.appsChanged()
         logger.notice(
-            "launched \(name) as pid \(child.pid) (uid \(uid))"
-                + (cgroups?.control.map { " in \($0.path)" } ?? " without a cgroup")
-                + ": \(argv.joined(separator: " "))",
+            "launched \(name) as pid \(child.pid) (uid \(request.uid))"
+                + (started.cgroups?.control.map { " in \($0.path)" } ?? " without a cgroup")
+                + ": \(request.argv.joined(separator: " "))",
             [.app(name)])
-        guard let info = appInfo(app) else { throw VarlinkError.noSuchApp(app: name) }
-        return CallOutcome(reply: LaunchReply(app: info), actions: launched.actions)
-    }
-
-    /// `path` if it is a directory, else `/` (system users' homes, such as nobody's `/nonexistent`, often are not).
-    private static func existingDirectory(_ path: String) -> String {
-        var info = stat()
-        return stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR ? path : "/"
+        return .success(launched)
     }
 
     /// The uid a launch of `name` runs as: the caller's; for root, the user `apps.d/NAME.conf` pins the name to.
@@ -138,46 +160,6 @@ extension Manager {
             throw VarlinkError.permissionDenied()
         }
         return uid
-    }
-
-    /// Where a launched app's output goes: a file under `--log-dir` (tests), else the journal under the app's name,
-    /// else the daemon's own standard error.
-    private func launchOutput(for name: String) -> FileDescriptor {
-        if let directory = logDirectory {
-            let safe = String(name.unicodeScalars.map { $0 == "/" || $0.value < 0x20 ? "_" : Character($0) })
-            if let file = try? FileDescriptor.open(
-                "\(directory)/\(safe).log", .writeOnly, options: [.create, .append], permissions: 0o640)
-            {
-                return file
-            }
-            logger.warning("cannot open \(directory)/\(safe).log; \(name)'s output goes to the journal")
-        }
-        return ProcessLauncher.journalStream(identifier: name) ?? .standardError
-    }
-
-    /// A launched app's environment: a clean one (none of the daemon's: its `NOTIFY_SOCKET`, `LISTEN_FDS`, ...),
-    /// with what an app needs to find the daemon and learn of memory pressure.
-    private func launchEnvironment(name: String, uid: uid_t, user: LaunchUser?, cgroups: AppCgroups?) -> [String] {
-        var environment = [
-            "PATH=" + (ProcessInfoEnvironment.value("PATH") ?? ProcessLauncher.defaultSearchPath),
-            "BGTASK_SOCKET=" + socketPath, "BGTASK_APP_NAME=" + name,
-        ]
-        if let user {
-            environment += ["HOME=" + user.home, "USER=" + user.name, "LOGNAME=" + user.name]
-            let runtime = "/run/user/\(uid)"
-            if access(runtime, F_OK) == 0 { environment.append("XDG_RUNTIME_DIR=" + runtime) }
-        } else {
-            for key in ["HOME", "USER", "LOGNAME", "XDG_RUNTIME_DIR"] {
-                if let value = ProcessInfoEnvironment.value(key) { environment.append("\(key)=\(value)") }
-            }
-        }
-        if let language = ProcessInfoEnvironment.value("LANG") { environment.append("LANG=" + language) }
-        if let control = cgroups?.control, cgroups?.pressureFile != nil {
-            // systemd's memory pressure protocol, on the app's own cgroup (MemoryPressureThresholdSec's default).
-            environment += MemoryPressureWatch.environment(for: control).sorted { $0.key < $1.key }
-                .map { "\($0.key)=\($0.value)" }
-        }
-        return environment
     }
 
     // MARK: Ending

@@ -173,8 +173,10 @@ extension Manager {
             throw VarlinkError.permissionDenied()
         }
         // A holder whose process exited without the daemon having seen it yet ends first: re-attaching is only
-        // ever to a live process.
+        // ever to a live process. A launch of the name whose program has started is taken on first: that program
+        // may be the one registering.
         settleExitedHolder(of: name)
+        launcher?.catchUp(with: name)
         let peer: PeerProcess
         do {
             peer = try identifyPeer(of: call.connection)

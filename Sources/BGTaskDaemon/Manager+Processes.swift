@@ -97,8 +97,9 @@ extension Manager {
         return process
     }
 
-    /// Watches the process's pidfd for its exit; false (logged, the pidfd closed) when it cannot be watched.
-    func watchExit(of process: TrackedProcess) -> Bool {
+    /// Watches the process's pidfd for its exit; false (logged) when it cannot be watched, the process released (its
+    /// pidfd closed) unless `releasingOnFailure` is false (a launched child, which the caller still has to reap).
+    func watchExit(of process: TrackedProcess, releasingOnFailure: Bool = true) -> Bool {
         do {
             process.exitSource = try loop.addIO(fd: process.pidFD.fileDescriptor, events: .readable, name: "pidfd") {
                 [unowned self, unowned process] _, _ in
@@ -107,7 +108,7 @@ extension Manager {
             return true
         } catch {
             logger.error("cannot watch pid \(process.pid): \(error)")
-            process.release()
+            if releasingOnFailure { process.release() }
             return false
         }
     }

@@ -306,9 +306,7 @@ extension Manager {
         for (_, output) in ready {
             switch output {
             case .message(let message, let connection):
-                connection.heldOutputBytes -= message.count
-                connection.send(message)
-                connection.updateInterest()
+                connection.sendHeld(message)
             case .action(let action):
                 action()
             }

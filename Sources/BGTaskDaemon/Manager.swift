@@ -16,10 +16,12 @@ public struct StartupError: Error, CustomStringConvertible {
 ///
 /// Named event sources on one sd-event loop: the listening socket(s), one connection source per client, one
 /// pidfd source per tracked process, the single policy timer, the memory monitor's timer, the inspection
-/// worker's outcomes, the backlog of pipelined calls, and SIGTERM/SIGINT/SIGHUP. Every input goes to the core
-/// with the loop's monotonic time, and every action the core returns is carried out by `perform(_:)`. Reads
-/// of `/proc` whose cost grows with the apps (memory, file locks) run on the inspection worker's thread, never
-/// on the loop. No polling: nothing wakes the loop but an event, a deadline, a sample due, or the watchdog.
+/// worker's outcomes, the launcher's (and each launch's exec handshake), the backlog of pipelined calls, and
+/// SIGTERM/SIGINT/SIGHUP. Every input goes to the core with the loop's monotonic time, and every action the core
+/// returns is carried out by `perform(_:)`. Reads of `/proc` whose cost grows with the apps (memory, file locks) run
+/// on the inspection worker's thread, and everything of a launch that may block (PATH, the user database, the home
+/// directory, the clone) on the launcher's, never on the loop. No polling: nothing wakes the loop but an event, a
+/// deadline, a sample due, or the watchdog.
 public final class Manager {
     /// The daemon's version, reported by `GetStatus`, `GetInfo` and `--version`.
     public static let version = "0.1.0"
@@ -111,6 +113,8 @@ public final class Manager {
     /// The thread that reads `/proc` for memory samples and lock checks; made in `start()`, after the signals
     /// are blocked, so it inherits a mask that keeps them for the loop.
     var worker: BackgroundWorker<InspectionJob, InspectionOutcome>?
+    /// The launches of managed apps in flight, prepared and cloned on a thread of their own; made in `start()`.
+    var launcher: AppLauncher?
     var listeners: [IOSource] = []
     /// Why the listeners are off (descriptors exhausted), while they are.
     var listenersPausedReason: String?
@@ -251,6 +255,15 @@ public final class Manager {
         } catch {
             throw StartupError(description: "cannot start the /proc worker thread: \(error)")
         }
+        do {
+            let launcher = try AppLauncher(
+                capacity: Self.launchesInFlightMax, loop: loop, clock: clock, logger: logger, procFS: procFS)
+            launcher.onOutcome = { [unowned self] launch, outcome in self.launchEnded(launch, outcome) }
+            launcher.removeCgroups = { [unowned self] cgroups in self.removeCgroups(cgroups) }
+            self.launcher = launcher
+        } catch {
+            throw StartupError(description: "cannot start the launcher thread: \(error)")
+        }
         if stateStore != nil {
             do {
                 let writer = try BackgroundWorker<StateWrite, StateWriteOutcome>(name: "bgtaskd-state", capacity: 2) {
@@ -296,6 +309,7 @@ public final class Manager {
     /// Runs the loop until a stop; returns the exit status.
     public func run() throws(Errno) -> Int32 {
         let code = try loop.run()
+        launcher?.stop()
         worker?.stop()
         stateWriter?.stop(timeout: stateWriterStopTimeout)
         clock.cancelAll()
@@ -357,6 +371,8 @@ public final class Manager {
         // The fd store's copies of the event streams stay open, for the next daemon to take them back.
         for connection in connections.values { connection.shutsDownOnClose = false }
         for connection in Array(connections.values) { connection.close(because: "the daemon is stopping") }
+        // No half-launched child outlives the daemon: those whose program has not started yet are killed and reaped.
+        launcher?.stop()
         releaseAllApps()
         try? loop.exit(code: 0)
     }

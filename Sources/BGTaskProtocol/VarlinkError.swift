@@ -53,7 +53,7 @@ public enum LifecycleErrorName: String, CaseIterable, Sendable {
     case permissionDenied = "PermissionDenied"
     /// The call does not fit the app's state.
     case invalidState = "InvalidState"
-    /// A configured limit was reached.
+    /// A limit was reached (a configured one, or the fixed bound of launches starting at once).
     case limitExceeded = "LimitExceeded"
     /// The app was never sent an event with the id.
     case noSuchEvent = "NoSuchEvent"

@@ -64,7 +64,8 @@ public struct LaunchError: Error, Hashable, Sendable, CustomStringConvertible {
 
 /// Starts managed apps (`Launch`). Unlike `ProcessSpawner` (posix_spawn), the child must join cgroups and drop
 /// privileges before `exec`, which posix_spawn cannot do; `bgtask_launch` (the C shim) does it with raw system
-/// calls in a fork-like clone3 child, and reports a failure before `exec` through a close-on-exec pipe.
+/// calls in a fork-like clone3 child, and reports a failure before `exec` through a close-on-exec pipe, which the
+/// caller reads when it is ready (`LaunchHandshake`) rather than waiting for the child.
 public enum ProcessLauncher {
     /// The search path used when the daemon has no `PATH`.
     public static let defaultSearchPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -85,8 +86,10 @@ public enum ProcessLauncher {
         return nil
     }
 
-    /// Starts `spec`; returns once the child has exec'd (or throws why it could not, the child reaped).
-    public static func launch(_ spec: LaunchSpec) throws(LaunchError) -> SpawnedProcess {
+    /// Starts `spec` and returns at once, the child cloned but not yet exec'd: whether it execs is for the caller
+    /// to learn from the handshake (`LaunchHandshake.outcome()`), without waiting on a child that may take its
+    /// time (a hung home directory, a frozen cgroup). Throws when the child cannot be cloned.
+    public static func start(_ spec: LaunchSpec) throws(LaunchError) -> LaunchHandshake {
         var cgroupFiles: [FileDescriptor] = []
         defer { for file in cgroupFiles { try? file.close() } }
         for path in spec.cgroupProcsFiles {
@@ -109,7 +112,13 @@ public enum ProcessLauncher {
         } catch {
             throw LaunchError(step: "making a pipe", errno: error)
         }
-        defer { try? pipe.readEnd.close() }
+        do {
+            try pipe.readEnd.setNonBlocking()
+        } catch {
+            try? pipe.readEnd.close()
+            try? pipe.writeEnd.close()
+            throw LaunchError(step: "making the pipe non-blocking", errno: error)
+        }
 
         var pidFD: Int32 = -1
         let groups = spec.user?.groups ?? []
@@ -148,39 +157,15 @@ public enum ProcessLauncher {
             }
         }
         let launchErrno = errno
+        // Only the child holds the write end now: the pipe reads end of file once it has exec'd or exited.
         try? pipe.writeEnd.close()
         guard pid > 0 else {
+            try? pipe.readEnd.close()
             throw LaunchError(step: "clone3", errno: Errno(rawValue: launchErrno, operation: "clone3"))
         }
-        let child = SpawnedProcess(pidFD: PidFD(fileDescriptor: FileDescriptor(rawValue: pidFD), pid: pid))
-        // EOF: exec succeeded (the pipe closed on exec). Otherwise { step, errno } from the child, which exits.
-        var report: [Int32] = [0, 0]
-        let count = report.withUnsafeMutableBytes { buffer -> Int in
-            while true {
-                let count = Glibc.read(pipe.readEnd.rawValue, buffer.baseAddress, buffer.count)
-                if count >= 0 || errno != EINTR { return count }
-            }
-        }
-        guard count > 0 else { return child }
-        _ = try? child.waitForExit()
-        try? child.pidFD.close()
-        let number = count == 8 ? report[1] : EPROTO
-        throw LaunchError(step: stepDescription(report[0], spec), errno: Errno(rawValue: number, operation: "launch"))
-    }
-
-    private static func stepDescription(_ step: Int32, _ spec: LaunchSpec) -> String {
-        switch UInt32(step) {
-        case BGTASK_LAUNCH_SIGNALS.rawValue: "resetting its signals"
-        case BGTASK_LAUNCH_SESSION.rawValue: "starting a session"
-        case BGTASK_LAUNCH_CGROUP.rawValue: "joining its cgroups"
-        case BGTASK_LAUNCH_GROUPS.rawValue: "setting its groups"
-        case BGTASK_LAUNCH_GID.rawValue: "becoming gid \(spec.user?.gid ?? 0)"
-        case BGTASK_LAUNCH_UID.rawValue: "becoming uid \(spec.user?.uid ?? 0)"
-        case BGTASK_LAUNCH_STREAMS.rawValue: "setting up its standard streams"
-        case BGTASK_LAUNCH_DIRECTORY.rawValue: "changing to \(spec.workingDirectory)"
-        case BGTASK_LAUNCH_EXEC.rawValue: "executing \(spec.program)"
-        default: "starting \(spec.program)"
-        }
+        return LaunchHandshake(
+            child: SpawnedProcess(pidFD: PidFD(fileDescriptor: FileDescriptor(rawValue: pidFD), pid: pid)),
+            pipe: pipe.readEnd, steps: LaunchSteps(spec))
     }
 
     /// A journal stream for a launched app's output, tagged with `identifier` (`SyslogIdentifier=`); nil when
@@ -188,6 +173,85 @@ public enum ProcessLauncher {
     public static func journalStream(identifier: String) -> FileDescriptor? {
         let fd = bgtask_journal_stream(identifier, LOG_INFO)
         return fd >= 0 ? FileDescriptor(rawValue: fd) : nil
+    }
+}
+
+/// A launched child between its clone and its exec, and the pipe through which it tells how that went: end of file
+/// once it has exec'd (the pipe closes on exec), or the step that failed and its error number, written just before
+/// it exits with status 127.
+public struct LaunchHandshake: Sendable {
+    /// The child: its pid and the pidfd from clone3. The owner reaps it and closes the pidfd.
+    public let child: SpawnedProcess
+    /// The pipe's read end, non-blocking: watch it for readability, then ask `outcome()`. The owner closes it
+    /// (`close()`).
+    public let pipe: FileDescriptor
+    let steps: LaunchSteps
+
+    /// How far the child has got.
+    public enum Outcome: Sendable, Equatable {
+        /// Nothing to read yet: it is still on its way to exec.
+        case pending
+        /// It exec'd the program.
+        case executed
+        /// It failed before exec and is exiting (or has exited) with status 127; it is not reaped.
+        case failed(LaunchError)
+    }
+
+    /// Reads the pipe without blocking.
+    public func outcome() -> Outcome {
+        var report: [Int32] = [0, 0]
+        let read = report.withUnsafeMutableBytes { buffer in
+            Result { () throws(Errno) -> Int in try pipe.read(into: buffer) }
+        }
+        switch read {
+        case .success(0):
+            return .executed
+        case .success(let count):
+            // The report is 8 bytes, written at once (a pipe write under PIPE_BUF is never split).
+            let number = count == 8 ? report[1] : EPROTO
+            return .failed(
+                LaunchError(step: steps.description(report[0]), errno: Errno(rawValue: number, operation: "launch")))
+        case .failure(let error) where error == .wouldBlock:
+            return .pending
+        case .failure(let error):
+            return .failed(LaunchError(step: "reading how \(steps.program) started", errno: error))
+        }
+    }
+
+    /// Closes the pipe (the child is left alone).
+    public func close() {
+        // A failed close still releases the descriptor (close(2) never leaves it open on Linux).
+        try? pipe.close()
+    }
+}
+
+/// What each step the child reports stands for, in words naming the launch's program, user and directory.
+struct LaunchSteps: Sendable {
+    let program: String
+    let uid: uid_t
+    let gid: gid_t
+    let workingDirectory: String
+
+    init(_ spec: LaunchSpec) {
+        program = spec.program
+        uid = spec.user?.uid ?? 0
+        gid = spec.user?.gid ?? 0
+        workingDirectory = spec.workingDirectory
+    }
+
+    func description(_ step: Int32) -> String {
+        switch UInt32(bitPattern: step) {
+        case BGTASK_LAUNCH_SIGNALS.rawValue: "resetting its signals"
+        case BGTASK_LAUNCH_SESSION.rawValue: "starting a session"
+        case BGTASK_LAUNCH_CGROUP.rawValue: "joining its cgroups"
+        case BGTASK_LAUNCH_GROUPS.rawValue: "setting its groups"
+        case BGTASK_LAUNCH_GID.rawValue: "becoming gid \(gid)"
+        case BGTASK_LAUNCH_UID.rawValue: "becoming uid \(uid)"
+        case BGTASK_LAUNCH_STREAMS.rawValue: "setting up its standard streams"
+        case BGTASK_LAUNCH_DIRECTORY.rawValue: "changing to \(workingDirectory)"
+        case BGTASK_LAUNCH_EXEC.rawValue: "executing \(program)"
+        default: "starting \(program)"
+        }
     }
 }
 

@@ -68,6 +68,13 @@ final class LaunchFixture {
     /// `Launch`es the Python app as `name` with `arguments`; the reply.
     @discardableResult
     func launch(_ name: String, _ arguments: [String] = [], exitsOnSuspend: Bool? = nil) throws -> [String: JSONValue] {
+        try client.lifecycle("Launch", launchParameters(name, arguments, exitsOnSuspend: exitsOnSuspend))
+    }
+
+    /// The parameters of a `Launch` of the Python app as `name` with `arguments`.
+    func launchParameters(
+        _ name: String, _ arguments: [String] = [], exitsOnSuspend: Bool? = nil
+    ) -> [String: JSONValue] {
         var parameters: [String: JSONValue] = [
             "name": .string(name),
             "argv": .array(
@@ -75,7 +82,7 @@ final class LaunchFixture {
                     .map { .string($0) }),
         ]
         if let exitsOnSuspend { parameters["exitsOnSuspend"] = .bool(exitsOnSuspend) }
-        return try client.lifecycle("Launch", parameters)
+        return parameters
     }
 
     /// The app's output so far.
