@@ -8,7 +8,7 @@ import Foundation
 import Glibc
 import Testing
 
-@Suite("Reclamation of launched apps", .serialized)
+@Suite("Reclamation of launched apps", .serialized, .requires(.cgroup(.unified)))
 struct LaunchedReclamationTests {
     private static let mebibyte = 1 << 20
 
@@ -17,7 +17,7 @@ struct LaunchedReclamationTests {
         // Generous grace and launch timeout: six interpreters writing 640 MiB page by page on a busy machine take a
         // while before they acknowledge didEnterBackground.
         try await withLaunchFixture(
-            "heaviestFirstUntilUnderTarget", configuration: "AppsMemoryMax=8G\n",
+            configuration: "AppsMemoryMax=8G\n",
             policy: "[Policy]\nEnterBackgroundGraceSec=60s\nLaunchTimeoutSec=30s\n"
         ) { fixture in
             let watch = try WatchStream(fixture.daemon)
@@ -82,7 +82,7 @@ struct LaunchedReclamationTests {
     @Test("victims come from the bands in order: suspended, background without a task, background with one")
     func bandOrder() async throws {
         try await withLaunchFixture(
-            "bandOrder", configuration: "AppsMemoryMax=8G\n",
+            configuration: "AppsMemoryMax=8G\n",
             policy: "[Policy]\nEnterBackgroundGraceSec=60s\nBackgroundTimeSec=120s\nLaunchTimeoutSec=30s\n"
         ) { fixture in
             let watch = try WatchStream(fixture.daemon)
@@ -117,7 +117,7 @@ struct LaunchedReclamationTests {
     @Test("a cooperative likely victim that frees its memory on memoryWarning is spared")
     func cooperativeVictimSpared() async throws {
         try await withLaunchFixture(
-            "cooperativeVictimSpared", configuration: "AppsMemoryMax=8G\nMemoryWarningGraceSec=2s\n",
+            configuration: "AppsMemoryMax=8G\nMemoryWarningGraceSec=2s\n",
             policy: "[Policy]\nEnterBackgroundGraceSec=60s\nBackgroundTimeSec=120s\nLaunchTimeoutSec=30s\n"
         ) { fixture in
             let watch = try WatchStream(fixture.daemon)
