@@ -151,6 +151,8 @@ struct CgroupTests {
         try cgroup.requestFreezer(true)
         #expect(try cgroup.waitUntilFreezer(frozen: true, timeout: .seconds(5)))
         for pid in pids { kill(pid, SIGKILL) }
+        // Time to die, which a frozen task must not take: a window to watch, not a wait for a condition (nothing
+        // says "would have died by now"). A busy machine can only make this check pass wrongly, never fail it.
         usleep(50_000)
         #expect(try !child.process.pidFD.hasExited, "a v1-frozen task died before the thaw")
         try cgroup.requestFreezer(false)
