@@ -36,12 +36,9 @@ struct ReclaimBenchmarkTests {
         "bgtask-bench reclaim --rounds 2 prints a row per backend and leaves no cgroup or process behind",
         // The limit covers waiting for a place to run: the soak tests (Tests/BGTaskSoakRunTests) hold every place
         // for about four and a half minutes.
-        .timeLimit(.minutes(8)))
+        .timeLimit(.minutes(8)),
+        .requires(.root(for: "making the cgroup backends' cgroups, and checking what is left,")))
     func runsAndCleansUp() async throws {
-        guard geteuid() == 0 else {
-            print("runsAndCleansUp: skipped: the cgroup backends need root, and so does checking what is left")
-            return
-        }
         let scratch = try ScratchDirectory(prefix: "bgtask-reclaim-smoke")
         // Alone: the apps' memory is what crosses the limit, and other tests' processes would only slow the rounds.
         let (status, output, pid) = try await offThePool(alone: true) {

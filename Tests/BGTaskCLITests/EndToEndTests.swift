@@ -184,13 +184,17 @@ func historyEntries(of app: String, daemon: DaemonHarness) throws -> [HistoryEnt
             let daemon = try DaemonHarness(configuration: roomyPolicy)
             let watch = try BGTaskProcess(["watch", "--json"], environment: ["BGTASK_SOCKET": daemon.socketPath])
             // Entries recorded before the watch subscribed are not streamed, and nothing says when it has: run
-            // commands until the watch shows one (bounded).
+            // commands until the watch shows one (for at most 30 s, which only a watch that never subscribes needs).
+            let deadline = MonotonicClock.now() + Duration.seconds(30).nanosecondCount
             var attempt = 0
-            repeat {
+            var isSubscribed = false
+            while !isSubscribed && MonotonicClock.now() < deadline {
                 attempt += 1
                 let run = try runBinary(["run", "--app", "e2e.watched.\(attempt)", "--", "true"], against: daemon)
                 #expect(run.status == .exited(0), "\(run.errors)")
-            } while try !watchHasShown("e2e.watched.", watch: watch) && attempt < 20
+                isSubscribed = try watchHasShown("e2e.watched.", watch: watch)
+            }
+            try #require(isSubscribed, "the watch showed none of \(attempt) runs in 30 s")
             // Subscribed now: everything about one more app must show, in order.
             let final = try runBinary(["run", "--app", "e2e.final", "--", "true"], against: daemon)
             #expect(final.status == .exited(0), "\(final.errors)")
@@ -240,7 +244,8 @@ func historyEntries(of app: String, daemon: DaemonHarness) throws -> [HistoryEnt
     }
 }
 
-/// Whether the watch printed a line mentioning `text` within a short bounded wait.
+/// Whether the watch printed a line mentioning `text` within a short wait: a poll, not a deadline (the caller
+/// tries again, bounded).
 func watchHasShown(_ text: String, watch: BGTaskProcess) throws -> Bool {
     try watch.waitForOutput(containing: text, timeout: .milliseconds(500), recordingTimeout: false)
 }

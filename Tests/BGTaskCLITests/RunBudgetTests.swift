@@ -31,8 +31,9 @@ struct RunBudgetTests {
             let result = try run.finish()
             let elapsed = Double(MonotonicClock.now() - start) / 1e9
             #expect(result.status == .exited(7), "\(result.errors)")
-            // The warning comes a quarter of the budget before its end: at 1.5 s.
-            #expect(elapsed >= 1.4 && elapsed < 2.0, "exited after \(elapsed) s")
+            // The warning comes a quarter of the budget before its end: at 1.5 s, so not before (a busy machine
+            // only delays it). That CMD exited before the budget's end is the daemon's record: no task expired.
+            #expect(elapsed >= 1.4, "exited after \(elapsed) s")
             #expect(result.errors.contains("background time is running out: sent SIGTERM"))
             let entries = try historyEntries(of: "trapper", daemon: daemon)
             #expect(entries.contains { $0.kind == .expirationWarning })
@@ -100,15 +101,17 @@ struct RunBudgetTests {
     func earlyFinishEndsTheLease() async throws {
         try await offThePool {
             let daemon = try DaemonHarness(configuration: budgetPolicy)
+            // A budget far longer than the run: bgtask waiting for it instead of CMD would take 45 s to the warning
+            // (finish() gives up at 20 s), so the outcome does not hang on how fast the machine starts processes.
             let run = try BGTaskProcess(
-                ["run", "--app", "quick", "--budget", "2s", "--", "sh", "-c", "exit 0"],
+                ["run", "--app", "quick", "--budget", "60s", "--", "sh", "-c", "exit 0"],
                 environment: ["BGTASK_SOCKET": daemon.socketPath])
-            let start = MonotonicClock.now()
             let result = try run.finish()
             #expect(result.status == .exited(0))
-            #expect(Double(MonotonicClock.now() - start) / 1e9 < 1.5)
+            // Ended by bgtask as CMD ended, with no warning on the way: History keeps a task's end only when it was
+            // not ended by its app (app-ended, expired).
             let entries = try historyEntries(of: "quick", daemon: daemon)
-            #expect(!entries.contains { $0.kind == .expirationWarning }, "\(entries)")
+            #expect(!entries.contains { $0.kind == .expirationWarning || $0.kind == .taskEnded }, "\(entries)")
             let control = try daemon.connect()
             let status = try control.call("io.bgtask.Lifecycle.GetStatus").parameters
             #expect(status["tasks"] == .number(0))

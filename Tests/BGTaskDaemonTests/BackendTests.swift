@@ -12,9 +12,11 @@ import Testing
 struct BackendTests {
     private static let mebibyte = 1 << 20
 
-    @Test("cgroup2 freeze and cgroup.kill, v1 memory: frozen, thawed, a frozen app killed, memory within 10%")
+    @Test(
+        "cgroup2 freeze and cgroup.kill, v1 memory: frozen, thawed, a frozen app killed, memory within 10%",
+        .requires(.cgroup(.unified)))
     func cgroup2FreezeAndKill() async throws {
-        try await withLaunchFixture("cgroup2FreezeAndKill", .unified, configuration: "AppsMemoryMax=8G\n") {
+        try await withLaunchFixture(.unified, configuration: "AppsMemoryMax=8G\n") {
             fixture in
             let status = try fixture.client.lifecycle("GetStatus").parameters
             let backends = try #require(status["backends"]?.objectValue)
@@ -29,13 +31,11 @@ struct BackendTests {
         }
     }
 
-    @Test("v1 freezer and v1 memory: FROZEN, THAWED, a frozen app killed (thawed after the kill)")
+    @Test(
+        "v1 freezer and v1 memory: FROZEN, THAWED, a frozen app killed (thawed after the kill)",
+        .requires(.cgroup(.freezer), .cgroup(.memory)))
     func v1FreezerAndMemory() async throws {
-        if let reason = LaunchFixture.unavailableReason(.freezer, withMemory: true) {
-            print("v1FreezerAndMemory: skipped: \(reason)")
-            return
-        }
-        try await withLaunchFixture("v1FreezerAndMemory", .freezer, configuration: "AppsMemoryMax=8G\n") { fixture in
+        try await withLaunchFixture(.freezer, configuration: "AppsMemoryMax=8G\n") { fixture in
             let backends = try #require(
                 try fixture.client.lifecycle("GetStatus").parameters["backends"]?.objectValue)
             #expect(backends["freeze"]?.stringValue?.hasPrefix("cgroup1") == true, "\(backends)")
@@ -50,7 +50,7 @@ struct BackendTests {
     @Test("without cgroups, SIGSTOP and PSS: stopped (T), continued, a stopped app killed, memory within 10%")
     func signalsAndPSS() async throws {
         try await withLaunchFixture(
-            "signalsAndPSS", nil, withMemory: false, configuration: "AppsMemoryMax=8G\n"
+            nil, withMemory: false, configuration: "AppsMemoryMax=8G\n"
         ) { fixture in
             let backends = try #require(
                 try fixture.client.lifecycle("GetStatus").parameters["backends"]?.objectValue)

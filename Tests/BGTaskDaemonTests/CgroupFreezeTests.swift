@@ -8,7 +8,7 @@ import Foundation
 import Glibc
 import Testing
 
-@Suite("Apps in a cgroup of their own")
+@Suite("Apps in a cgroup of their own", .requires(.cgroup(.unified)))
 struct CgroupFreezeTests {
     /// Waits at most 10 s until the cgroup's `frozen` is `frozen`; whether it came.
     private func waitUntil(_ cgroup: CgroupDirectory, frozen: Bool) throws -> Bool {
@@ -17,7 +17,7 @@ struct CgroupFreezeTests {
 
     @Test("frozen through its cgroup (not SIGSTOPped), thawed in the foreground and when the daemon stops")
     func frozenThroughItsCgroup() async throws {
-        try await withDaemonAndScratchCgroup("frozenThroughItsCgroup") { daemon, scratch in
+        try await withDaemonAndScratchCgroup { daemon, scratch in
             let watch = try WatchStream(daemon)
             let (app, control) = try backgroundScopedApp(daemon, in: scratch)
             try watch.waitFor("stateChanged", app: "scoped", ["state": "suspended"])
@@ -42,7 +42,7 @@ struct CgroupFreezeTests {
 
     @Test("after a kill -9 --release-stopped thaws the cgroup; the next daemon freezes it again, and thaws it")
     func releaseThawsAfterKill() async throws {
-        try await withDaemonAndScratchCgroup("releaseThawsAfterKill") { daemon, scratch in
+        try await withDaemonAndScratchCgroup { daemon, scratch in
             let (app, _) = try backgroundScopedApp(daemon, in: scratch)
             #expect(try waitUntil(scratch.cgroup, frozen: true), "\(daemon.log)")
             try daemon.daemonPidFD.sendSignal(.kill)
@@ -67,15 +67,10 @@ struct CgroupFreezeTests {
         }
     }
 
-    /// Runs `body` off the pool with a daemon and a cgroup2 cgroup of the test's own (both gone after); skips,
-    /// saying why, where the host cannot make the cgroup.
+    /// Runs `body` off the pool with a daemon and a cgroup2 cgroup of the test's own (both gone after).
     private func withDaemonAndScratchCgroup(
-        _ test: String, _ body: @escaping @Sendable (DaemonHarness, ScratchCgroup) throws -> Void
+        _ body: @escaping @Sendable (DaemonHarness, ScratchCgroup) throws -> Void
     ) async throws {
-        if let reason = ScratchCgroup.unavailableReason(.unified) {
-            print("\(test): skipped: \(reason)")
-            return
-        }
         try await offThePool {
             let scratch = try ScratchCgroup(.unified)
             defer { scratch.close() }

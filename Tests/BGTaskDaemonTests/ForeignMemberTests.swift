@@ -14,9 +14,11 @@ private let nobody: uid_t = 65534
 
 @Suite("Members of another uid")
 struct ForeignMemberTests {
-    @Test("a group leader's members of another uid are not stopped, continued or killed with it; its own are")
+    @Test(
+        "a group leader's members of another uid are not stopped, continued or killed with it; its own are",
+        .requires(.root(for: "starting processes of another uid")))
     func groupMembersOfAnotherUid() async throws {
-        try await withRoot("groupMembersOfAnotherUid") {
+        try await withRoot {
             let daemon = try DaemonHarness()
             let watch = try WatchStream(daemon)
             let app = try pythonApp(daemon, name: "deputy", newGroup: true)
@@ -77,9 +79,11 @@ struct ForeignMemberTests {
         }
     }
 
-    @Test("a suspended group reclaimed for memory: its members of another uid survive, never stopped")
+    @Test(
+        "a suspended group reclaimed for memory: its members of another uid survive, never stopped",
+        .requires(.root(for: "starting processes of another uid")))
     func reclaimedGroupSparesOtherUid() async throws {
-        try await withRoot("reclaimedGroupSparesOtherUid") {
+        try await withRoot {
             let daemon = try DaemonHarness(configuration: memoryPolicy(appsMemoryMax: "96M"))
             let watch = try WatchStream(daemon)
             let app = try pythonApp(daemon, name: "heavy", newGroup: true)
@@ -99,9 +103,11 @@ struct ForeignMemberTests {
         }
     }
 
-    @Test("a cgroup of the app's own holding a process of another uid is not frozen: the app's processes get signals")
+    @Test(
+        "a cgroup of the app's own holding a process of another uid is not frozen: the app's processes get signals",
+        .requires(.cgroup(.unified)))
     func ownCgroupWithOtherUid() async throws {
-        try await withRootAndScratchCgroup("ownCgroupWithOtherUid") { scratch in
+        try await withRootAndScratchCgroup { scratch in
             let daemon = try DaemonHarness()
             defer { daemon.terminate() }
             let watch = try WatchStream(daemon)
@@ -138,10 +144,10 @@ struct ForeignMemberTests {
     }
 
     @Test(
-        "a process of another uid moved into an app's frozen cgroup: reclaiming the app kills the app alone, and thaws it"
-    )
+        "a process of another uid moved into an app's frozen cgroup: reclaiming the app kills it alone, and thaws it",
+        .requires(.cgroup(.unified)))
     func killThroughCgroupRechecks() async throws {
-        try await withRootAndScratchCgroup("killThroughCgroupRechecks") { scratch in
+        try await withRootAndScratchCgroup { scratch in
             // No limit yet: the app must be frozen before memory is short.
             let daemon = try DaemonHarness(configuration: memoryPolicy(appsMemoryMax: "infinity"))
             defer { daemon.terminate() }
@@ -175,9 +181,11 @@ struct ForeignMemberTests {
         }
     }
 
-    @Test("a restarted daemon does not keep a frozen cgroup that now holds a process of another uid: it stops the app")
+    @Test(
+        "a restarted daemon does not keep a frozen cgroup that now holds a process of another uid: it stops the app",
+        .requires(.cgroup(.unified)))
     func adoptionRechecksTheCgroup() async throws {
-        try await withRootAndScratchCgroup("adoptionRechecksTheCgroup") { scratch in
+        try await withRootAndScratchCgroup { scratch in
             let daemon = try DaemonHarness()
             defer { daemon.terminate() }
             let watch = try WatchStream(daemon)
@@ -206,9 +214,11 @@ struct ForeignMemberTests {
         }
     }
 
-    @Test("after a kill -9, --release-stopped continues the app's group but not a member of another uid")
+    @Test(
+        "after a kill -9, --release-stopped continues the app's group but not a member of another uid",
+        .requires(.root(for: "starting processes of another uid")))
     func releaseSkipsOtherUid() async throws {
-        try await withRoot("releaseSkipsOtherUid") {
+        try await withRoot {
             let daemon = try DaemonHarness()
             let watch = try WatchStream(daemon)
             let app = try pythonApp(daemon, name: "grouped", newGroup: true)
@@ -248,24 +258,14 @@ struct ForeignMemberTests {
         DaemonHarness.fastPolicy + "\n[Memory]\nAppsMemoryMax=\(appsMemoryMax)\nMemoryWarningGraceSec=300ms\n"
     }
 
-    /// Runs `body` off the pool as root; skips, saying so, elsewhere (only root starts processes of another uid).
-    private func withRoot(_ test: String, _ body: @escaping @Sendable () throws -> Void) async throws {
-        guard getuid() == 0 else {
-            print("\(test): skipped: starting processes of another uid needs root")
-            return
-        }
+    /// Runs `body` off the pool (its test requires root: only root starts processes of another uid).
+    private func withRoot(_ body: @escaping @Sendable () throws -> Void) async throws {
         try await offThePool(body)
     }
 
-    /// Runs `body` off the pool as root with a cgroup2 cgroup of the test's own (removed after, with whatever is
-    /// left in it); skips, saying why, where the host cannot make the cgroup.
-    private func withRootAndScratchCgroup(
-        _ test: String, _ body: @escaping @Sendable (ScratchCgroup) throws -> Void
-    ) async throws {
-        if let reason = ScratchCgroup.unavailableReason(.unified) {
-            print("\(test): skipped: \(reason)")
-            return
-        }
+    /// Runs `body` off the pool with a cgroup2 cgroup of the test's own (removed after, with whatever is left in
+    /// it); its test requires one (`.requires(.cgroup(.unified))`, which needs root).
+    private func withRootAndScratchCgroup(_ body: @escaping @Sendable (ScratchCgroup) throws -> Void) async throws {
         try await offThePool {
             let scratch = try ScratchCgroup(.unified)
             defer { scratch.close() }

@@ -10,7 +10,7 @@ import Foundation
 import Glibc
 import Testing
 
-@Suite("Held launches")
+@Suite("Held launches", .requires(.cgroup(.unified)))
 struct HeldLaunchTests {
     static let launch = "io.bgtask.Lifecycle.Launch"
     /// Long enough that no held launch in these tests times out (the fast policy's 1 s would).
@@ -216,7 +216,7 @@ private func withHeldLaunches(
     _ test: String, policy: String = HeldLaunchTests.patientPolicy,
     _ body: @escaping @Sendable (LaunchFixture, CgroupDirectory) throws -> Void
 ) async throws {
-    try await withLaunchFixture(test, policy: policy) { fixture in
+    try await withLaunchFixture(policy: policy) { fixture in
         guard let root = fixture.control?.cgroup, root.has("cgroup.freeze") else {
             Issue.record("\(test): the apps' cgroup root cannot be frozen")
             return

@@ -56,13 +56,11 @@ struct IdentityTests {
         }
     }
 
-    @Test("a process reusing a dead app's pid gets a fresh registration: no leases, budget or name adopted")
+    @Test(
+        "a process reusing a dead app's pid gets a fresh registration: no leases, budget or name adopted",
+        .requires(.root(for: "choosing a pid (ns_last_pid)")))
     func reusedPidIsNotAdopted() async throws {
         try await offThePool {
-            guard getuid() == 0 else {
-                print("skipped: choosing a pid (ns_last_pid) needs root")
-                return
-            }
             let daemon = try DaemonHarness()
             let first = try pythonApp(daemon, name: "org.example.reused")
             try first.send("begin upload")

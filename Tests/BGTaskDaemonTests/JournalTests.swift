@@ -96,12 +96,10 @@ struct JournalTests {
         ]
     }
 
-    @Test("registration, expiration warning, task expiry, termination and kill carry their MESSAGE_IDs and fields")
+    @Test(
+        "registration, expiration warning, task expiry, termination and kill carry their MESSAGE_IDs and fields",
+        .requires(.root(for: "a private mount namespace")))
     func fields() async throws {
-        guard getuid() == 0 else {
-            print("JournalTests: skipped: a private mount namespace needs root")
-            return
-        }
         try await offThePool {
             let capture = try JournalCapture()
             let daemon = try DaemonHarness(

@@ -23,12 +23,6 @@ final class LaunchFixture {
     /// The interpreter: the first python3 in PATH (the one with the varlink package), or one another user may run.
     var interpreter = "python3"
 
-    /// Why this host cannot run launch tests with `control`'s hierarchy (and a v1 memory one when `withMemory`).
-    static func unavailableReason(_ control: ScratchCgroup.Hierarchy?, withMemory: Bool = false) -> String? {
-        control.flatMap { ScratchCgroup.unavailableReason($0) }
-            ?? (withMemory ? ScratchCgroup.unavailableReason(.memory) : nil)
-    }
-
     init(
         _ hierarchy: ScratchCgroup.Hierarchy? = .unified, withMemory: Bool = true, configuration: String = "",
         policy: String = DaemonHarness.fastPolicy, files: [String: String] = [:]
@@ -159,16 +153,13 @@ final class LaunchFixture {
     }
 }
 
-/// Runs `body` off the pool with a `LaunchFixture` (closed after); skips, saying why, where the host cannot.
+/// Runs `body` off the pool with a `LaunchFixture` (closed after). A test using `hierarchy` says so with
+/// `.requires(.cgroup(hierarchy))`, so that a host without it reports the test skipped.
 func withLaunchFixture(
-    _ test: String, _ hierarchy: ScratchCgroup.Hierarchy? = .unified, withMemory: Bool = true,
+    _ hierarchy: ScratchCgroup.Hierarchy? = .unified, withMemory: Bool = true,
     configuration: String = "", policy: String = DaemonHarness.fastPolicy, files: [String: String] = [:],
     _ body: @escaping @Sendable (LaunchFixture) throws -> Void
 ) async throws {
-    if let reason = LaunchFixture.unavailableReason(hierarchy) {
-        print("\(test): skipped: \(reason)")
-        return
-    }
     try await offThePool {
         let fixture = try LaunchFixture(
             hierarchy, withMemory: withMemory, configuration: configuration, policy: policy, files: files)

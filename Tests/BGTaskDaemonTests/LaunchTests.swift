@@ -8,11 +8,11 @@ import Foundation
 import Glibc
 import Testing
 
-@Suite("Launch")
+@Suite("Launch", .requires(.cgroup(.unified)))
 struct LaunchTests {
     @Test("a launched app runs in its own cgroups, sees MEMORY_PRESSURE_WATCH and arms a trigger on it")
     func runsInItsCgroup() async throws {
-        try await withLaunchFixture("runsInItsCgroup") { fixture in
+        try await withLaunchFixture { fixture in
             let reply = try fixture.launch("org.example.launched", ["--arm-pressure"])
             let launched = try #require(reply.parameters["app"]?.objectValue, "\(reply)")
             #expect(launched["state"] == "notRunning" && launched["managed"] == true, "\(launched)")
@@ -52,7 +52,7 @@ struct LaunchTests {
 
     @Test("an app that never registers is killed with launch-timeout, and its cgroups go")
     func launchTimeout() async throws {
-        try await withLaunchFixture("launchTimeout") { fixture in
+        try await withLaunchFixture { fixture in
             let watch = try WatchStream(fixture.daemon)
             try fixture.launch("org.example.silent", ["--no-register"])
             try fixture.waitForOutput("org.example.silent", "started")
@@ -66,7 +66,7 @@ struct LaunchTests {
 
     @Test("crashed with the signal for an app killed by SIGSEGV; exited with the status otherwise")
     func exitStatus() async throws {
-        try await withLaunchFixture("exitStatus") { fixture in
+        try await withLaunchFixture { fixture in
             try fixture.launch("org.example.crash", ["--crash"])
             try fixture.launch("org.example.exit3", ["--exit", "3"])
             let crashed = try fixture.waitForApp("org.example.crash") { $0["state"] == "terminated" }
@@ -87,7 +87,7 @@ struct LaunchTests {
         "a launched app outlives a daemon killed with SIGKILL: the next one adopts it with its cgroups, and removes them"
     )
     func adoptedAfterRestart() async throws {
-        try await withLaunchFixture("adoptedAfterRestart") { fixture in
+        try await withLaunchFixture { fixture in
             try fixture.launch("org.example.kept", ["--state", "background"])
             let suspended = try fixture.waitForApp("org.example.kept") { $0["state"] == "suspended" }
             let cgroup = try #require(suspended["cgroup"]?.stringValue)
@@ -110,7 +110,7 @@ struct LaunchTests {
     @Test("root launches a name apps.d pins to a user as that user, in its groups, its cgroups given to it")
     func launchedAsThePinnedUser() async throws {
         try await withLaunchFixture(
-            "launchedAsThePinnedUser", policy: "[Policy]\nLaunchTimeoutSec=60s\n",
+            policy: "[Policy]\nLaunchTimeoutSec=60s\n",
             files: ["apps.d/org.example.pinned.conf": "[Access]\nUser=nobody\n"]
         ) { fixture in
             // A copy of the app any user can read (the source tree may sit under a home only root can enter), run
@@ -138,7 +138,7 @@ struct LaunchTests {
 
     @Test("refusals start nothing: an unknown program, a live name, an empty argv")
     func refusals() async throws {
-        try await withLaunchFixture("refusals") { fixture in
+        try await withLaunchFixture { fixture in
             let missing = try fixture.client.lifecycle(
                 "Launch", ["name": "org.example.none", "argv": .array([.string("no-such-program-\(getpid())")])])
             #expect(missing.errorName == "io.bgtask.Lifecycle.LaunchFailed", "\(missing)")

@@ -8,7 +8,7 @@ import Foundation
 import Glibc
 import Testing
 
-@Suite("Reclamation of launched apps", .serialized)
+@Suite("Reclamation of launched apps", .serialized, .requires(.cgroup(.unified)))
 struct LaunchedReclamationTests {
     private static let mebibyte = 1 << 20
 
@@ -17,7 +17,7 @@ struct LaunchedReclamationTests {
         // Generous grace and launch timeout: six interpreters writing 640 MiB page by page on a busy machine take a
         // while before they acknowledge didEnterBackground.
         try await withLaunchFixture(
-            "heaviestFirstUntilUnderTarget", configuration: "AppsMemoryMax=8G\n",
+            configuration: "AppsMemoryMax=8G\n",
             policy: "[Policy]\nEnterBackgroundGraceSec=60s\nLaunchTimeoutSec=30s\n"
         ) { fixture in
             let watch = try WatchStream(fixture.daemon)
@@ -67,8 +67,9 @@ struct LaunchedReclamationTests {
                 let gone = try watch.waitFor("processExited", app: name)
                 #expect((gone["latencyMs"]?.doubleValue ?? -1) >= 0, "no kill-to-freed latency: \(gone)")
             }
-            // No further: wait past several samples and the grace, and nothing else was killed.
-            sleep(3)
+            // No further: once the daemon has judged a sample taken after the exits (and past a warning's grace)
+            // with the apps back under the target, nothing else was killed.
+            try fixture.waitUntilMemorySettled(after: .milliseconds(500))
             let kills = try fixture.reclaimed()
             #expect(kills == ["org.example.m200", "org.example.m160"], "\(kills)\n\(fixture.daemon.log)")
             for name in ["org.example.m40", "org.example.m80", "org.example.m120"] {
@@ -82,7 +83,7 @@ struct LaunchedReclamationTests {
     @Test("victims come from the bands in order: suspended, background without a task, background with one")
     func bandOrder() async throws {
         try await withLaunchFixture(
-            "bandOrder", configuration: "AppsMemoryMax=8G\n",
+            configuration: "AppsMemoryMax=8G\n",
             policy: "[Policy]\nEnterBackgroundGraceSec=60s\nBackgroundTimeSec=120s\nLaunchTimeoutSec=30s\n"
         ) { fixture in
             let watch = try WatchStream(fixture.daemon)
@@ -107,7 +108,8 @@ struct LaunchedReclamationTests {
             let first = try watch.waitFor("terminated", app: "org.example.suspended", ["reason": "memory-reclaim"])
             let second = try watch.waitFor("terminated", app: "org.example.idle", ["reason": "memory-reclaim"])
             #expect(first["band"] == "suspended" && second["band"] == "backgroundIdle", "\(first) \(second)")
-            sleep(3)
+            for name in ["org.example.suspended", "org.example.idle"] { try watch.waitFor("processExited", app: name) }
+            try fixture.waitUntilMemorySettled(after: .milliseconds(500))
             let kills = try fixture.reclaimed()
             #expect(kills == ["org.example.suspended", "org.example.idle"], "\(kills)\n\(fixture.daemon.log)")
             #expect(try fixture.client.app("org.example.busy")["state"] == "background")
@@ -117,7 +119,7 @@ struct LaunchedReclamationTests {
     @Test("a cooperative likely victim that frees its memory on memoryWarning is spared")
     func cooperativeVictimSpared() async throws {
         try await withLaunchFixture(
-            "cooperativeVictimSpared", configuration: "AppsMemoryMax=8G\nMemoryWarningGraceSec=2s\n",
+            configuration: "AppsMemoryMax=8G\nMemoryWarningGraceSec=2s\n",
             policy: "[Policy]\nEnterBackgroundGraceSec=60s\nBackgroundTimeSec=120s\nLaunchTimeoutSec=30s\n"
         ) { fixture in
             let watch = try WatchStream(fixture.daemon)
@@ -135,8 +137,9 @@ struct LaunchedReclamationTests {
             #expect(warned.contains("likelyVictim=True") && warned.contains("rank=1"), "\(warned)")
             try fixture.waitForOutput("org.example.cooperative", "freed 200")
             try watch.waitFor("memoryWarning", app: "org.example.cooperative")
-            // Past the grace and several samples: nobody was killed.
-            sleep(5)
+            // Nobody was killed: not during the grace (2 s from the warning, which came before the app printed it),
+            // nor on the samples after it, the apps back under the target.
+            try fixture.waitUntilMemorySettled(after: .seconds(2))
             #expect(try fixture.reclaimed().isEmpty, "\(fixture.daemon.log)")
             #expect(try fixture.client.app("org.example.cooperative")["state"] == "background")
             let after = try fixture.waitForApp("org.example.cooperative") {
@@ -154,6 +157,33 @@ extension LaunchFixture {
         text += "\n[Memory]\n" + memory
         try text.write(toFile: daemon.configurationPath, atomically: true, encoding: .utf8)
         try daemon.daemonPidFD.sendSignal(.hangUp)
+    }
+
+    /// Waits (at most 30 s past `delay`) until the daemon has judged a memory sample taken at least `delay` from now
+    /// and found memory back to normal (the apps under 90% of `AppsMemoryMax`, as an episode ends). A sample's outcome,
+    /// kills included, is handled on the loop before `GetStatus` can report the sample, so every kill called for by
+    /// then is in the history: what a check that nothing more was killed needs, rather than a fixed wait that a busy
+    /// machine may cut short of the samples it counts on. `GetStatus` gives the sample's time as `uptimeSec` minus
+    /// `sampleAgeSec`, both on the daemon's clock.
+    func waitUntilMemorySettled(after delay: Duration) throws {
+        func status() throws -> (uptime: Double, memory: [String: JSONValue]) {
+            let parameters = try client.lifecycle("GetStatus").parameters
+            guard let uptime = parameters["uptimeSec"]?.doubleValue, let memory = parameters["memory"]?.objectValue
+            else { throw HarnessError("GetStatus without uptimeSec or memory: \(parameters)") }
+            return (uptime, memory)
+        }
+        let due = try status().uptime + Double(delay.nanosecondCount) / 1e9
+        let deadline = MonotonicClock.now() + (delay + .seconds(30)).nanosecondCount
+        while true {
+            let (uptime, memory) = try status()
+            if let age = memory["sampleAgeSec"]?.doubleValue, uptime - age >= due, memory["level"] == "normal" {
+                return
+            }
+            guard MonotonicClock.now() < deadline else {
+                throw HarnessError("memory never settled after \(delay): \(memory)\ndaemon log:\n\(daemon.log)")
+            }
+            usleep(50_000)
+        }
     }
 
     /// The apps terminated for memory, in the order of the history.

@@ -182,9 +182,7 @@ struct ManagerRestartTests {
 
     @Test(
         "a state naming a cgroup or process group that is not the app's: nothing is thawed, continued or killed there",
-        .enabled(
-            if: ScratchCgroup.unavailableReason(.unified) == nil,
-            "someone else's frozen cgroup is a cgroup2 cgroup the test makes, which needs root"))
+        .requires(.cgroup(.unified)))
     func doctoredStopTargets() async throws {
         try await offThePool {
             let harness = try ManagerHarness()

@@ -200,9 +200,7 @@ struct ManagerTimelineTests {
 
     @Test(
         "a victim that will not die: reclamation waits for it 10 s, logs it, and goes on with the next victim",
-        .enabled(
-            if: ScratchCgroup.unavailableReason(.freezer) == nil,
-            "a task that cannot die (frozen by the v1 freezer, in D state until thawed) needs root and the v1 freezer"))
+        .requires(.cgroup(.freezer)))
     func victimThatWillNotDie() async throws {
         try await offThePool {
             // 600 MiB of apps against 550 MiB: 105 MiB must go, so the 300 MiB app alone is the victim. It cannot

@@ -28,15 +28,21 @@ private func idle(for duration: Duration) {
 }
 
 /// The daemon's voluntary context switches (all threads) over `window`: how often it woke up. First waits (at
-/// most 10 s) until the count holds still for 1.5 s, so the last steps of start-up are not counted: the loop and
-/// the worker blocking for the first time after READY=1, and the last STATUS= change, sent up to 1 s late.
+/// most 30 s, which only a daemon that never goes quiet needs) until the count holds still for 1.5 s, so the last
+/// steps of start-up are not counted: the loop and the worker blocking for the first time after READY=1, and the
+/// last STATUS= change, sent up to 1 s late. The 1.5 s and the window are what is measured, not waits for
+/// something: the daemon must stay asleep through them.
 private func wakeUps(of daemon: DaemonHarness, over window: Duration) throws -> Int {
     let usage = ProcessUsage(pid: daemon.pid)
+    let deadline = MonotonicClock.now() + Duration.seconds(30).nanosecondCount
     var settled = try usage.voluntaryContextSwitches()
-    for _ in 0..<7 {
+    while true {
         idle(for: .milliseconds(1_500))
         let now = try usage.voluntaryContextSwitches()
         if now == settled { break }
+        guard MonotonicClock.now() < deadline else {
+            throw HarnessError("bgtaskd never went quiet for 1.5 s in 30 s after start-up; its log:\n\(daemon.log)")
+        }
         settled = now
     }
     idle(for: window)
@@ -76,67 +82,124 @@ struct QuietLoopTests {
         }
     }
 
-    @Test("200 apps churning with their memory sampled: the loop's longest dispatch stays short")
+    @Test("200 apps churning with their memory sampled: the loop's dispatches stay as short as with 10 apps")
     func longestDispatchWithManyApps() async throws {
-        // Alone: the dispatch durations are what the machine gives the daemon, not what other tests leave it.
+        // Alone: the dispatch durations are what the machine gives the daemons, not what other tests leave them.
         try await offThePool(alone: true) {
-            let daemon = try DaemonHarness(
-                configuration: DaemonHarness.fastPolicy
-                    + "\n[Memory]\nAppsMemoryMax=64G\n[Limits]\nAppsPerUserMax=256\n")
-            let apps = try manyApps(daemon, count: 200, prefix: "busy")
-            defer { apps.terminate() }
-            let control = try daemon.connect()
-            let observer = try daemon.connect()
-            // Start-up (200 processes forking and registering on two CPUs) preempts the daemon for its own reasons:
-            // only the dispatches made during the churn are judged, from the difference of two histograms.
-            let before = try loopStatistics(observer)
-            // Five seconds of churn: every app in and out of the foreground, lists and status between, while the
-            // apps' memory is sampled every second.
+            // The same churn against a daemon of 10 apps, round for round in turn with the one of 200, is the
+            // reference: both daemons' dispatches are timed on the wall clock, so whatever else keeps the machine
+            // busy lengthens both alike, while a loop whose dispatches grow with the apps (reading /proc or
+            // encoding every app per sample) stands out against it.
+            let configuration =
+                DaemonHarness.fastPolicy + "\n[Memory]\nAppsMemoryMax=64G\n[Limits]\nAppsPerUserMax=256\n"
+            let many = try ChurnedDaemon(configuration: configuration, apps: 200, prefix: "busy")
+            defer { many.close() }
+            let few = try ChurnedDaemon(configuration: configuration, apps: 10, prefix: "few")
+            defer { few.close() }
+            // Start-up (210 processes forking and registering on two CPUs) preempts the daemons for their own
+            // reasons: only the dispatches made during the churn are judged, from the difference of two histograms.
+            try many.startCounting()
+            try few.startCounting()
+            // Churn in turns of 200 state changes each (every app of the 200 once, each of the 10 twenty times),
+            // lists and status between: at least 8 turns each (over 1,600 dispatches) and at least 5 s, so that the
+            // apps' memory is sampled (every second) during it.
             let end = MonotonicClock.now() + Duration.seconds(5).nanosecondCount
             var rounds = 0
-            while MonotonicClock.now() < end {
-                let state: JSONValue = rounds % 2 == 0 ? "inactive" : "active"
-                for index in 0..<200 {
-                    let reply = try control.lifecycle("SetState", ["app": .string("busy-\(index)"), "state": state])
-                    #expect(reply.errorName == nil)
-                }
-                #expect(try observer.lifecycle("ListApps").errorName == nil)
-                #expect(try observer.lifecycle("GetStatus").errorName == nil)
+            while rounds < 8 || MonotonicClock.now() < end {
+                try many.churnRound(calls: 200)
+                try few.churnRound(calls: 200)
                 rounds += 1
             }
-            let after = try loopStatistics(observer)
-            let status = try observer.lifecycle("GetStatus").parameters
-            let memory = try #require(status["memory"]?.objectValue)
+            let memory = try #require(try many.observer.lifecycle("GetStatus").parameters["memory"]?.objectValue)
             #expect(memory["appsBytes"]?.doubleValue.map { $0 > 0 } == true, "the apps were never measured: \(memory)")
-            let counts = zip(after.counts, before.counts).map { $0 - $1 }
-            let total = counts.reduce(0, +)
-            // The bound of the bucket holding the 99th percentile dispatch, and of the last non-empty one.
-            var cumulative = 0
-            let percentile99 = counts.indices.first { index in
-                cumulative += counts[index]
-                return cumulative * 100 >= total * 99
-            }.map { after.boundMilliseconds($0) }
-            let longestBucket = counts.lastIndex { $0 > 0 }.map { after.boundMilliseconds($0) }
+            let manyCounts = try many.countsSinceStart()
+            let fewCounts = try few.countsSinceStart()
+            let histogram = manyCounts.histogram
+            let manyIndex = histogram.percentileBucket(0.99, of: manyCounts.counts)
+            let fewIndex = histogram.percentileBucket(0.99, of: fewCounts.counts)
             print(
-                "200 apps, \(rounds) churn rounds, \(total) dispatches: 99% within \(percentile99 ?? .nan) ms, all within "
-                    + "\(longestBucket ?? .nan) ms; longest since start \(after.longestMilliseconds) ms "
-                    + "(\(after.longestSource))")
-            #expect(total > 1_000)
-            // Alone, 99% take at most 5 ms (debug build); the bound leaves room for the processes other tests left
-            // running on two CPUs. A loop reading /proc or encoding every app per sample would take far longer.
+                "\(rounds) churn rounds: 200 apps, \(manyCounts.counts.reduce(0, +)) dispatches, 99% within "
+                    + "\(histogram.boundMilliseconds(manyIndex)) ms (\(manyCounts.counts)); 10 apps, "
+                    + "\(fewCounts.counts.reduce(0, +)) dispatches, 99% within \(histogram.boundMilliseconds(fewIndex)) ms "
+                    + "(\(fewCounts.counts)); longest since start \(manyCounts.histogram.longestMilliseconds) ms "
+                    + "(\(manyCounts.histogram.longestSource))")
+            #expect(manyCounts.counts.reduce(0, +) > 1_000 && fewCounts.counts.reduce(0, +) > 1_000)
+            // Two buckets of the histogram (about 4 times) over the reference, or within 10 ms, where 99% of a
+            // healthy debug build's dispatches fall on an idle machine: a dispatch that grows with the apps is 20
+            // times longer with 200 than with 10, at least three buckets.
+            let allowedIndex = max(fewIndex + 2, histogram.bucketIndex(ofMilliseconds: 10))
             #expect(
-                (percentile99 ?? .infinity) <= 10, "99% of dispatches took up to \(percentile99 ?? .nan) ms: \(counts)")
+                manyIndex <= allowedIndex,
+                Comment(
+                    rawValue: "99% of dispatches took up to \(histogram.boundMilliseconds(manyIndex)) ms with 200 "
+                        + "apps, up to \(histogram.boundMilliseconds(fewIndex)) ms with 10: \(manyCounts.counts) "
+                        + "against \(fewCounts.counts)"))
         }
+    }
+}
+
+/// A daemon of `apps` apps (`manyApps`), a connection that changes their states and one that watches the loop.
+private final class ChurnedDaemon {
+    let daemon: DaemonHarness
+    let apps: ChildProcess
+    let control: RawVarlinkClient
+    let observer: RawVarlinkClient
+    private let names: [String]
+    /// The state changes made to each app so far: its next goes to inactive when even, to active when odd.
+    private var changes: [Int]
+    /// The loop's histogram when counting started.
+    private var start: LoopHistogram?
+
+    init(configuration: String, apps count: Int, prefix: String) throws {
+        daemon = try DaemonHarness(configuration: configuration)
+        apps = try manyApps(daemon, count: count, prefix: prefix)
+        control = try daemon.connect()
+        observer = try daemon.connect()
+        names = (0..<count).map { "\(prefix)-\($0)" }
+        changes = Array(repeating: 0, count: count)
+    }
+
+    /// Counts the dispatches from now on.
+    func startCounting() throws {
+        start = try loopStatistics()
+    }
+
+    /// `calls` state changes going round the apps, each app's a change from its state before, then `ListApps` and
+    /// `GetStatus`.
+    func churnRound(calls: Int) throws {
+        for call in 0..<calls {
+            let index = call % names.count
+            let state: JSONValue = changes[index] % 2 == 0 ? "inactive" : "active"
+            changes[index] += 1
+            let reply = try control.lifecycle("SetState", ["app": .string(names[index]), "state": state])
+            #expect(reply.errorName == nil)
+        }
+        #expect(try observer.lifecycle("ListApps").errorName == nil)
+        #expect(try observer.lifecycle("GetStatus").errorName == nil)
+    }
+
+    /// The dispatches per bucket since `startCounting()`, and the histogram now.
+    func countsSinceStart() throws -> (counts: [Int], histogram: LoopHistogram) {
+        guard let start else { throw HarnessError("counting never started") }
+        let now = try loopStatistics()
+        return (zip(now.counts, start.counts).map { $0 - $1 }, now)
     }
 
     /// The loop statistics of `GetStatus`.
-    private func loopStatistics(_ client: RawVarlinkClient) throws -> LoopHistogram {
-        let loop = try #require(try client.lifecycle("GetStatus").parameters["loop"]?.objectValue)
+    private func loopStatistics() throws -> LoopHistogram {
+        let loop = try #require(try observer.lifecycle("GetStatus").parameters["loop"]?.objectValue)
         return LoopHistogram(
             bounds: (loop["iterationBoundsMs"]?.arrayValue ?? []).compactMap(\.doubleValue),
             counts: (loop["iterationCounts"]?.arrayValue ?? []).compactMap { $0.intValue },
             longestMilliseconds: loop["longestIterationMs"]?.doubleValue ?? .nan,
             longestSource: loop["longestIterationSource"]?.stringValue ?? "")
+    }
+
+    func close() {
+        apps.terminate()
+        control.close()
+        observer.close()
+        daemon.terminate()
     }
 }
 
@@ -150,5 +213,20 @@ private struct LoopHistogram {
     /// The upper bound of bucket `index` in milliseconds (infinity for the last).
     func boundMilliseconds(_ index: Int) -> Double {
         index < bounds.count ? bounds[index] : .infinity
+    }
+
+    /// The first bucket whose bound is at least `milliseconds`.
+    func bucketIndex(ofMilliseconds milliseconds: Double) -> Int {
+        bounds.firstIndex { $0 >= milliseconds } ?? bounds.count
+    }
+
+    /// The bucket holding the `fraction` percentile of `counts` (the last bucket when they are all zero).
+    func percentileBucket(_ fraction: Double, of counts: [Int]) -> Int {
+        let total = counts.reduce(0, +)
+        var cumulative = 0
+        return counts.indices.first { index in
+            cumulative += counts[index]
+            return total > 0 && Double(cumulative) >= Double(total) * fraction
+        } ?? bounds.count
     }
 }

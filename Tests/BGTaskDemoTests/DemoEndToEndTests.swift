@@ -212,7 +212,15 @@ struct DemoEndToEndTests {
         }
     }
 
-    @Test("runs to completion with every scene's real data, in well under a minute, and leaves nothing behind")
+    /// What `fullRun` needs: root on a host with a cgroup hierarchy, where the demo makes cgroups for the apps its
+    /// daemon launches and the test checks them (`runsAsNobody` is the run without them).
+    static let makesCgroups = HostRequirement(
+        unavailableReason: ExpectedBackends(asRoot: geteuid() == 0).madeCgroups
+            ? nil : "the demo makes cgroups for its apps only as root, on a host with a cgroup hierarchy")
+
+    @Test(
+        "runs to completion with every scene's real data, in well under a minute, and leaves nothing behind",
+        .requires(DemoEndToEndTests.makesCgroups))
     func fullRun() async throws {
         try await offThePool {
             let run = try DemoRun(bgtask: try Products.path("bgtask"))
@@ -220,15 +228,11 @@ struct DemoEndToEndTests {
             #expect(status == .exited(0), "stderr: \(run.errors)\n\(run.transcript)")
             #expect(run.errors.isEmpty, "\(run.errors)")
             #expect(took < .seconds(60), "took \(took)")
-            let backends = ExpectedBackends(asRoot: geteuid() == 0)
-            if backends.madeCgroups {
-                // As root, cgroups of the demo's own for the daemon, handed to it and named in its GetStatus.
-                #expect(!run.cgroupsMade.isEmpty, "\(run.transcript)")
-                let ready = try #require(run.line(containing: "sent READY=1"))
-                for cgroup in run.cgroupsMade { #expect(ready.line.contains(cgroup), "\(ready.line)") }
-            } else {
-                print("fullRun: the launched apps' cgroup backends are not checked: not root, or no cgroup hierarchy")
-            }
+            let backends = ExpectedBackends(asRoot: true)
+            // Cgroups of the demo's own for the daemon, handed to it and named in its GetStatus.
+            #expect(!run.cgroupsMade.isEmpty, "\(run.transcript)")
+            let ready = try #require(run.line(containing: "sent READY=1"))
+            for cgroup in run.cgroupsMade { #expect(ready.line.contains(cgroup), "\(ready.line)") }
             try Self.expectEveryScene(in: run, backends: backends)
             Self.expectNothingLeft(by: run)
         }

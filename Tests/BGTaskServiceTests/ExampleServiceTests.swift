@@ -7,11 +7,10 @@ import Foundation
 import Glibc
 import Testing
 
-@Suite("The example systemd-managed client", .serialized)
+@Suite("The example systemd-managed client", .serialized, .requires(.containedSystemd))
 struct ExampleServiceTests {
     @Test("its task shows in bgtask apps while the job runs, ends `ended` with the job, and ends with a stop")
     func leaseLastsAsLongAsTheJob() async throws {
-        guard systemdAvailable("leaseLastsAsLongAsTheJob") else { return }
         try await offThePool {
             let service = try InstalledUserService()
             defer { service.close() }

@@ -7,11 +7,10 @@ import BGTaskTestSupport
 import Foundation
 import Testing
 
-@Suite("The README's install commands", .serialized)
+@Suite("The README's install commands", .serialized, .requires(.containedSystemd))
 struct ReadmeInstallTests {
     @Test("install, daemon-reload, enable --now bgtaskd.socket: bgtask --user status answers through the socket")
     func userInstall() async throws {
-        guard systemdAvailable("userInstall") else { return }
         try await offThePool {
             let systemd = try ContainedSystemd(dataHome: "prefix/lib")
             defer { systemd.close() }

@@ -5,7 +5,7 @@ import BGTaskTestSupport
 import Foundation
 import Testing
 
-@Suite("The installed unit files")
+@Suite("The installed unit files", .requires(.programs("systemd-analyze", "man")))
 struct UnitFileTests {
     /// Runs systemd-analyze with `arguments`; its status and everything it printed.
     private func analyze(_ arguments: [String], environment: [String: String]) throws -> (Int32, String) {
@@ -20,23 +20,8 @@ struct UnitFileTests {
         return (scratch, prefix)
     }
 
-    /// Why the host cannot run systemd-analyze and man, if it cannot.
-    private static var unavailableReason: String? {
-        for tool in ["systemd-analyze", "man"] {
-            let found = ["/usr/bin/", "/bin/", "/usr/local/bin/"].contains {
-                FileManager.default.isExecutableFile(atPath: $0 + tool)
-            }
-            if !found { return "\(tool) is not installed" }
-        }
-        return nil
-    }
-
     @Test("systemd-analyze verify passes on the installed units, with their Documentation= man pages found")
     func verify() throws {
-        if let reason = Self.unavailableReason {
-            print("verify: skipped: \(reason)")
-            return
-        }
         let (scratch, prefix) = try installed()
         let runtime = scratch.path + "/run"
         try FileManager.default.createDirectory(
@@ -58,10 +43,6 @@ struct UnitFileTests {
 
     @Test("the system service's exposure (systemd-analyze security) is under 3.0, each remaining point documented")
     func exposure() throws {
-        if let reason = Self.unavailableReason {
-            print("exposure: skipped: \(reason)")
-            return
-        }
         let (scratch, prefix) = try installed()
         defer { _ = scratch }
         let (status, output) = try analyze(

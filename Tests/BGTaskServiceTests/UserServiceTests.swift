@@ -8,15 +8,6 @@ import Foundation
 import Glibc
 import Testing
 
-/// Whether the host can run a contained systemd manager; prints why not when it cannot.
-func systemdAvailable(_ test: String) -> Bool {
-    if let reason = ContainedSystemd.unavailableReason {
-        print("\(test): skipped: \(reason)")
-        return false
-    }
-    return true
-}
-
 /// The state letter of `pid` in /proc, nil once it is gone.
 func processState(_ pid: pid_t) -> ProcessState? {
     try? ProcFS().stat(pid).state
@@ -40,11 +31,10 @@ func eventually(timeout: Duration = .seconds(20), _ condition: () throws -> Bool
     return true
 }
 
-@Suite("bgtaskd as a systemd user service", .serialized)
+@Suite("bgtaskd as a systemd user service", .serialized, .requires(.containedSystemd))
 struct UserServiceTests {
     @Test("socket activation, start after READY=1, live STATUS=, the watchdog's restart, and a clean exit")
     func serviceLifecycle() async throws {
-        guard systemdAvailable("serviceLifecycle") else { return }
         try await offThePool {
             let service = try InstalledUserService()
             var isClosed = false
@@ -127,7 +117,6 @@ struct UserServiceTests {
     /// stopping the service for good leaves nothing stopped.
     @Test("a restart loses nothing, and stopping the service leaves nothing stopped", arguments: Outage.allCases)
     func restartSurvival(_ outage: Outage) async throws {
-        guard systemdAvailable("restartSurvival") else { return }
         try await offThePool {
             // A daemon slow to come back (ExecStartPre= waits 4 s: a loaded device), so that the deadline app's
             // whole background time passes while none runs. Connections made meanwhile wait in the socket. A hung

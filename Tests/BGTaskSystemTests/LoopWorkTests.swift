@@ -5,6 +5,17 @@ import Glibc
 import Synchronization
 import Testing
 
+/// Evaluates `condition` every millisecond until it holds or `timeout` passes; whether it held.
+private func waitUntil(_ timeout: Duration, _ condition: () -> Bool) -> Bool {
+    let deadline = MonotonicClock.now() + timeout.nanosecondCount
+    while !condition() {
+        guard MonotonicClock.now() < deadline else { return false }
+        var request = timespec(tv_sec: 0, tv_nsec: 1_000_000)
+        _ = nanosleep(&request, nil)
+    }
+    return true
+}
+
 /// A flag shared with a worker thread.
 private final class Flag: Sendable {
     let value = Atomic(false)
@@ -72,19 +83,14 @@ private final class Flag: Sendable {
     @Test func workerRefusesPastItsCapacityAndAfterStop() throws {
         let gate = Flag()
         let worker = try BackgroundWorker<Int, Int>(name: "test-full", capacity: 2) { job in
-            // The first job waits for the gate (bounded), so the queue behind it fills up.
-            for _ in 0..<2_000 where !gate.isSet {
-                var request = timespec(tv_sec: 0, tv_nsec: 1_000_000)
-                _ = nanosleep(&request, nil)
-            }
+            // The first job waits for the gate, so the queue behind it fills up; the deadline only ends the wait of
+            // a test that failed before opening it.
+            _ = waitUntil(.seconds(30)) { gate.isSet }
             return job
         }
         #expect(worker.submit(1))
         // Wait until the worker took job 1, so exactly two more fit.
-        for _ in 0..<2_000 where worker.pendingJobCount > 0 {
-            var request = timespec(tv_sec: 0, tv_nsec: 1_000_000)
-            _ = nanosleep(&request, nil)
-        }
+        #expect(waitUntil(.seconds(30)) { worker.pendingJobCount == 0 }, "the worker never took job 1")
         #expect(worker.submit(2))
         #expect(worker.submit(3))
         #expect(!worker.submit(4))

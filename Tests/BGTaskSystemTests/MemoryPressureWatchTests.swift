@@ -11,24 +11,6 @@ import Testing
 /// What systemd 252+ sets `MEMORY_PRESSURE_WRITE` to by default: "some 200000 2000000" and its NUL.
 private let systemdDefaultWrite = "c29tZSAyMDAwMDAgMjAwMDAwMAA="
 
-/// Whether the host can give a test a cgroup2 cgroup; prints why not when it cannot.
-private func cgroupAvailable(_ test: String) -> Bool {
-    if let reason = ScratchCgroup.unavailableReason(.unified) {
-        print("\(test): skipped: \(reason)")
-        return false
-    }
-    return true
-}
-
-/// Whether the kernel has system-wide PSI; prints why not when it has not.
-private func systemPressureAvailable(_ test: String) -> Bool {
-    guard access("/proc/pressure/memory", R_OK | W_OK) == 0 else {
-        print("\(test): skipped: /proc/pressure/memory is missing or not writable (no PSI, or not root)")
-        return false
-    }
-    return true
-}
-
 /// The error `body` threw, as a `MemoryPressureWatchError`; records an issue when it threw nothing or another type.
 private func watchError(
     _ body: () throws -> Void, sourceLocation: SourceLocation = #_sourceLocation
@@ -329,9 +311,10 @@ struct MemoryPressureWatchTests {
 
     // MARK: PSI files
 
-    @Test("cgroup2: a trigger arms on a scratch memory.pressure, polls quiet, and ends when the cgroup goes")
+    @Test(
+        "cgroup2: a trigger arms on a scratch memory.pressure, polls quiet, and ends when the cgroup goes",
+        .requires(.cgroup(.unified)))
     func scratchCgroupTrigger() async throws {
-        guard cgroupAvailable("scratchCgroupTrigger") else { return }
         try await offThePool {
             let scratch = try ScratchCgroup(.unified)
             defer { scratch.close() }
@@ -367,9 +350,10 @@ struct MemoryPressureWatchTests {
         }
     }
 
-    @Test("cgroup2: the environment a launched app gets opens a PSI watch with systemd's default trigger")
+    @Test(
+        "cgroup2: the environment a launched app gets opens a PSI watch with systemd's default trigger",
+        .requires(.cgroup(.unified)))
     func scratchCgroupFromEnvironment() async throws {
-        guard cgroupAvailable("scratchCgroupFromEnvironment") else { return }
         try await offThePool {
             let scratch = try ScratchCgroup(.unified)
             defer { scratch.close() }
@@ -397,9 +381,10 @@ struct MemoryPressureWatchTests {
         }
     }
 
-    @Test("cgroup2: a window the kernel refuses is widened to 2 s, and the watch says which trigger it armed")
+    @Test(
+        "cgroup2: a window the kernel refuses is widened to 2 s, and the watch says which trigger it armed",
+        .requires(.cgroup(.unified)))
     func scratchCgroupWindowFallback() async throws {
-        guard cgroupAvailable("scratchCgroupWindowFallback") else { return }
         try await offThePool {
             let scratch = try ScratchCgroup(.unified)
             defer { scratch.close() }
@@ -442,9 +427,10 @@ struct MemoryPressureWatchTests {
         }
     }
 
-    @Test("/proc/pressure/memory: a 500 ms window is taken or refused as the kernel says, the refusal typed")
+    @Test(
+        "/proc/pressure/memory: a 500 ms window is taken or refused as the kernel says, the refusal typed",
+        .requires(.systemPressure))
     func systemPressureWindow() async throws {
-        guard systemPressureAvailable("systemPressureWindow") else { return }
         try await offThePool {
             let path = "/proc/pressure/memory"
             let asked = MemoryPressureTrigger(kind: .some, stall: .milliseconds(150), window: .milliseconds(500))
@@ -470,13 +456,10 @@ struct MemoryPressureWatchTests {
         }
     }
 
-    @Test("cgroup2: a trigger fires (POLLPRI) when a cgroup-limited reader thrashes its page cache")
+    @Test(
+        "cgroup2: a trigger fires (POLLPRI) when a cgroup-limited reader thrashes its page cache",
+        .requires(.cgroup(.unified), .cgroup(.memory)))
     func scratchCgroupTriggerFires() async throws {
-        guard cgroupAvailable("scratchCgroupTriggerFires") else { return }
-        if let reason = ScratchCgroup.unavailableReason(.memory) {
-            print("scratchCgroupTriggerFires: skipped: \(reason)")
-            return
-        }
         try await offThePool {
             try withTemporaryDirectory { directory in
                 // The stall: a reader of a 48 MiB file limited to 32 MiB of memory (v1, since cgroup2 here has no
