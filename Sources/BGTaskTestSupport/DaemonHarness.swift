@@ -12,16 +12,27 @@ import Glibc
 /// file the test can read. `stop()` sends SIGTERM and waits; deinit kills whatever is left. The daemon runs
 /// under `timeout(1)`, so even if the test process dies without cleaning up, it ends by itself.
 public final class DaemonHarness {
-    /// A policy in milliseconds so end-to-end timelines take well under a second each.
+    /// A policy in seconds so end-to-end timelines take seconds each. Where an app (a real process, on a machine
+    /// the other tests keep busy) must act in time, the window is wide: acknowledging `didEnterBackground` (20 s),
+    /// registering once launched (30 s), ending its task once warned (3 s), printing `willTerminate` before the kill
+    /// (3 s). Where only the daemon's own countdown runs (a lock holder that never lets go), it stays short. A
+    /// test of a timeout itself shortens that one (`fastPolicy(_:_:)`): there the app does nothing, by design.
     public static let fastPolicy = """
         [Policy]
-        BackgroundTimeSec=1500ms
-        ExpirationWarningSec=600ms
-        EnterBackgroundGraceSec=700ms
-        WillTerminateGraceSec=500ms
-        LaunchTimeoutSec=1s
+        BackgroundTimeSec=5s
+        ExpirationWarningSec=3s
+        EnterBackgroundGraceSec=20s
+        WillTerminateGraceSec=3s
+        LaunchTimeoutSec=30s
         LockedSuspendGraceSec=400ms
         """
+
+    /// The fast policy with `key` set to `value` instead (`"EnterBackgroundGraceSec"`, `"700ms"`): for a test of that
+    /// timeout, whose app deliberately never acts in time.
+    public static func fastPolicy(_ key: String, _ value: String) -> String {
+        fastPolicy.split(separator: "\n").map { $0.hasPrefix(key + "=") ? "\(key)=\(value)" : String($0) }
+            .joined(separator: "\n")
+    }
 
     /// The scratch directory holding the socket, configuration and log.
     public let directory: ScratchDirectory

@@ -2,6 +2,7 @@
 // neither hold the test runner's cooperative threads nor all run at once.
 
 import Foundation
+import Testing
 
 /// Runs `body`, a test's blocking work, on a thread of its own rather than on one of the test runner's cooperative
 /// threads, of which there are as many as CPUs (two here): a blocked test there holds every other test back, even
@@ -12,16 +13,51 @@ import Foundation
 /// the waiting of end-to-end tests, few enough that daemons with millisecond policies still get the CPU on time. A
 /// body that measures time as the machine gives it (wake-ups, dispatch durations, lateness) asks to run `alone`:
 /// it waits for the others to finish, and none starts until it is done.
+///
+/// With `BGTASK_TEST_TIMELINE=PATH`, each body appends a line to PATH when it ends: the test, whether it ran alone,
+/// and when it asked for its place, got it and ended (seconds on `CLOCK_MONOTONIC`): where the suite's time goes.
 public func offThePool<Value>(alone: Bool = false, _ body: () throws -> Value) async rethrows -> Value {
     let limiter = BlockingTestLimiter.shared
     let places = alone ? limiter.width : 1
+    let asked = TestTimeline.now()
     await limiter.acquire(places)
+    let admitted = TestTimeline.now()
     let executor = DedicatedThreadExecutor()
     defer {
         executor.stop()
         Task { await limiter.release(places) }
+        TestTimeline.record(alone: alone, asked: asked, admitted: admitted)
     }
     return try await withTaskExecutorPreference(executor) { try body() }
+}
+
+/// The optional record of when each blocking test body waited and ran (`BGTASK_TEST_TIMELINE`).
+enum TestTimeline {
+    static let path = ProcessInfo.processInfo.environment["BGTASK_TEST_TIMELINE"]
+    static let lock = NSLock()
+
+    static func now() -> Double {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
+    }
+
+    static func record(alone: Bool, asked: Double, admitted: Double) {
+        guard let path else { return }
+        let name = Test.current.map { "\($0.id)" } ?? "?"
+        let line = String(
+            format: "%.3f %.3f %.3f %@ %@\n", asked, admitted, now(), alone ? "alone" : "shared", name)
+        lock.lock()
+        defer { lock.unlock() }
+        if let handle = FileHandle(forWritingAtPath: path) ?? {
+            FileManager.default.createFile(atPath: path, contents: nil)
+            return FileHandle(forWritingAtPath: path)
+        }() {
+            handle.seekToEndOfFile()
+            handle.write(Data(line.utf8))
+            try? handle.close()
+        }
+    }
 }
 
 /// Admits a bounded number of blocking test bodies at a time, first come first served.

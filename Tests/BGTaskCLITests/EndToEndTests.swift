@@ -8,25 +8,27 @@ import BGTaskTestSupport
 import Foundation
 import Testing
 
-/// A policy with room for a test's steps while a `bgtask run` app sits in background with its lease.
+/// A policy with room for a test's steps while a `bgtask run` app sits in background with its lease; what an app
+/// must do in time (acknowledge, register once launched) has room for a machine the other tests keep busy.
 let roomyPolicy = """
     [Policy]
     BackgroundTimeSec=30s
     ExpirationWarningSec=5s
-    EnterBackgroundGraceSec=2s
+    EnterBackgroundGraceSec=20s
     WillTerminateGraceSec=2s
-    LaunchTimeoutSec=2s
+    LaunchTimeoutSec=30s
     LockedSuspendGraceSec=1s
     """
 
-/// A policy whose background time runs out a second after a `bgtask run` starts.
+/// A policy whose expiration warning comes a second after a `bgtask run` starts, with 5 s after it for CMD to act
+/// on the warning before the background time runs out.
 let shortPolicy = """
     [Policy]
-    BackgroundTimeSec=2s
-    ExpirationWarningSec=1s
-    EnterBackgroundGraceSec=1s
+    BackgroundTimeSec=6s
+    ExpirationWarningSec=5s
+    EnterBackgroundGraceSec=20s
     WillTerminateGraceSec=2s
-    LaunchTimeoutSec=2s
+    LaunchTimeoutSec=30s
     LockedSuspendGraceSec=1s
     """
 

@@ -5,14 +5,15 @@ import BGTaskTestSupport
 import Foundation
 import Testing
 
-/// A policy with room for a multi-second upload in background: 30 s of background time, warned 5 s before.
+/// A policy with room for a multi-second upload in background: 30 s of background time, warned 5 s before; what
+/// an app must do in time (acknowledge, exit on willTerminate) has room for a machine the other tests keep busy.
 private let roomyPolicy = """
     [Policy]
     BackgroundTimeSec=30s
     ExpirationWarningSec=5s
-    EnterBackgroundGraceSec=2s
-    WillTerminateGraceSec=1s
-    LaunchTimeoutSec=2s
+    EnterBackgroundGraceSec=20s
+    WillTerminateGraceSec=3s
+    LaunchTimeoutSec=30s
     LockedSuspendGraceSec=1s
     """
 
@@ -157,7 +158,7 @@ struct EndToEndTests {
                 try app.waitForLine(startingWith: "event didEnterBackground")
                 let remaining = try app.run("remaining", expecting: "remaining")
                 let seconds = Double(remaining.dropFirst("remaining ".count)) ?? -1
-                #expect(seconds > 0 && seconds <= 1.5, "\(remaining)")
+                #expect(seconds > 0 && seconds <= 5, "\(remaining)")
                 #expect(try app.run("state", expecting: "state") == "state background")
 
                 // The expiration warning runs the task's handler, which ends it; with nothing left the app is
@@ -194,7 +195,8 @@ struct EndToEndTests {
     @Test("fixture withholding acknowledgements is terminated enter-background-timeout")
     func withheldAcknowledgementTimesOut() async throws {
         try await offThePool {
-            let daemon = try DaemonHarness()
+            // The app never acknowledges: the grace is the daemon's countdown alone, and short.
+            let daemon = try DaemonHarness(configuration: DaemonHarness.fastPolicy("EnterBackgroundGraceSec", "700ms"))
             let control = try LifecycleClient(socketPath: daemon.socketPath, timeout: .seconds(10))
             defer { control.close() }
             try withChild(try fixtureCommand(socketPath: daemon.socketPath)) { app in

@@ -13,9 +13,8 @@ import Testing
 @Suite("Held launches", .requires(.cgroup(.unified)))
 struct HeldLaunchTests {
     static let launch = "io.bgtask.Lifecycle.Launch"
-    /// Long enough that no held launch in these tests times out (the fast policy's 1 s would).
-    static let patientPolicy = DaemonHarness.fastPolicy.replacingOccurrences(
-        of: "LaunchTimeoutSec=1s", with: "LaunchTimeoutSec=60s")
+    /// Long enough that no held launch in these tests times out.
+    static let patientPolicy = DaemonHarness.fastPolicy("LaunchTimeoutSec", "60s")
     /// How long a client waits for an answer the daemon must give at once: generous, for a loaded machine.
     static let promptly: Duration = .seconds(20)
 
@@ -196,8 +195,9 @@ struct HeldLaunchTests {
 
     @Test("a launch whose program does not start within LaunchTimeoutSec fails, its child killed and reaped")
     func heldPastTheLaunchTimeout() async throws {
-        // The fast policy: LaunchTimeoutSec=1s.
-        try await withHeldLaunches("heldPastTheLaunchTimeout", policy: DaemonHarness.fastPolicy) { fixture, _ in
+        try await withHeldLaunches(
+            "heldPastTheLaunchTimeout", policy: DaemonHarness.fastPolicy("LaunchTimeoutSec", "1s")
+        ) { fixture, _ in
             let launcher = try fixture.daemon.connect()
             try launcher.send(Self.launch, fixture.launchParameters("org.example.slow"))
             let child = try #require(try fixture.heldChildren(count: 1).first)

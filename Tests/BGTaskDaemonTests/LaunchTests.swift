@@ -52,11 +52,11 @@ struct LaunchTests {
 
     @Test("an app that never registers is killed with launch-timeout, and its cgroups go")
     func launchTimeout() async throws {
-        try await withLaunchFixture { fixture in
+        // The app never registers: the timeout is the daemon's countdown alone, and short.
+        try await withLaunchFixture(policy: DaemonHarness.fastPolicy("LaunchTimeoutSec", "1s")) { fixture in
             let watch = try WatchStream(fixture.daemon)
             try fixture.launch("org.example.silent", ["--no-register"])
             try fixture.waitForOutput("org.example.silent", "started")
-            // LaunchTimeoutSec=1s in the fast policy.
             try watch.waitFor("terminated", app: "org.example.silent", ["reason": "launch-timeout"])
             let app = try fixture.waitForApp("org.example.silent") { $0["exitSignal"]?.stringValue != nil }
             #expect(app["exitReason"] == "launch-timeout" && app["exitSignal"] == "SIGKILL", "\(app)")

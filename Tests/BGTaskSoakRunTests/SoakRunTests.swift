@@ -75,7 +75,7 @@ struct SoakRunTests {
             let json = try #require(report, "no JSON report:\n\(output)")
             #expect(json["passed"] as? Bool == true, "\(output)")
             #expect(json["apps"] as? Int == 50)
-            #expect((json["seed"] as? NSNumber)?.uint64Value == seed)
+            #expect(json["seed"] as? String == String(seed), "\(json["seed"] ?? "no seed")")
             let invariants = try #require(json["invariants"] as? [String: Any])
             #expect(invariants["passed"] as? Bool == true, "\(output)")
             for invariant in try #require(invariants["invariants"] as? [[String: Any]]) {
