@@ -12,13 +12,17 @@ import Testing
 /// At most `BlockingTestLimiter.width` bodies run at once (`BGTASK_TEST_PARALLELISM`, default 6): enough to overlap
 /// the waiting of end-to-end tests, few enough that daemons with millisecond policies still get the CPU on time. A
 /// body that measures time as the machine gives it (wake-ups, dispatch durations, lateness) asks to run `alone`:
-/// it waits for the others to finish, and none starts until it is done.
+/// it waits for the others to finish, and none starts until it is done. A body that loads the machine for a long
+/// while without measuring its timing (a soak: a daemon and dozens of apps for a minute or more) asks to run `heavy`:
+/// it takes all places but two, so at most two other bodies run beside it and no two heavy ones run at once.
 ///
 /// With `BGTASK_TEST_TIMELINE=PATH`, each body appends a line to PATH when it ends: the test, whether it ran alone,
 /// and when it asked for its place, got it and ended (seconds on `CLOCK_MONOTONIC`): where the suite's time goes.
-public func offThePool<Value>(alone: Bool = false, _ body: () throws -> Value) async rethrows -> Value {
+public func offThePool<Value>(alone: Bool = false, heavy: Bool = false, _ body: () throws -> Value) async rethrows
+    -> Value
+{
     let limiter = BlockingTestLimiter.shared
-    let places = alone ? limiter.width : 1
+    let places = alone ? limiter.width : heavy ? max(1, limiter.width - 2) : 1
     let asked = TestTimeline.now()
     await limiter.acquire(places)
     let admitted = TestTimeline.now()
@@ -26,7 +30,7 @@ public func offThePool<Value>(alone: Bool = false, _ body: () throws -> Value) a
     defer {
         executor.stop()
         Task { await limiter.release(places) }
-        TestTimeline.record(alone: alone, asked: asked, admitted: admitted)
+        TestTimeline.record(alone: alone, heavy: heavy, asked: asked, admitted: admitted)
     }
     return try await withTaskExecutorPreference(executor) { try body() }
 }
@@ -42,11 +46,12 @@ enum TestTimeline {
         return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
     }
 
-    static func record(alone: Bool, asked: Double, admitted: Double) {
+    static func record(alone: Bool, heavy: Bool, asked: Double, admitted: Double) {
         guard let path else { return }
         let name = Test.current.map { "\($0.id)" } ?? "?"
         let line = String(
-            format: "%.3f %.3f %.3f %@ %@\n", asked, admitted, now(), alone ? "alone" : "shared", name)
+            format: "%.3f %.3f %.3f %@ %@\n", asked, admitted, now(), alone ? "alone" : heavy ? "heavy" : "shared",
+            name)
         lock.lock()
         defer { lock.unlock() }
         if let handle = FileHandle(forWritingAtPath: path) ?? {
@@ -60,7 +65,9 @@ enum TestTimeline {
     }
 }
 
-/// Admits a bounded number of blocking test bodies at a time, first come first served.
+/// Admits a bounded number of blocking test bodies at a time, first come first served, but for one exception: while
+/// a heavy body runs (one that leaves places for others), bodies of one place may pass the waiters that cannot start
+/// before it ends, into the places it leaves free.
 public actor BlockingTestLimiter {
     /// The limiter every `offThePool` shares.
     public static let shared = BlockingTestLimiter(
@@ -69,9 +76,14 @@ public actor BlockingTestLimiter {
     /// How many places there are: bodies that may run at once.
     public nonisolated let width: Int
     private var taken = 0
-    /// Waiters in arrival order, with the places each needs: a waiter is never overtaken, so one that needs every
-    /// place (a body running alone) is not starved by a stream of small ones.
+    /// Waiters in arrival order, with the places each needs. A waiter that cannot start is passed only by bodies of
+    /// one place, and only into places it could not have had: while a heavy body runs, or behind a heavy waiter.
+    /// Neither can starve: a heavy waiter finds its places once the heavy body before it ends (the small ones hold
+    /// at most the places a heavy body leaves), and once no heavy body runs, nothing passes a waiter that needs
+    /// every place (a body running alone), which then gets them as the bodies running end.
     private var waiting: [(places: Int, continuation: CheckedContinuation<Void, Never>)] = []
+    /// Heavy bodies running (more than one place, fewer than all).
+    private var heavyRunning = 0
 
     init(width: Int) {
         self.width = width
@@ -81,19 +93,44 @@ public actor BlockingTestLimiter {
     func acquire(_ places: Int) async {
         let places = min(places, width)
         if waiting.isEmpty && taken + places <= width {
-            taken += places
+            take(places)
             return
         }
-        await withCheckedContinuation { waiting.append((places, $0)) }
+        await withCheckedContinuation {
+            waiting.append((places, $0))
+            admit()
+        }
     }
 
-    /// Gives `places` places back and admits the waiters at the front that now fit.
+    /// Gives `places` places back and admits the waiters that now fit.
     func release(_ places: Int) {
-        taken -= min(places, width)
-        while let first = waiting.first, taken + first.places <= width {
-            waiting.removeFirst()
-            taken += first.places
-            first.continuation.resume()
+        let places = min(places, width)
+        taken -= places
+        if places > 1 && places < width { heavyRunning -= 1 }
+        admit()
+    }
+
+    private func take(_ places: Int) {
+        taken += places
+        if places > 1 && places < width { heavyRunning += 1 }
+    }
+
+    /// Admits waiters in order while they fit; past one that does not, only bodies of one place, and past one that
+    /// needs every place only while a heavy body runs.
+    private func admit() {
+        var index = 0
+        var isPastAWaiter = false
+        while index < waiting.count {
+            let waiter = waiting[index]
+            if (!isPastAWaiter || waiter.places == 1) && taken + waiter.places <= width {
+                waiting.remove(at: index)
+                take(waiter.places)
+                waiter.continuation.resume()
+                continue
+            }
+            if waiter.places >= width && heavyRunning == 0 { return }
+            isPastAWaiter = true
+            index += 1
         }
     }
 }

@@ -289,9 +289,24 @@ struct ForeignMemberTests {
 
     /// A process of `nobody` the test started (a `sleep` bounding its own lifetime).
     private func foreignSleeper() throws -> ChildProcess {
-        try ChildProcess([
+        let child = try ChildProcess([
             "setpriv", "--reuid=\(nobody)", "--regid=\(nobody)", "--clear-groups", "sleep", "60",
         ])
+        // Until setpriv has changed user and run sleep, the process is still root's (the test's): a test that moves
+        // it into the app's cgroup before then gives the daemon a process of the app's own uid to find there.
+        let deadline = MonotonicClock.now() + Duration.seconds(30).nanosecondCount
+        while true {
+            let procFS = ProcFS()
+            if let ids = try? procFS.userIDs(child.pid), ids.areAll(nobody),
+                (try? procFS.stat(child.pid).command) == "sleep"
+            {
+                return child
+            }
+            guard MonotonicClock.now() < deadline else {
+                throw HarnessError("pid \(child.pid) did not become nobody's sleep within 30 s")
+            }
+            usleep(5_000)
+        }
     }
 
     /// Kills a child of an app through its pidfd (whoever its parent is by now) and closes the pidfd.

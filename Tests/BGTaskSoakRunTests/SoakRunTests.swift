@@ -67,7 +67,7 @@ struct SoakRunTests {
         .requires(.root(for: "the disk-full fault (a tmpfs in a private mount namespace)")),
         arguments: GateSeeds.arguments)
     func gateSeed(_ seed: UInt64) async throws {
-        try await offThePool(alone: true) {
+        try await offThePool(heavy: true) {
             let (status, output, report) = try runSoak(["--apps", "50", "--duration", "60s", "--seed", String(seed)])
             let firstLine = output.split(separator: "\n").first.map(String.init) ?? ""
             #expect(firstLine == "seed: \(seed)", "\(output)")
@@ -92,7 +92,7 @@ struct SoakRunTests {
         "--systemd: the installed units under a contained manager, kill -9, watchdog hang and restart 3 times each",
         .requires(.containedSystemd))
     func underSystemd() async throws {
-        try await offThePool(alone: true) {
+        try await offThePool(heavy: true) {
             let (status, output, report) = try runSoak([
                 "--systemd", "--apps", "20", "--duration", "100s", "--faults", "kill,hang,restart",
             ])
