@@ -58,29 +58,21 @@ extension Manager {
     /// `cgroup.kill` where cgroup2 has it, `cgroup1` (SIGKILL to each member through a pidfd, then a thaw), then
     /// `pidfd`.
     var backendNames: [String: String] {
-        var freeze: [String] = []
-        if launchRoots.control != nil { freeze.append(launchRoots.freezeBackend) }
+        let managed = supervisor?.managedBackends ?? ManagedBackends()
+        var freeze = managed.freeze.map { [$0] } ?? []
         if cgroupHierarchies.unified != nil && !freeze.contains("cgroup2") { freeze.append("cgroup2") }
         freeze.append("sigstop")
-        var memory: [String] = []
-        if let control = launchRoots.control, launchRoots.isUnified, control.has("memory.current") {
-            memory.append("cgroup2")
-        } else if launchRoots.memory != nil {
-            memory.append("cgroup1")
-        }
-        memory.append("pss")
-        var kill: [String] = []
-        if let control = launchRoots.control {
-            kill.append(control.has("cgroup.kill") ? "cgroup.kill" : launchRoots.isUnified ? "cgroup2" : "cgroup1")
-        } else if let root = cgroupHierarchies.unified, CgroupDirectory(path: root).has("cgroup.kill") {
+        let memory = (managed.memory.map { [$0] } ?? []) + ["pss"]
+        var kill = managed.kill.map { [$0] } ?? []
+        if kill.isEmpty, let root = cgroupHierarchies.unified, CgroupDirectory(path: root).has("cgroup.kill") {
             kill.append("cgroup.kill")
         }
         kill.append("pidfd")
-        return [
-            "freeze": freeze.joined(separator: "+"), "memory": memory.joined(separator: "+"),
-            "kill": kill.joined(separator: "+"), "cgroupRoot": launchRoots.control?.path ?? "none",
-            "memoryCgroupRoot": launchRoots.memory?.path ?? "none",
-        ]
+        var names = supervisor?.report ?? [:]
+        names["freeze"] = freeze.joined(separator: "+")
+        names["memory"] = memory.joined(separator: "+")
+        names["kill"] = kill.joined(separator: "+")
+        return names
     }
 
     // MARK: Confirming freezes

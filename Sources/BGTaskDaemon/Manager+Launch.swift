@@ -1,5 +1,5 @@
-// Managed apps (`Launch`): the call checked, the launch handed to `AppLauncher`, the app taken on once its program has
-// started, watched as the daemon's child, and its cgroups removed once it is gone.
+// Managed apps (`Launch`): the call checked, the launch handed to the supervisor (`AppSupervisor`), and the app taken on
+// once its program has started.
 
 import BGTaskCore
 import BGTaskProtocol
@@ -9,15 +9,33 @@ import Glibc
 extension Manager {
     /// The most arguments, and bytes of them in all, a launch takes (the message itself is under MessageSizeMax).
     static let launchArgumentsMax = 1024
-    /// How long the daemon keeps trying to remove an ended app's cgroups while something in them is still exiting.
-    static let cgroupRemovalTimeout: Duration = .seconds(30)
-    static let cgroupRemovalInterval: Duration = .milliseconds(100)
 
     /// The most launches held at once (from the call to the program's exec, and children being ended): a few, since
     /// a healthy launch takes milliseconds; more at once means starts are hanging, and each holds a child.
     static let launchesInFlightMax = 4
 
-    /// `Launch`: checks the call, then starts `argv` as the managed app `name` off the loop (`AppLauncher`). The
+    /// Makes the supervisor of managed apps (`AppSupervisor`): the daemon forks them itself, into cgroups under
+    /// `CgroupRoot=` (or the service's delegated subtree), or into none.
+    func startSupervisor(ownCgroups: ProcessCgroups?) throws(StartupError) {
+        let roots = LaunchCgroupRoots.resolve(
+            configuration.memory, hierarchies: cgroupHierarchies, ownCgroups: ownCgroups,
+            isSystemdService: getenv("INVOCATION_ID") != nil)
+        for note in roots.notes { logger.warning("managed apps: \(note)") }
+        if let absence = roots.absence {
+            logger.info("managed apps run without cgroups (SIGSTOP and PSS): \(absence)")
+        }
+        do {
+            let fork = try ForkSupervisor(
+                capacity: Self.launchesInFlightMax, roots: roots, loop: loop, clock: clock, logger: logger,
+                procFS: procFS)
+            fork.onOutcome = { [unowned self] launch, outcome in self.launchEnded(launch, outcome) }
+            supervisor = fork
+        } catch {
+            throw StartupError(description: "cannot start the launcher thread: \(error)")
+        }
+    }
+
+    /// `Launch`: checks the call, then starts `argv` as the managed app `name` off the loop (`AppSupervisor`). The
     /// reply waits until the program has started (`launchEnded`), and so do the calls after it on the connection;
     /// other connections are served meanwhile.
     func launch(_ parameters: LaunchParameters, _ call: IncomingCall) throws -> CallOutcome<LaunchReply> {
@@ -30,17 +48,17 @@ extension Manager {
         let uid = try launchUID(for: name, credentials: call.credentials)
         settleExitedHolder(of: name)
         try core.canLaunch(name: name, uid: uid)
-        guard let launcher, !isStopping else {
+        guard let supervisor, !isStopping else {
             logger.notice("cannot launch \(name) for uid \(call.credentials.uid): bgtaskd is stopping", [.app(name)])
             throw VarlinkError.launchFailed(app: name, reason: "bgtaskd is stopping")
         }
-        guard !launcher.isLaunching(name) else { throw BGTaskCore.LifecycleError.appExists(name) }
+        guard !supervisor.isLaunching(name) else { throw BGTaskCore.LifecycleError.appExists(name) }
         let request = LaunchRequest(
             name: name, argv: argv, uid: uid, changesUser: uid != geteuid(),
-            exitsOnSuspend: parameters.exitsOnSuspend, roots: launchRoots, logDirectory: logDirectory,
+            exitsOnSuspend: parameters.exitsOnSuspend, logDirectory: logDirectory,
             socketPath: socketPath)
         let timeout = configuration.core.appPolicy(for: name).launchTimeout
-        guard launcher.submit(request, for: call, timeout: timeout) else {
+        guard supervisor.submit(request, for: call, timeout: timeout) else {
             throw VarlinkError.limitExceeded(limit: "LaunchesInFlightMax", max: Self.launchesInFlightMax)
         }
         call.connection.holdCalls()
@@ -49,7 +67,7 @@ extension Manager {
 
     /// A launch ended: its program started (the app is tracked from now on, unless something changed meanwhile:
     /// then the child is ended) or it could not be; the call is answered and its connection goes on.
-    func launchEnded(_ launch: AppLauncher.Launch, _ outcome: AppLauncher.Outcome) {
+    func launchEnded(_ launch: LaunchAttempt, _ outcome: LaunchOutcome) {
         let call = launch.call
         let name = launch.request.name
         defer {
@@ -63,7 +81,7 @@ extension Manager {
         case .failed(let reason):
             refuse(reason)
             fail(call, VarlinkError.launchFailed(app: name, reason: reason))
-        case .executed(let started):
+        case .started(let started):
             switch adopt(started, of: launch.request) {
             case .success(let launched):
                 if let info = appInfo(launched.app) {
@@ -74,7 +92,7 @@ extension Manager {
                 }
                 perform(launched.actions)
             case .failure(let refusal):
-                launcher?.end(started.child, cgroups: started.cgroups)
+                supervisor?.end(started)
                 refuse(refusal.reason)
                 fail(call, refusal.answer)
             }
@@ -91,7 +109,7 @@ extension Manager {
     /// tracked. Refused when the core no longer accepts it (the name registered meanwhile, `AppsPerUserMax` reached)
     /// or the daemon is stopping: the child is then the caller's to end.
     private func adopt(
-        _ started: StartedLaunch, of request: LaunchRequest
+        _ started: StartedApp, of request: LaunchRequest
     ) -> Result<(app: AppID, actions: [Action]), AdoptionRefusal> {
         let name = request.name
         guard !isStopping else {
@@ -100,12 +118,11 @@ extension Manager {
                     reason: "bgtaskd is stopping",
                     answer: VarlinkError.launchFailed(app: name, reason: "bgtaskd is stopping")))
         }
-        let child = started.child
         settleExitedHolder(of: name)
         let launched: (app: AppID, actions: [Action])
         do {
             launched = try core.appLaunched(
-                name: name, process: ProcessIdentity(pid: child.pid, uid: request.uid),
+                name: name, process: ProcessIdentity(pid: started.pid, uid: request.uid),
                 exitsOnSuspend: request.exitsOnSuspend, now: now)
         } catch {
             let reason =
@@ -116,9 +133,10 @@ extension Manager {
                 }
             return .failure(AdoptionRefusal(reason: reason, answer: error))
         }
-        let process = newTrackedProcess(pidFD: child.pidFD, uid: request.uid, startTime: started.startTime)
+        let process = newTrackedProcess(pidFD: started.pidFD, uid: request.uid, startTime: started.startTime)
         process.cgroups = started.cgroups
-        process.child = child
+        process.child = started.child
+        process.unit = started.unit
         guard watchExit(of: process, releasingOnFailure: false) else {
             // Fail closed: an app whose exit cannot be watched is not kept.
             perform(core.processExited(launched.app, how: .exited, now: now))
@@ -133,7 +151,8 @@ extension Manager {
         stateChanged()
         memoryMonitor?.appsChanged()
         logger.notice(
-            "launched \(name) as pid \(child.pid) (uid \(request.uid))"
+            "launched \(name) as pid \(started.pid) (uid \(request.uid))"
+                + (started.unit.map { " as \($0)" } ?? "")
                 + (started.cgroups?.control.map { " in \($0.path)" } ?? " without a cgroup")
                 + ": \(request.argv.joined(separator: " "))",
             [.app(name)])
@@ -160,66 +179,6 @@ extension Manager {
             throw VarlinkError.permissionDenied()
         }
         return uid
-    }
-
-    // MARK: Ending
-
-    /// How a managed app's process ended (the daemon is its parent: this reaps it); nil for other processes.
-    func reapLaunched(_ process: TrackedProcess) -> ProcessExit? {
-        guard let child = process.child else { return nil }
-        process.child = nil
-        switch try? child.exitStatusIfExited() {
-        case .exited(let status)?: return .status(status)
-        case .signaled(let signal)?: return .signal(signal.rawValue)
-        case nil: return nil
-        }
-    }
-
-    /// A managed app's process is gone: whatever is left in its cgroups is the app's and ends with it, and the
-    /// cgroups are removed, now or, while something in them is still exiting, as soon as they are empty.
-    func removeCgroups(of process: TrackedProcess) {
-        guard let cgroups = process.cgroups else { return }
-        process.cgroups = nil
-        removeCgroups(cgroups)
-    }
-
-    /// Kills what is left in `cgroups` and removes them, now or once they are empty.
-    func removeCgroups(_ cgroups: AppCgroups) {
-        if cgroups.isPopulated { cgroups.killAll() }
-        if cgroups.removeEmpty() { return }
-        cgroupRemovals.append((cgroups, now + Self.cgroupRemovalTimeout))
-        armCgroupRemovalTimer()
-    }
-
-    private func armCgroupRemovalTimer() {
-        guard !cgroupRemovals.isEmpty else { return }
-        do {
-            if cgroupRemovalTimer == nil {
-                cgroupRemovalTimer = try clock.makeTimer(name: "cgroup-removal", accuracy: .milliseconds(20)) {
-                    [unowned self] in
-                    self.retryCgroupRemovals()
-                }
-            }
-            try cgroupRemovalTimer?.rearm(at: now + Self.cgroupRemovalInterval)
-        } catch {
-            logger.error("cannot schedule removing ended apps' cgroups: \(error)")
-        }
-    }
-
-    private func retryCgroupRemovals() {
-        let current = now
-        cgroupRemovals = cgroupRemovals.filter { cgroups, deadline in
-            if cgroups.removeEmpty() { return false }
-            if current >= deadline {
-                logger.error(
-                    "cannot remove \(cgroups.all.map(\.path).joined(separator: ", ")): still not empty after "
-                        + "\(Self.cgroupRemovalTimeout)")
-                return false
-            }
-            cgroups.killAll()
-            return true
-        }
-        armCgroupRemovalTimer()
     }
 }
 

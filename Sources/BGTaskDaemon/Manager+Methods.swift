@@ -176,7 +176,7 @@ extension Manager {
         // ever to a live process. A launch of the name whose program has started is taken on first: that program
         // may be the one registering.
         settleExitedHolder(of: name)
-        launcher?.catchUp(with: name)
+        supervisor?.catchUp(with: name)
         let peer: PeerProcess
         do {
             peer = try identifyPeer(of: call.connection)

@@ -147,8 +147,7 @@ extension Manager {
         } catch {
             logger.error("cannot release the process group of exited pid \(process.pid): \(error)")
         }
-        let exit = reapLaunched(process)
-        removeCgroups(of: process)
+        let exit = supervisor?.ended(process)
         process.release()
         var how = ProcessEnd.exited
         if case .signal(let number)? = exit {

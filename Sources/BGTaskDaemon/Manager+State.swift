@@ -399,7 +399,7 @@ extension Manager {
             // Only cgroups this daemon would have made (under its roots, named app-*): a state file naming any other
             // directory is not trusted to say what to kill.
             var savedCgroups = AppCgroups(saved)
-            if let cgroups = savedCgroups, !launchRoots.made(cgroups) {
+            if let cgroups = savedCgroups, supervisor?.trusts(cgroups, of: saved) != true {
                 logger.warning(
                     "the state names cgroups \(cgroups.all.map(\.path)) outside CgroupRoot=/MemoryCgroupRoot=: "
                         + "not using them for pid \(saved.pid)")
@@ -409,7 +409,7 @@ extension Manager {
                 gone += 1
                 exitedApps += apps
                 // A managed app that ended while no daemon ran: what is left of it ends too, and its cgroups go.
-                if let savedCgroups { removeCgroups(savedCgroups) }
+                if let savedCgroups { supervisor?.discard(savedCgroups) }
                 continue
             }
             let process = newTrackedProcess(pidFD: pidFD, uid: saved.uid, startTime: saved.startTime)

@@ -96,14 +96,9 @@ public final class Manager {
     /// `Manager+Cgroups.swift`.
     let cgroupHierarchies = CgroupHierarchies.probe()
     var daemonCgroup: CgroupDirectory?
-    /// Freezes awaiting confirmation from `cgroup.events`, by process serial, with the moment SIGSTOP replaces them.
-    /// Where managed apps get cgroups (found at start).
-    var launchRoots = LaunchCgroupRoots.none
     /// Where launched apps' output goes instead of the journal: `NAME.log` files in it (`--log-dir`, for tests).
     public var logDirectory: String?
-    /// Ended managed apps' cgroups still to remove (something in them was still exiting), with a deadline.
-    var cgroupRemovals: [(AppCgroups, MonotonicInstant)] = []
-    var cgroupRemovalTimer: ManagerTimer?
+    /// Freezes awaiting confirmation from `cgroup.events`, by process serial, with the moment SIGSTOP replaces them.
     var freezeConfirmations: [Int: MonotonicInstant] = [:]
     var freezeConfirmationTimer: ManagerTimer?
 
@@ -113,8 +108,8 @@ public final class Manager {
     /// The thread that reads `/proc` for memory samples and lock checks; made in `start()`, after the signals
     /// are blocked, so it inherits a mask that keeps them for the loop.
     var worker: BackgroundWorker<InspectionJob, InspectionOutcome>?
-    /// The launches of managed apps in flight, prepared and cloned on a thread of their own; made in `start()`.
-    var launcher: AppLauncher?
+    /// Starts managed apps and owns what it made for them (`AppSupervisor`); made in `start()`.
+    var supervisor: AppSupervisor?
     var listeners: [IOSource] = []
     /// Why the listeners are off (descriptors exhausted), while they are.
     var listenersPausedReason: String?
@@ -255,15 +250,6 @@ public final class Manager {
         } catch {
             throw StartupError(description: "cannot start the /proc worker thread: \(error)")
         }
-        do {
-            let launcher = try AppLauncher(
-                capacity: Self.launchesInFlightMax, loop: loop, clock: clock, logger: logger, procFS: procFS)
-            launcher.onOutcome = { [unowned self] launch, outcome in self.launchEnded(launch, outcome) }
-            launcher.removeCgroups = { [unowned self] cgroups in self.removeCgroups(cgroups) }
-            self.launcher = launcher
-        } catch {
-            throw StartupError(description: "cannot start the launcher thread: \(error)")
-        }
         if stateStore != nil {
             do {
                 let writer = try BackgroundWorker<StateWrite, StateWriteOutcome>(name: "bgtaskd-state", capacity: 2) {
@@ -281,13 +267,7 @@ public final class Manager {
         resolveAccessSettings()
         let ownCgroups = try? cgroupHierarchies.cgroups(of: getpid(), procFS: procFS)
         daemonCgroup = ownCgroups?.unified
-        launchRoots = LaunchCgroupRoots.resolve(
-            configuration.memory, hierarchies: cgroupHierarchies, ownCgroups: ownCgroups,
-            isSystemdService: getenv("INVOCATION_ID") != nil)
-        for note in launchRoots.notes { logger.warning("managed apps: \(note)") }
-        if let absence = launchRoots.absence {
-            logger.info("managed apps run without cgroups (SIGSTOP and PSS): \(absence)")
-        }
+        try startSupervisor(ownCgroups: ownCgroups)
         memoryMonitor = MemoryMonitor(manager: self, settings: configuration.memory)
         fileDescriptorStoreLimit = notifier.fileDescriptorStoreLimit
         try takeListenedDescriptors()
@@ -309,7 +289,7 @@ public final class Manager {
     /// Runs the loop until a stop; returns the exit status.
     public func run() throws(Errno) -> Int32 {
         let code = try loop.run()
-        launcher?.stop()
+        supervisor?.stop()
         worker?.stop()
         stateWriter?.stop(timeout: stateWriterStopTimeout)
         clock.cancelAll()
@@ -372,7 +352,7 @@ public final class Manager {
         for connection in connections.values { connection.shutsDownOnClose = false }
         for connection in Array(connections.values) { connection.close(because: "the daemon is stopping") }
         // No half-launched child outlives the daemon: those whose program has not started yet are killed and reaped.
-        launcher?.stop()
+        supervisor?.stop()
         releaseAllApps()
         try? loop.exit(code: 0)
     }

@@ -57,9 +57,7 @@ final class MemoryTriggers {
         }
         if watch == nil {
             var candidates = ["/proc/pressure/memory"]
-            if let root = manager.launchRoots.control, manager.launchRoots.isUnified, root.has("memory.pressure") {
-                candidates.append(root.path + "/memory.pressure")
-            }
+            if let file = manager.supervisor?.appsPressureFile { candidates.append(file) }
             var failures: [String] = []
             for path in candidates where watch == nil {
                 do {
@@ -108,7 +106,7 @@ final class MemoryTriggers {
         guard appsMemoryMax != thresholdBytes || (appsMemoryMax != nil && threshold == nil) else { return }
         disarm(&threshold)
         thresholdBytes = appsMemoryMax
-        guard let bytes = appsMemoryMax, let root = manager.launchRoots.memory else { return }
+        guard let bytes = appsMemoryMax, let root = manager.supervisor?.appsMemoryRoot else { return }
         do {
             let descriptor = try root.armUsageThreshold(bytes)
             let description = "usage-threshold(\(root.path)/memory.usage_in_bytes at \(bytes))"

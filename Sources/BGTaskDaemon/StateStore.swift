@@ -139,6 +139,8 @@ struct SavedProcess: Codable, Sendable, Hashable {
     /// daemon goes on using and removes once the app is gone.
     var controlCgroup: String? = nil
     var memoryCgroup: String? = nil
+    /// For a managed app the service manager started: its unit, which the next daemon goes on governing it through.
+    var unit: String? = nil
 }
 
 /// One history entry, as saved (a line of the history file): its serial, the record (for who may see it) and what

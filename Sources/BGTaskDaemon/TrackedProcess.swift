@@ -69,8 +69,12 @@ final class TrackedProcess {
     }
     /// Where a change of what the state saves of it (`saved`, but the memory reading) is noted for the journal.
     let changes: ProcessChangeLog?
-    /// The process as the daemon's own child (a managed app), to reap it and learn how it ended.
+    /// The process as the daemon's own child (a forked managed app), to reap it and learn how it ended.
     var child: SpawnedProcess?
+    /// The unit the service manager runs it as (a managed app it started), e.g. `app-bgtask-mail-1a2b3c4d.service`.
+    var unit: String? {
+        didSet { changes?.note(serial) }
+    }
 
     var pid: pid_t { pidFD.pid }
     var isStopped: Bool { stopped != nil }
@@ -317,7 +321,7 @@ final class TrackedProcess {
         return SavedProcess(
             serial: serial, pid: pid, uid: uid, startTime: startTime, isStopped: stopped != nil, stoppedGroup: groupID,
             frozenCgroup: frozenCgroup?.path, apps: apps.sorted(), memoryBytes: memoryBytes,
-            controlCgroup: cgroups?.control?.path, memoryCgroup: cgroups?.memory?.path)
+            controlCgroup: cgroups?.control?.path, memoryCgroup: cgroups?.memory?.path, unit: unit)
     }
 
     /// Takes over what the previous daemon had stopped of this process (as its state file says, once checked:

@@ -1,7 +1,9 @@
-// The launches of managed apps in flight: each prepared and cloned on a thread of its own, its exec awaited on the
-// loop through the handshake pipe, bounded in number and in time, and every child no longer wanted killed, reaped and
-// its cgroups removed.
+// Managed apps forked by the daemon itself, for a daemon no service manager runs: each launch prepared and cloned
+// on a thread of its own into cgroups under `CgroupRoot=` (or none), its exec awaited on the loop through the
+// handshake pipe, bounded in number and in time; every child no longer wanted killed, reaped and its cgroups
+// removed, and the cgroups of every app that ended removed once empty.
 
+import BGTaskConfig
 import BGTaskCore
 import BGTaskSystem
 import Glibc
@@ -12,7 +14,7 @@ struct LaunchJob: Sendable {
     let request: LaunchRequest
 }
 
-/// Launches managed apps without ever waiting on the loop.
+/// Launches managed apps by forking them, without ever waiting on the loop.
 ///
 /// Everything of a launch that may block (the PATH search, the user database, the home directory, the output file,
 /// the clone) runs on the launcher's thread (`LaunchRequest.prepare`); the loop then watches the child's handshake
@@ -23,42 +25,22 @@ struct LaunchJob: Sendable {
 /// At most `capacity` launches and children being ended are held at once: a caller cannot make the daemon hold
 /// unbounded work, and a child that hangs before exec holds its place until its deadline. Children no longer wanted
 /// (a failed exec, a deadline passed, a launch the manager cannot accept) are killed, reaped once their pidfd turns
-/// readable, and their cgroups removed (`removeCgroups`).
-final class AppLauncher {
-    /// How a launch ended, as the manager hears it.
-    enum Outcome {
-        /// The child exec'd the program: the manager tracks it from now on, or hands it back to `end(_:cgroups:)`.
-        case executed(StartedLaunch)
-        /// Nothing was started, or what was is being ended; why, for people.
-        case failed(reason: String)
+/// readable, and their cgroups removed.
+final class ForkSupervisor: AppSupervisor {
+    /// How long the supervisor keeps trying to remove an ended app's cgroups while something in them is still
+    /// exiting, and how often.
+    static let cgroupRemovalTimeout: Duration = .seconds(30)
+    static let cgroupRemovalInterval: Duration = .milliseconds(100)
+
+    /// One launch in flight and how far it got.
+    private final class Held {
+        let attempt: LaunchAttempt
+        var phase = Phase.preparing
+
+        init(_ attempt: LaunchAttempt) { self.attempt = attempt }
     }
 
-    /// One launch in flight.
-    final class Launch {
-        /// Its number, unique while the daemon runs.
-        let serial: Int
-        let request: LaunchRequest
-        /// The `Launch` call, answered when the launch ends (its connection holds the calls after it until then).
-        let call: IncomingCall
-        /// How long the child has to exec (`LaunchTimeoutSec`), and when that is up.
-        let timeout: Duration
-        let deadline: MonotonicInstant
-        fileprivate var phase = Phase.preparing
-        /// Whether `onOutcome` heard how it ended: its name is free again, and a child still to come is ended.
-        fileprivate(set) var isDecided = false
-
-        fileprivate init(
-            serial: Int, request: LaunchRequest, call: IncomingCall, timeout: Duration, now: MonotonicInstant
-        ) {
-            self.serial = serial
-            self.request = request
-            self.call = call
-            self.timeout = timeout
-            deadline = now + timeout
-        }
-    }
-
-    fileprivate enum Phase {
+    private enum Phase {
         /// Queued for, or running on, the launcher's thread: there is no child yet.
         case preparing
         /// Cloned: the handshake pipe is watched until the child execs or fails.
@@ -75,9 +57,9 @@ final class AppLauncher {
     /// The most launches and children being ended held at once.
     let capacity: Int
     /// Told once per launch how it ended.
-    var onOutcome: (Launch, Outcome) -> Void = { _, _ in }
-    /// Removes an ended child's cgroups, now or once what is left in them has exited.
-    var removeCgroups: (AppCgroups) -> Void = { _ in }
+    var onOutcome: (LaunchAttempt, LaunchOutcome) -> Void = { _, _ in }
+    /// Where apps' cgroups are made (`CgroupRoot=`, `MemoryCgroupRoot=`, or the daemon's delegated subtree).
+    let roots: LaunchCgroupRoots
 
     private let loop: EventLoop
     private let clock: ManagerClock
@@ -86,7 +68,10 @@ final class AppLauncher {
     private var worker: BackgroundWorker<LaunchJob, LaunchPreparation>?
     private var workerSource: IOSource?
     private var deadlineTimer: ManagerTimer?
-    private var launches: [Int: Launch] = [:]
+    private var launches: [Int: Held] = [:]
+    /// Ended apps' cgroups not empty yet, with when to give up on each.
+    private var cgroupRemovals: [(AppCgroups, MonotonicInstant)] = []
+    private var cgroupRemovalTimer: ManagerTimer?
     /// The undecided launch of each name: a second `Launch` of it is refused meanwhile.
     private var reservedNames: [String: Int] = [:]
     /// Children being ended, by pid (unique among the daemon's unreaped children).
@@ -94,15 +79,18 @@ final class AppLauncher {
     private var nextSerial = 1
     private var isStopped = false
 
-    /// Starts the launcher's thread and watches its outcomes on `loop`.
-    init(capacity: Int, loop: EventLoop, clock: ManagerClock, logger: Logger, procFS: ProcFS) throws(Errno) {
+    /// Starts the launcher's thread and watches its outcomes on `loop`; apps' cgroups go under `roots`.
+    init(
+        capacity: Int, roots: LaunchCgroupRoots, loop: EventLoop, clock: ManagerClock, logger: Logger, procFS: ProcFS
+    ) throws(Errno) {
         self.capacity = capacity
+        self.roots = roots
         self.loop = loop
         self.clock = clock
         self.logger = logger
         let gate = self.gate
         let worker = try BackgroundWorker<LaunchJob, LaunchPreparation>(name: "bgtaskd-launch", capacity: capacity) {
-            $0.request.prepare(serial: $0.serial, gate: gate, procFS: procFS)
+            $0.request.prepare(serial: $0.serial, roots: roots, gate: gate, procFS: procFS)
         }
         self.worker = worker
         do {
@@ -145,7 +133,8 @@ final class AppLauncher {
         let serial = nextSerial
         guard worker.submit(LaunchJob(serial: serial, request: request)) else { return false }
         nextSerial += 1
-        launches[serial] = Launch(serial: serial, request: request, call: call, timeout: timeout, now: clock.now)
+        launches[serial] = Held(
+            LaunchAttempt(serial: serial, request: request, call: call, timeout: timeout, now: clock.now))
         reservedNames[request.name] = serial
         armDeadlineTimer()
         return true
@@ -158,7 +147,7 @@ final class AppLauncher {
         for preparation in worker.takeOutcomes() {
             let serial = preparation.serial
             for warning in preparation.warnings {
-                logger.warning(warning, launches[serial].map { [.app($0.request.name)] } ?? [])
+                logger.warning(warning, launches[serial].map { [.app($0.attempt.request.name)] } ?? [])
             }
             guard let launch = launches[serial] else {
                 // Cannot happen (a launch is held until its preparation is back); a child is ended all the same.
@@ -175,7 +164,7 @@ final class AppLauncher {
                 decide(launch, .failed(reason: reason))
             case .started(let started):
                 gate.claim(serial)
-                guard !launch.isDecided else {
+                guard !launch.attempt.isDecided else {
                     // Its deadline passed while the thread was at it: what it started is not wanted.
                     launches[serial] = nil
                     started.handshake.close()
@@ -211,11 +200,17 @@ final class AppLauncher {
             end(started.child, cgroups: started.cgroups)
             decide(launch, .failed(reason: "\(error)"))
         } else {
-            decide(launch, .executed(started))
+            decide(
+                launch,
+                .started(
+                    StartedApp(
+                        pidFD: started.child.pidFD, startTime: started.startTime, cgroups: started.cgroups,
+                        child: started.child, unit: nil, executable: started.executable)))
         }
     }
 
-    private func decide(_ launch: Launch, _ outcome: Outcome) {
+    private func decide(_ held: Held, _ outcome: LaunchOutcome) {
+        let launch = held.attempt
         guard !launch.isDecided else { return }
         launch.isDecided = true
         if reservedNames[launch.request.name] == launch.serial { reservedNames[launch.request.name] = nil }
@@ -227,28 +222,31 @@ final class AppLauncher {
 
     private func deadlinesReached() {
         let current = clock.now
-        let due = launches.values.filter { !$0.isDecided && $0.deadline <= current }.sorted { $0.serial < $1.serial }
+        let due = launches.values.filter { !$0.attempt.isDecided && $0.attempt.deadline <= current }
+            .sorted { $0.attempt.serial < $1.attempt.serial }
         for launch in due {
             switch launch.phase {
             case .preparing:
                 // Still on the launcher's thread (a slow user database or home directory): it fails now, and what the
                 // thread starts for it later is ended. It holds its place until then.
-                decide(launch, .failed(reason: "not started within \(launch.timeout) (LaunchTimeoutSec)"))
+                decide(launch, .failed(reason: "not started within \(launch.attempt.timeout) (LaunchTimeoutSec)"))
             case .starting(let started, let source):
                 source.cancel()
                 started.handshake.close()
-                launches[launch.serial] = nil
+                launches[launch.attempt.serial] = nil
                 end(started.child, cgroups: started.cgroups)
                 decide(
                     launch,
-                    .failed(reason: "\(started.executable) did not start within \(launch.timeout) (LaunchTimeoutSec)"))
+                    .failed(
+                        reason:
+                            "\(started.executable) did not start within \(launch.attempt.timeout) (LaunchTimeoutSec)"))
             }
         }
         armDeadlineTimer()
     }
 
     private func armDeadlineTimer() {
-        guard let next = launches.values.lazy.filter({ !$0.isDecided }).map(\.deadline).min() else {
+        guard let next = launches.values.lazy.filter({ !$0.attempt.isDecided }).map(\.attempt.deadline).min() else {
             deadlineTimer?.disarm()
             return
         }
@@ -263,9 +261,19 @@ final class AppLauncher {
 
     // MARK: Ending children
 
+    func end(_ started: StartedApp) {
+        guard let child = started.child else {
+            // Every app this supervisor starts is its child: cannot happen; what can be done is done.
+            try? started.pidFD.sendSignal(.kill)
+            if let cgroups = started.cgroups { discard(cgroups) }
+            return
+        }
+        end(child, cgroups: started.cgroups)
+    }
+
     /// Kills a child no longer wanted and whatever is in its cgroups; it is reaped, and the cgroups removed, once its
     /// pidfd turns readable.
-    func end(_ child: SpawnedProcess, cgroups: AppCgroups?) {
+    private func end(_ child: SpawnedProcess, cgroups: AppCgroups?) {
         do {
             try child.pidFD.sendSignal(.kill)
         } catch {
@@ -296,7 +304,7 @@ final class AppLauncher {
         ending.source.cancel()
         try? ending.child.pidFD.close()
         endings[pid] = nil
-        if let cgroups = ending.cgroups { removeCgroups(cgroups) }
+        if let cgroups = ending.cgroups { discard(cgroups) }
     }
 
     /// Waits (at most `timeout`) for a killed child to exit, reaps it, closes its pidfd and removes its cgroups.
@@ -316,12 +324,103 @@ final class AppLauncher {
         }
     }
 
+    // MARK: What it made
+
+    var report: [String: String] {
+        ["launch": "fork", "cgroupRoot": roots.control?.path ?? "none", "memoryCgroupRoot": roots.memory?.path ?? "none"]
+    }
+
+    var managedBackends: ManagedBackends {
+        var backends = ManagedBackends()
+        if let control = roots.control {
+            backends.freeze = roots.freezeBackend
+            backends.kill = control.has("cgroup.kill") ? "cgroup.kill" : roots.isUnified ? "cgroup2" : "cgroup1"
+            if roots.isUnified, control.has("memory.current") { backends.memory = "cgroup2" }
+        }
+        if backends.memory == nil, roots.memory != nil { backends.memory = "cgroup1" }
+        return backends
+    }
+
+    var appsPressureFile: String? {
+        guard let control = roots.control, roots.isUnified, control.has("memory.pressure") else { return nil }
+        return control.path + "/memory.pressure"
+    }
+
+    var appsMemoryRoot: CgroupDirectory? { roots.memory }
+
+    /// Only cgroups it would have made: `app-*` children of its roots.
+    func trusts(_ cgroups: AppCgroups, of saved: SavedProcess) -> Bool {
+        roots.made(cgroups)
+    }
+
+    /// Reaps the child (the daemon is its parent) for its exit status, and removes its cgroups (killing what is left
+    /// in them: it is the app's).
+    func ended(_ process: TrackedProcess) -> ProcessExit? {
+        var exit: ProcessExit?
+        if let child = process.child {
+            process.child = nil
+            switch try? child.exitStatusIfExited() {
+            case .exited(let status)?: exit = .status(status)
+            case .signaled(let signal)?: exit = .signal(signal.rawValue)
+            case nil: break
+            }
+        }
+        if let cgroups = process.cgroups {
+            process.cgroups = nil
+            discard(cgroups)
+        }
+        return exit
+    }
+
+    /// Kills what is left in `cgroups` and removes them, now or once they are empty.
+    func discard(_ cgroups: AppCgroups) {
+        if cgroups.isPopulated { cgroups.killAll() }
+        if cgroups.removeEmpty() { return }
+        cgroupRemovals.append((cgroups, clock.now + Self.cgroupRemovalTimeout))
+        armCgroupRemovalTimer()
+    }
+
+    private func armCgroupRemovalTimer() {
+        guard !cgroupRemovals.isEmpty else { return }
+        do {
+            if cgroupRemovalTimer == nil {
+                cgroupRemovalTimer = try clock.makeTimer(name: "cgroup-removal", accuracy: .milliseconds(20)) {
+                    [unowned self] in
+                    self.retryCgroupRemovals()
+                }
+            }
+            try cgroupRemovalTimer?.rearm(at: clock.now + Self.cgroupRemovalInterval)
+        } catch {
+            logger.error("cannot schedule removing ended apps' cgroups: \(error)")
+        }
+    }
+
+    private func retryCgroupRemovals() {
+        let current = clock.now
+        cgroupRemovals = cgroupRemovals.filter { cgroups, deadline in
+            if cgroups.removeEmpty() { return false }
+            if current >= deadline {
+                logger.error(
+                    "cannot remove \(cgroups.all.map(\.path).joined(separator: ", ")): still not empty after "
+                        + "\(Self.cgroupRemovalTimeout)")
+                return false
+            }
+            cgroups.killAll()
+            return true
+        }
+        armCgroupRemovalTimer()
+    }
+
     // MARK: Stopping
 
     /// The daemon is stopping: no child is cloned from now on, and every child not handed to the manager is killed
     /// and reaped (waiting at most `timeout` for each), its cgroups removed. Calls not answered stay so: their
     /// connections are closing.
-    func stop(timeout: Duration = .seconds(2)) {
+    func stop() {
+        stop(timeout: .seconds(2))
+    }
+
+    private func stop(timeout: Duration) {
         guard !isStopped else { return }
         isStopped = true
         deadlineTimer?.disarm()

@@ -1,4 +1,4 @@
-// A managed app's launch up to its clone, done on the launcher's thread because any step may block: the program
+// A forked managed app's launch up to its clone, done on the launcher's thread because any step may block: the program
 // looked up in PATH, the user in the user database (NSS), the home directory checked, the output opened, the cgroups
 // made and the child cloned.
 
@@ -16,8 +16,6 @@ struct LaunchRequest: Sendable {
     let changesUser: Bool
     /// `Launch`'s `exitsOnSuspend`, for the core once the app is launched.
     let exitsOnSuspend: Bool?
-    /// Where the app's cgroups are made.
-    let roots: LaunchCgroupRoots
     /// Where the app's output goes instead of the journal: `NAME.log` in it (`--log-dir`, tests).
     let logDirectory: String?
     /// The daemon's socket, for the app's `BGTASK_SOCKET`.
@@ -53,10 +51,10 @@ struct LaunchPreparation: Sendable {
 }
 
 extension LaunchRequest {
-    /// Does the launch's blocking work, then makes the cgroups and clones the child through `gate` (which refuses
-    /// once the daemon stops, so no child or cgroup is made behind a stopping daemon's back). Runs on the
-    /// launcher's thread.
-    func prepare(serial: Int, gate: LaunchGate, procFS: ProcFS) -> LaunchPreparation {
+    /// Does the launch's blocking work, then makes the cgroups under `roots` and clones the child through `gate`
+    /// (which refuses once the daemon stops, so no child or cgroup is made behind a stopping daemon's back). Runs on
+    /// the launcher's thread.
+    func prepare(serial: Int, roots: LaunchCgroupRoots, gate: LaunchGate, procFS: ProcFS) -> LaunchPreparation {
         var warnings: [String] = []
         let program = argv.first ?? ""
         let searchPath = ProcessInfoEnvironment.value("PATH") ?? ProcessLauncher.defaultSearchPath
@@ -83,14 +81,16 @@ extension LaunchRequest {
         defer { if output.rawValue > 2 { try? output.close() } }
         let result = gate.admit(serial: serial) { () -> LaunchPreparation.Result in
             start(
-                executable: executable, user: user, workingDirectory: workingDirectory, output: output, procFS: procFS)
+                executable: executable, user: user, workingDirectory: workingDirectory, output: output, roots: roots,
+                procFS: procFS)
         }
         return LaunchPreparation(serial: serial, result: result ?? .refused("bgtaskd is stopping"), warnings: warnings)
     }
 
     /// Makes the cgroups and clones the child.
     private func start(
-        executable: String, user: LaunchUser?, workingDirectory: String, output: FileDescriptor, procFS: ProcFS
+        executable: String, user: LaunchUser?, workingDirectory: String, output: FileDescriptor,
+        roots: LaunchCgroupRoots, procFS: ProcFS
     ) -> LaunchPreparation.Result {
         let cgroups: AppCgroups?
         do {
