@@ -102,7 +102,18 @@ extension Manager {
     func watchExit(of process: TrackedProcess, releasingOnFailure: Bool = true) -> Bool {
         do {
             process.exitSource = try loop.addIO(fd: process.pidFD.fileDescriptor, events: .readable, name: "pidfd") {
-                [unowned self, unowned process] _, _ in
+                [unowned self, unowned process] source, _ in
+                // How it ended may come a little after (an app the service manager started): the pidfd stays
+                // readable, so its source is switched off while the manager's word is awaited.
+                let isAwaited = self.supervisor?.awaitExit(of: process) { [weak self, weak process] in
+                    guard let self, let process else { return }
+                    self.processExited(process)
+                }
+                if isAwaited == true {
+                    source.cancel()
+                    process.exitSource = nil
+                    return
+                }
                 self.processExited(process)
             }
             return true

@@ -427,6 +427,8 @@ extension Manager {
                 process.adoptStop(stop)
             }
             processes[process.serial] = process
+            process.unit = saved.unit
+            supervisor?.adopted(process)
             for app in apps { processOfApp[app] = process }
             adopted += 1
         }

@@ -96,6 +96,11 @@ protocol AppSupervisor: AnyObject {
     /// Whether `cgroups`, read back from the state file for the process `saved`, are ones this supervisor would
     /// have made or been given for an app: only then does a restarted daemon freeze, measure or kill through them.
     func trusts(_ cgroups: AppCgroups, of saved: SavedProcess) -> Bool
+    /// A restarted daemon took on `process` from its state file (a managed app it started before the restart).
+    func adopted(_ process: TrackedProcess)
+    /// The app's process exited, but how (its exit status) comes a little later: runs `then` once it is known, or
+    /// once it stopped waiting, and answers true; false when there is nothing to wait for (`ended` may run now).
+    func awaitExit(of process: TrackedProcess, then: @escaping () -> Void) -> Bool
     /// A managed app's process ended: how it ended, where the supervisor can know (its exit status); whatever is
     /// left of the app ends with it, and what was made for it is removed.
     func ended(_ process: TrackedProcess) -> ProcessExit?

@@ -353,6 +353,13 @@ final class ForkSupervisor: AppSupervisor {
         roots.made(cgroups)
     }
 
+    /// An app forked before a restart is no child of this daemon: nothing to take on but its cgroups, which the
+    /// manager keeps on the process.
+    func adopted(_ process: TrackedProcess) {}
+
+    /// A child's exit status is there to reap the moment its pidfd turns readable.
+    func awaitExit(of process: TrackedProcess, then: @escaping () -> Void) -> Bool { false }
+
     /// Reaps the child (the daemon is its parent) for its exit status, and removes its cgroups (killing what is left
     /// in them: it is the app's).
     func ended(_ process: TrackedProcess) -> ProcessExit? {

@@ -1,0 +1,451 @@
+// Managed apps started by the service manager as transient units of their own (`app-bgtask-NAME-RANDOM.service` in
+// `app.slice`, as desktop environments name their apps): nothing of the daemon's sandbox, cgroup or restarts
+// reaches them, and they are frozen, measured and killed through their unit's cgroup.
+
+import BGTaskCore
+import BGTaskSystem
+import Glibc
+
+/// Starts managed apps with `StartTransientUnit` and follows them through the service manager's signals, every call
+/// answered on the loop.
+///
+/// A launch: the unit is created and started (`Type=exec`, so its start job ends once the program has exec'd); its
+/// `JobRemoved` says how the start went; the unit's `MainPID` and `ControlGroup` say which process is the app and
+/// which cgroup holds it, checked against `/proc` through a pidfd opened first. From then on the app's unit is
+/// watched (`PropertiesChanged`) for how its program ends (`ExecMainCode`, `ExecMainStatus`), which the manager
+/// reports when the app's pidfd says it exited. A launch whose program has not started within `LaunchTimeoutSec`
+/// fails, and its unit is killed; so is a unit the manager does not take on. The daemon's restart or stop leaves
+/// the units of the apps it took on running (the next daemon adopts them); only units still starting are killed.
+final class UnitSupervisor: AppSupervisor {
+    /// How long the manager's report of how an app's program ended may lag behind its pidfd's.
+    static let exitReportWait: Duration = .seconds(2)
+    /// The most `JobRemoved`s of unknown jobs remembered (a job's end may come before the answer that names it).
+    static let unclaimedJobsMax = 256
+    /// Every app unit's `OOMScoreAdjust=`: the kernel's neutral 0, so that under the kernel's own OOM killer the
+    /// apps weigh as any process does (the daemon's unit keeps -500 for itself).
+    static let oomScoreAdjust: Int32 = 0
+
+    /// The most launches held at once.
+    let capacity: Int
+    var onOutcome: (LaunchAttempt, LaunchOutcome) -> Void = { _, _ in }
+
+    private let manager: UnitManagerClient
+    /// Which manager: for the report ("systemd 252 through the manager's socket ...").
+    private let managerDescription: String
+    /// Whether it is the system instance (apps then run as the caller's user, `User=`).
+    private let isSystemInstance: Bool
+    /// The manager's major version (systemd 252 → 252), for properties that came later.
+    private let managerVersion: Int
+    private let clock: ManagerClock
+    private let logger: Logger
+    private let procFS: ProcFS
+    private let hierarchies: CgroupHierarchies
+    private var jobSubscription: UnitSignalSubscription?
+
+    /// One launch in flight.
+    private final class Held {
+        let attempt: LaunchAttempt
+        let unit: String
+        /// The start job, once the manager answered with it.
+        var job: BusObjectPath?
+
+        init(_ attempt: LaunchAttempt, unit: String) {
+            self.attempt = attempt
+            self.unit = unit
+        }
+    }
+
+    /// An app's unit, watched for how its program ends.
+    private final class WatchedUnit {
+        var subscription: UnitSignalSubscription?
+        /// How the program ended, once the manager said.
+        var exit: ProcessExit?
+        /// What waits for that (the manager's handling of the app's exit), with when it stops waiting.
+        var waiting: (deadline: MonotonicInstant, then: () -> Void)?
+    }
+
+    private var launches: [Int: Held] = [:]
+    private var reservedNames: [String: Int] = [:]
+    /// Launches by their start job.
+    private var launchOfJob: [BusObjectPath: Int] = [:]
+    /// `JobRemoved`s of jobs no launch knows yet, in arrival order.
+    private var unclaimedJobs: [(job: BusObjectPath, result: JobResult)] = []
+    private var units: [String: WatchedUnit] = [:]
+    private var timer: ManagerTimer?
+    private var nextSerial = 1
+    private var isStopped = false
+
+    /// Follows the manager behind `manager` (described by `description`, of `version`); `isSystemInstance` for the
+    /// system manager.
+    init(
+        capacity: Int, manager: UnitManagerClient, description: String, version: Int, isSystemInstance: Bool,
+        clock: ManagerClock, logger: Logger, procFS: ProcFS, hierarchies: CgroupHierarchies
+    ) throws(ServiceManagerError) {
+        self.capacity = capacity
+        self.manager = manager
+        managerDescription = description
+        managerVersion = version
+        self.isSystemInstance = isSystemInstance
+        self.clock = clock
+        self.logger = logger
+        self.procFS = procFS
+        self.hierarchies = hierarchies
+        jobSubscription = try manager.watchJobs { [unowned self] signal in self.jobRemoved(signal) }
+        do {
+            timer = try clock.makeTimer(name: "unit-supervisor", accuracy: .milliseconds(10)) { [unowned self] in
+                self.deadlinesReached()
+            }
+        } catch {
+            jobSubscription?.cancel()
+            throw .system(error)
+        }
+    }
+
+    // MARK: Report
+
+    var report: [String: String] {
+        ["launch": "systemd (\(managerDescription))", "cgroupRoot": "none", "memoryCgroupRoot": "none"]
+    }
+
+    var managedBackends: ManagedBackends {
+        guard let unified = hierarchies.unified else { return ManagedBackends() }
+        let root = CgroupDirectory(path: unified)
+        var backends = ManagedBackends(freeze: "cgroup2", memory: nil, kill: "cgroup2")
+        if root.has("cgroup.kill") { backends.kill = "cgroup.kill" }
+        if let controllers = try? root.read("cgroup.controllers"), controllers.contains("memory") {
+            backends.memory = "cgroup2"
+        }
+        return backends
+    }
+
+    /// Units have no root of the daemon's to watch as a whole.
+    var appsPressureFile: String? { nil }
+    var appsMemoryRoot: CgroupDirectory? { nil }
+
+    // MARK: Launching
+
+    func isLaunching(_ name: String) -> Bool {
+        reservedNames[name] != nil
+    }
+
+    /// The manager's signals come on the loop in order; a registration is judged after them.
+    func catchUp(with name: String) {}
+
+    func submit(_ request: LaunchRequest, for call: IncomingCall, timeout: Duration) -> Bool {
+        guard !isStopped, launches.count < capacity else { return false }
+        let serial = nextSerial
+        nextSerial += 1
+        let unit = Self.unitName(for: request.name)
+        let held = Held(
+            LaunchAttempt(serial: serial, request: request, call: call, timeout: timeout, now: clock.now), unit: unit)
+        launches[serial] = held
+        reservedNames[request.name] = serial
+        armTimer()
+        manager.startTransientUnit(unit, properties: properties(for: request, unit: unit)) {
+            [weak self] result in
+            self?.startAnswered(serial, unit: unit, result)
+        }
+        return true
+    }
+
+    /// `app-bgtask-NAME-RANDOM.service`: the name reduced to the characters a unit name takes (48 at most), then 32
+    /// random bits, so a restarted daemon never meets a unit an adopted app still has.
+    static func unitName(for name: String) -> String {
+        let safe = String(
+            name.unicodeScalars.prefix(48).map { scalar -> Character in
+                switch scalar {
+                case "a"..."z", "A"..."Z", "0"..."9", ".", "_": Character(scalar)
+                default: "_"
+                }
+            })
+        let random = String(UInt32.random(in: 0...UInt32.max), radix: 16)
+        return "app-bgtask-\(safe)-\(String(repeating: "0", count: 8 - random.count))\(random).service"
+    }
+
+    /// Whether `unit` is named as `unitName(for:)` names units.
+    static func isAppUnitName(_ unit: String) -> Bool {
+        unit.hasPrefix("app-bgtask-") && unit.hasSuffix(".service") && !unit.contains("/") && unit.utf8.count <= 256
+    }
+
+    /// The transient unit's properties: the program as a `Type=exec` service in `app.slice`, collected once it ends,
+    /// its output in the journal under the app's name (or a file under `--log-dir`), as the caller's user on the
+    /// system instance, with an `OOMScoreAdjust=` of its own and the environment an app needs to find the daemon.
+    func properties(for request: LaunchRequest, unit: String) -> [UnitProperty] {
+        let program = request.argv.first ?? ""
+        var environment = ["BGTASK_SOCKET=" + request.socketPath, "BGTASK_APP_NAME=" + request.name]
+        if let language = ProcessInfoEnvironment.value("LANG") { environment.append("LANG=" + language) }
+        var properties: [UnitProperty] = [
+            UnitProperty("Description", .string("bgtask app \(request.name)")),
+            UnitProperty("Type", .string("exec")),
+            UnitProperty("Slice", .string("app.slice")),
+            UnitProperty("CollectMode", .string("inactive-or-failed")),
+            UnitProperty(
+                "ExecStart",
+                .array(
+                    element: "(sasb)",
+                    [ExecCommand(path: program, arguments: request.argv, ignoresFailure: false).busValue])),
+            UnitProperty("Environment", .array(element: "s", environment.map { .string($0) })),
+            // The app's own, never the daemon's (which the daemon's unit lowers to outlive the apps).
+            UnitProperty("OOMScoreAdjust", .int32(Self.oomScoreAdjust)),
+            UnitProperty("SyslogIdentifier", .string(request.name)),
+        ]
+        if let directory = request.logDirectory {
+            let safe = String(request.name.unicodeScalars.map { $0 == "/" || $0.value < 0x20 ? "_" : Character($0) })
+            properties.append(UnitProperty("StandardOutput", .string("append:\(directory)/\(safe).log")))
+            properties.append(UnitProperty("StandardError", .string("inherit")))
+        } else {
+            properties.append(UnitProperty("StandardOutput", .string("journal")))
+            properties.append(UnitProperty("StandardError", .string("inherit")))
+        }
+        if isSystemInstance && request.changesUser {
+            properties.append(UnitProperty("User", .string(String(request.uid))))
+        }
+        if !program.contains("/"), managerVersion >= 250 {
+            // The program is found as the daemon would find it, not on the manager's own search path.
+            let path = ProcessInfoEnvironment.value("PATH") ?? ProcessLauncher.defaultSearchPath
+            let directories = path.split(separator: ":").filter { $0.hasPrefix("/") }.map { BusValue.string(String($0)) }
+            properties.append(UnitProperty("ExecSearchPath", .array(element: "s", directories)))
+        }
+        if managerVersion >= 254 {
+            // systemd's memory pressure protocol on the app's own cgroup.
+            properties.append(UnitProperty("MemoryPressureWatch", .string("auto")))
+        }
+        return properties
+    }
+
+    private func startAnswered(_ serial: Int, unit: String, _ result: Result<BusObjectPath, ServiceManagerError>) {
+        guard let held = launches[serial] else {
+            // Decided already (its deadline passed, or the daemon stops): the unit, if made, is not wanted.
+            if case .success = result { kill(unit, because: "its launch ended before it started") }
+            return
+        }
+        switch result {
+        case .failure(let error):
+            finish(held, .failed(reason: "the service manager did not start \(unit): \(error)"))
+        case .success(let job):
+            held.job = job
+            launchOfJob[job] = serial
+            if let index = unclaimedJobs.firstIndex(where: { $0.job == job }) {
+                let removed = unclaimedJobs.remove(at: index)
+                startJobEnded(held, removed.result)
+            }
+        }
+    }
+
+    private func jobRemoved(_ signal: JobRemovedSignal) {
+        if let serial = launchOfJob.removeValue(forKey: signal.job), let held = launches[serial] {
+            startJobEnded(held, signal.result)
+            return
+        }
+        guard Self.isAppUnitName(signal.unit), launches.values.contains(where: { $0.unit == signal.unit }) else {
+            return
+        }
+        // The end of a job whose path the manager's answer has not named yet.
+        unclaimedJobs.append((signal.job, signal.result))
+        if unclaimedJobs.count > Self.unclaimedJobsMax { unclaimedJobs.removeFirst() }
+    }
+
+    private func startJobEnded(_ held: Held, _ result: JobResult) {
+        guard result == .done else {
+            finish(
+                held,
+                .failed(reason: "the service manager could not start \(held.unit): its start job ended \(result)"))
+            return
+        }
+        let serial = held.attempt.serial
+        manager.unitProperties(of: held.unit, interface: .service) { [weak self] result in
+            self?.startedUnitRead(serial, result)
+        }
+    }
+
+    /// The started unit's properties: which process is the app (its `MainPID`, opened as a pidfd, then checked to
+    /// be in the unit's `ControlGroup`), and the cgroup it is frozen and killed through.
+    private func startedUnitRead(_ serial: Int, _ result: Result<UnitProperties, ServiceManagerError>) {
+        guard let held = launches[serial] else { return }
+        let unit = held.unit
+        let properties: UnitProperties
+        switch result {
+        case .failure(let error):
+            finish(held, .failed(reason: "cannot read \(unit)'s properties: \(error)"))
+            return
+        case .success(let read):
+            properties = read
+        }
+        guard let pid = properties.mainPID, pid > 0 else {
+            let code = properties.execMainCode.map { ", exit code \($0) status \(properties.execMainStatus ?? 0)" }
+            finish(held, .failed(reason: "\(unit) has no main process (it ended as it started\(code ?? ""))"))
+            return
+        }
+        let pidFD: PidFD
+        do {
+            pidFD = try PidFD.open(pid: pid)
+        } catch {
+            finish(held, .failed(reason: "cannot open pid \(pid) of \(unit): \(error)"))
+            return
+        }
+        // The pidfd pins the process: checked after opening it, its stat and cgroup are its own.
+        guard let stat = try? procFS.stat(pid), let unified = hierarchies.unified,
+            let controlGroup = properties.controlGroup,
+            let cgroup = try? hierarchies.cgroups(of: pid, procFS: procFS).unified,
+            cgroup.path == unified + controlGroup, (try? pidFD.hasExited) == false
+        else {
+            try? pidFD.close()
+            finish(held, .failed(reason: "pid \(pid) is not in \(unit)'s cgroup (it ended, or the unit is not its)"))
+            return
+        }
+        follow(unit)
+        let started = StartedApp(
+            pidFD: pidFD, startTime: stat.startTime,
+            cgroups: AppCgroups(control: cgroup, isUnified: true, memory: nil), child: nil, unit: unit,
+            executable: held.attempt.request.argv.first ?? "")
+        finish(held, .started(started))
+    }
+
+    /// Decides a launch once: told to the manager; a failed one's unit is killed.
+    private func finish(_ held: Held, _ outcome: LaunchOutcome) {
+        let launch = held.attempt
+        launches[launch.serial] = nil
+        if let job = held.job { launchOfJob[job] = nil }
+        guard !launch.isDecided else { return }
+        launch.isDecided = true
+        if reservedNames[launch.request.name] == launch.serial { reservedNames[launch.request.name] = nil }
+        if case .failed = outcome { kill(held.unit, because: "its launch failed") }
+        armTimer()
+        onOutcome(launch, outcome)
+    }
+
+    /// `KillUnit(unit, all, SIGKILL)`; a unit already gone is no error.
+    private func kill(_ unit: String, because reason: String) {
+        manager.killUnit(unit, signal: .kill) { [weak self] result in
+            if case .failure(let error) = result, error.busErrorName?.rawValue != "org.freedesktop.systemd1.NoSuchUnit"
+            {
+                self?.logger.error("cannot kill \(unit) (\(reason)): \(error)")
+            }
+        }
+    }
+
+    // MARK: Deadlines
+
+    private func deadlinesReached() {
+        let current = clock.now
+        for held in launches.values.sorted(by: { $0.attempt.serial < $1.attempt.serial })
+        where held.attempt.deadline <= current {
+            finish(
+                held,
+                .failed(reason: "\(held.unit) did not start within \(held.attempt.timeout) (LaunchTimeoutSec)"))
+        }
+        for (unit, watched) in units {
+            guard let waiting = watched.waiting, waiting.deadline <= current else { continue }
+            watched.waiting = nil
+            logger.info("the service manager did not say how \(unit)'s program ended within \(Self.exitReportWait)")
+            waiting.then()
+        }
+        armTimer()
+    }
+
+    private func armTimer() {
+        let deadlines = launches.values.map(\.attempt.deadline) + units.values.compactMap { $0.waiting?.deadline }
+        guard let next = deadlines.min() else {
+            timer?.disarm()
+            return
+        }
+        guard next != timer?.deadline else { return }
+        do {
+            try timer?.rearm(at: next)
+        } catch {
+            logger.error("cannot schedule the deadlines of launches: \(error)")
+        }
+    }
+
+    // MARK: Apps taken on
+
+    private func propertiesChanged(_ watched: WatchedUnit, _ signal: PropertiesChangedSignal) {
+        guard signal.interface == UnitInterface.service.rawValue else { return }
+        let changed = UnitProperties(signal.changed)
+        // The kernel's way of saying how a child ended (waitid's si_code): exited, killed, dumped core.
+        guard let code = changed.execMainCode, code != 0 else { return }
+        let status = changed.execMainStatus ?? 0
+        watched.exit = code == Int32(CLD_EXITED) ? .status(status) : .signal(status)
+        if let waiting = watched.waiting {
+            watched.waiting = nil
+            armTimer()
+            waiting.then()
+        }
+    }
+
+    func adopted(_ process: TrackedProcess) {
+        guard let unit = process.unit, units[unit] == nil else { return }
+        follow(unit)
+    }
+
+    /// Starts watching `unit` for how its program ends.
+    private func follow(_ unit: String) {
+        let watched = WatchedUnit()
+        do {
+            watched.subscription = try manager.watchProperties(of: unit) { [weak self, weak watched] signal in
+                guard let self, let watched else { return }
+                self.propertiesChanged(watched, signal)
+            }
+        } catch {
+            logger.warning("cannot follow \(unit): \(error); how its program ends will not be known")
+        }
+        units[unit] = watched
+    }
+
+    func awaitExit(of process: TrackedProcess, then: @escaping () -> Void) -> Bool {
+        guard let unit = process.unit, let watched = units[unit], watched.exit == nil, watched.subscription != nil
+        else { return false }
+        watched.waiting = (clock.now + Self.exitReportWait, then)
+        armTimer()
+        return true
+    }
+
+    func ended(_ process: TrackedProcess) -> ProcessExit? {
+        guard let unit = process.unit else { return nil }
+        // The unit is the manager's: it ends with its program, and the manager collects it and its cgroup.
+        process.cgroups = nil
+        guard let watched = units.removeValue(forKey: unit) else { return nil }
+        watched.subscription?.cancel()
+        return watched.exit
+    }
+
+    func end(_ started: StartedApp) {
+        try? started.pidFD.close()
+        guard let unit = started.unit else { return }
+        units.removeValue(forKey: unit)?.subscription?.cancel()
+        kill(unit, because: "bgtaskd does not take it on")
+    }
+
+    /// Only an app unit's cgroup (as this supervisor names units) that the process is in right now, as the live
+    /// check learns it from the manager and `/proc`.
+    func trusts(_ cgroups: AppCgroups, of saved: SavedProcess) -> Bool {
+        guard let unit = saved.unit, Self.isAppUnitName(unit), cgroups.memory == nil, let control = cgroups.control,
+            let unified = hierarchies.unified, control.path.hasPrefix(unified + "/"),
+            control.path.hasSuffix("/" + unit)
+        else { return false }
+        return (try? hierarchies.cgroups(of: saved.pid, procFS: procFS).unified?.path) == control.path
+    }
+
+    /// The manager collects an ended unit and its cgroup: nothing is left to remove.
+    func discard(_ cgroups: AppCgroups) {}
+
+    func stop() {
+        guard !isStopped else { return }
+        isStopped = true
+        timer?.disarm()
+        // Units still starting are not the next daemon's to adopt: killed, and the answers waited for (briefly).
+        var pending = 0
+        for held in launches.values {
+            pending += 1
+            manager.killUnit(held.unit, signal: .kill) { _ in pending -= 1 }
+        }
+        launches = [:]
+        reservedNames = [:]
+        launchOfJob = [:]
+        if pending > 0 { manager.settle(timeout: .seconds(2)) { pending == 0 } }
+        jobSubscription?.cancel()
+        for watched in units.values { watched.subscription?.cancel() }
+        units = [:]
+        manager.close()
+    }
+}
