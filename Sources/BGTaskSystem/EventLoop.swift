@@ -37,8 +37,9 @@ public final class EventLoop {
     /// Runs after each dispatched source's handler returns (not for a dispatch that failed).
     public var afterDispatch: (() -> Void)?
 
-    /// Set by every change to a source, so the loop sees one `whenIdle` made.
-    fileprivate var sourcesChanged = false
+    /// Set by every change to a source, so the loop sees one `whenIdle` made; also by sd-bus connections on the
+    /// loop when they queue a message (sd-bus arms its sources when the loop prepares).
+    var sourcesChanged = false
 
     /// Creates a loop (`sd_event_new`).
     public init() throws(Errno) {
