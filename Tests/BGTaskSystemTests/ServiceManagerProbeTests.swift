@@ -1,0 +1,77 @@
+// Finding a service manager where there is none to find: each place tried says why it was passed over.
+import BGTaskSystem
+import BGTaskTestSupport
+import Glibc
+import Testing
+
+/// Turns `loop` until `condition` holds, at most `timeout`; whether it came to hold.
+func turn(_ loop: EventLoop, timeout: Duration = .seconds(30), until condition: () -> Bool) throws -> Bool {
+    let deadline = MonotonicClock.now() + timeout.nanosecondCount
+    while !condition() {
+        let remaining = deadline - MonotonicClock.now()
+        guard remaining > 0 else { return false }
+        try loop.runIteration(timeout: .nanoseconds(remaining))
+    }
+    return true
+}
+
+@Suite("finding a service manager")
+struct ServiceManagerProbeTests {
+    @Test("a missing socket, a file, a dead socket and a silent one: each place says why, and none is chosen")
+    func nothingAnswers() async throws {
+        try await offThePool {
+            try withTemporaryDirectory { directory in
+                let loop = try EventLoop()
+                let file = try directory.write("not-a-socket", "")
+                let deadPath = directory.path + "/dead"
+                try UnixSocket.listen(path: deadPath).close()
+                // Accepts nothing: the kernel completes the connection into the backlog, and nobody ever answers.
+                let silentPath = directory.path + "/silent"
+                let silent = try UnixSocket.listen(path: silentPath)
+                defer { try? silent.close() }
+                let endpoints = [
+                    ServiceManagerEndpoint(kind: .direct, socketPath: directory.path + "/missing"),
+                    ServiceManagerEndpoint(kind: .direct, socketPath: file),
+                    ServiceManagerEndpoint(kind: .bus, socketPath: deadPath),
+                    ServiceManagerEndpoint(kind: .direct, socketPath: silentPath),
+                ]
+                var outcome: (ServiceManagerConnection?, ServiceManagerProbe)?
+                ServiceManagerConnection.probe(endpoints, loop: loop, timeout: .milliseconds(300)) {
+                    outcome = ($0, $1)
+                }
+                #expect(try turn(loop, timeout: .seconds(20)) { outcome != nil })
+                let (connection, probe) = try #require(outcome)
+                #expect(connection == nil)
+                #expect(probe.chosen == nil)
+                let outcomes = probe.attempts.map(\.outcome)
+                #expect(outcomes.count == 4)
+                #expect(outcomes.first == .missing)
+                #expect(outcomes.dropFirst().first == .notASocket)
+                if case .unreachable(.system(let errno)) = outcomes[2] {
+                    #expect(errno == Errno(rawValue: ECONNREFUSED), "\(errno)")
+                } else {
+                    Issue.record("a dead socket: \(outcomes[2])")
+                }
+                if case .notAServiceManager(.timedOut) = outcomes[3] {
+                } else {
+                    Issue.record("a silent socket: \(outcomes[3])")
+                }
+                print("probe with nothing to find: \(probe)")
+                #expect(probe.description.hasPrefix("no service manager: the manager's socket"))
+            }
+        }
+    }
+
+    @Test("connecting to a socket that does not exist fails at once with ENOENT, naming the call")
+    func missingSocket() throws {
+        let loop = try EventLoop()
+        let endpoint = ServiceManagerEndpoint(kind: .direct, socketPath: "/nonexistent-bgtask/systemd/private")
+        do throws(ServiceManagerError) {
+            _ = try ServiceManagerConnection(endpoint: endpoint, loop: loop)
+            Issue.record("connected to nothing")
+        } catch {
+            #expect(error == .system(Errno(rawValue: ENOENT)))
+            #expect("\(error)".contains("sd_bus_start(/nonexistent-bgtask/systemd/private)"), "\(error)")
+        }
+    }
+}
