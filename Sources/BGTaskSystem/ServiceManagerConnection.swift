@@ -158,6 +158,9 @@ public final class ServiceManagerConnection {
             _ = sd_bus_set_description(bus, "service-manager")
             // The daemon decides what a lost manager means, not sd-bus (which would exit the loop).
             try busCall("sd_bus_set_exit_on_disconnect") { sd_bus_set_exit_on_disconnect(bus, 0) }
+            // Nor does the loop's exit flush the queue: sd_bus_flush waits without a bound for a manager that reads
+            // nothing. `close()` (or deinit) drops what was not sent.
+            try busCall("sd_bus_set_close_on_exit") { sd_bus_set_close_on_exit(bus, 0) }
             try busCall("sd_bus_start(\(endpoint.socketPath))") { sd_bus_start(bus) }
             try busCall("sd_bus_attach_event") { sd_bus_attach_event(bus, loop.event, Int32(SD_EVENT_PRIORITY_NORMAL)) }
         } catch {
@@ -184,6 +187,13 @@ public final class ServiceManagerConnection {
     public var isConnected: Bool {
         guard let bus else { return false }
         return sd_bus_is_open(bus) > 0
+    }
+
+    /// The connection's socket (`sd_bus_get_fd`), while open: for tests that check it is closed.
+    var socketDescriptor: Int32? {
+        guard let bus else { return nil }
+        let descriptor = sd_bus_get_fd(bus)
+        return descriptor >= 0 ? descriptor : nil
     }
 
     /// How many calls wait for their answer.
