@@ -114,6 +114,10 @@ public final class ServiceManagerConnection {
     /// Calls sent and not answered yet, so `close()` can complete them.
     var pendingCalls: [ObjectIdentifier: PendingCall] = [:]
 
+    /// The calls sent through this connection whose objects still exist: answered ones go once sd-bus frees their
+    /// slots. For tests that check nothing is kept per call.
+    var liveCallObjectCount = 0
+
     /// Live signal subscriptions, so `close()` can cancel them (each holds a reference to the bus).
     private var subscriptions: [ObjectIdentifier: BusSignalSubscription] = [:]
 
@@ -292,6 +296,7 @@ public final class ServiceManagerConnection {
         sd_bus_slot_unref(slot)
         call.identity = ObjectIdentifier(call)
         call.connection = self
+        liveCallObjectCount += 1
         pendingCalls[ObjectIdentifier(call)] = call
         // A call queued by the loop's idle work comes after sd-bus prepared its sources for the coming sleep (the
         // descriptor's events, the reply timeout): the loop must prepare again before it sleeps.
@@ -373,6 +378,10 @@ final class PendingCall {
     var identity: ObjectIdentifier?
 
     init(_ body: @escaping (Result<OpaquePointer, ServiceManagerError>) -> Void) { self.body = body }
+
+    deinit {
+        if identity != nil { connection?.liveCallObjectCount -= 1 }
+    }
 
     /// Runs the completion with `outcome` (a reply message valid during this call, or an error), unless it ran.
     func finish(_ outcome: Result<OpaquePointer, ServiceManagerError>) {

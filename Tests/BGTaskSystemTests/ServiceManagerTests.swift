@@ -173,6 +173,7 @@ struct ServiceManagerTests {
             #expect(connection.pendingCallCount == 300)
             #expect(try connection.runLoop(timeout: .seconds(30)) { answers == 300 })
             #expect(connection.pendingCallCount == 0)
+            #expect(connection.liveCallObjectCount == 0, "sd-bus kept the slots of answered calls")
             #expect(releasedToken == nil, "a completion was kept after it ran")
 
             // A connection closed with a call in flight and a subscription: the call completes with .disconnected,
