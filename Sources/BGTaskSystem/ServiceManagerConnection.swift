@@ -433,6 +433,11 @@ public final class BusSignalSubscription {
         connection?.remove(self)
     }
 
+    /// Names the dispatch in progress for the loop's statistics.
+    fileprivate func markDispatch() {
+        connection?.loop.dispatchingSourceName = "service-manager"
+    }
+
     /// Reads a delivered signal.
     fileprivate func deliver(_ message: OpaquePointer) {
         guard !isCancelled else { return }
@@ -459,6 +464,7 @@ public final class BusSignalSubscription {
 private let replyTrampoline: sd_bus_message_handler_t = { message, userdata, _ in
     guard let message, let userdata else { return 0 }
     let call = Unmanaged<PendingCall>.fromOpaque(userdata).takeUnretainedValue()
+    call.connection?.loop.dispatchingSourceName = "service-manager"
     withExtendedLifetime(call) { call.finish(.success(message)) }
     return 1
 }
@@ -467,6 +473,7 @@ private let replyTrampoline: sd_bus_message_handler_t = { message, userdata, _ i
 private let signalTrampoline: sd_bus_message_handler_t = { message, userdata, _ in
     guard let message, let userdata else { return 0 }
     let subscription = Unmanaged<BusSignalSubscription>.fromOpaque(userdata).takeUnretainedValue()
+    subscription.markDispatch()
     withExtendedLifetime(subscription) { subscription.deliver(message) }
     return 0
 }
