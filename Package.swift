@@ -22,13 +22,14 @@ let package = Package(
         .target(name: "BGTaskVocabulary"),
         // The lifecycle and lease policy: a pure state machine, standard library only.
         .target(name: "BGTaskCore", dependencies: ["BGTaskVocabulary"]),
-        // libsystemd (sd-daemon, sd-event, sd-journal) plus inline wrappers for syscalls Swift cannot call.
+        // libsystemd (sd-bus, sd-daemon, sd-event, sd-journal) plus inline wrappers for syscalls Swift cannot call.
         .systemLibrary(
             name: "CSystemd",
             pkgConfig: "libsystemd",
             providers: [.apt(["libsystemd-dev"])]
         ),
-        // The typed Linux layer: descriptors, pidfds, sockets, procfs, the sd-event loop, sd_notify, journal.
+        // The typed Linux layer: descriptors, pidfds, sockets, procfs, the sd-event loop, sd_notify, journal, and the
+        // service manager's client over sd-bus.
         .target(name: "BGTaskSystem", dependencies: ["BGTaskVocabulary", "CSystemd"]),
         // bgtaskd.conf: systemd value syntax, INI parsing, the typed configuration, loading and --dump-config.
         .target(name: "BGTaskConfig", dependencies: ["BGTaskCore"]),
@@ -130,7 +131,8 @@ let package = Package(
             name: "BGTaskSupervisionTests", dependencies: ["BGTaskSupervision", "BGTaskSystem", "BGTaskTestSupport"]),
         // docs/ARCHITECTURE.md's module table against this manifest and the sources' imports.
         .testTarget(name: "BGTaskArchitectureTests", dependencies: ["BGTaskTestSupport"]),
-        .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem", "BGTaskTestSupport"]),
+        // CSystemd: the sd-bus message tests build messages of types the library never sends.
+        .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem", "BGTaskTestSupport", "CSystemd"]),
         .testTarget(name: "BGTaskConfigTests", dependencies: ["BGTaskConfig", "BGTaskCore", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskProtocolTests", dependencies: ["BGTaskIDL", "BGTaskProtocol", "BGTaskTestSupport"]),
         // Runs the deadline and reclaim benchmarks at a small size against the real daemon, so it depends on both

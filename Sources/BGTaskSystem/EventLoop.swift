@@ -21,8 +21,9 @@ public final class EventLoop {
     /// How the loop has been turning, measured by `run()`: what a stall would show.
     public private(set) var statistics = LoopStatistics()
 
-    /// The name of the source being dispatched, set by the trampolines for `statistics`.
-    fileprivate var dispatchingSourceName = ""
+    /// The name of the source being dispatched, set by the trampolines for `statistics` (and by the sd-bus
+    /// connections' callbacks, whose sources sd-bus adds itself); "other" for a source no trampoline names.
+    var dispatchingSourceName = ""
 
     /// Whether a source's handler is running (inside `run()` or `runIteration(timeout:)`).
     public private(set) var isDispatching = false
@@ -253,6 +254,7 @@ public final class EventLoop {
         }
         guard pending > 0 else { return changedSources ? .idleWorkChangedSources : .timedOut }
         let start = timed ? MonotonicClock.now() : 0
+        dispatchingSourceName = "other"
         _ = try systemCall("sd_event_dispatch", convention: .returnsNegativeErrno) { () -> Int32 in
             isDispatching = true
             defer { isDispatching = false }

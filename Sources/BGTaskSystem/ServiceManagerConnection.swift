@@ -9,10 +9,10 @@ public enum ServiceManagerScope: Hashable, Sendable {
     /// The system instance (PID 1): its private socket `/run/systemd/private`, else the system bus.
     case system
     /// A user's instance, found in that user's runtime directory (`$XDG_RUNTIME_DIR`): `DIR/systemd/private`, else
-    /// the session bus `DIR/bus`.
+    /// the user's bus `DIR/bus`.
     case user(runtimeDirectory: String)
 
-    /// The calling user's instance, from `XDG_RUNTIME_DIR`; nil when that is not set (no user session).
+    /// The calling user's instance, from `XDG_RUNTIME_DIR`; nil when that is not set (the user is not logged in).
     public static var currentUser: ServiceManagerScope? {
         guard let directory = ProcessEnvironment.current()["XDG_RUNTIME_DIR"], !directory.isEmpty else { return nil }
         return .user(runtimeDirectory: directory)
@@ -26,7 +26,7 @@ public struct ServiceManagerEndpoint: Hashable, Sendable, CustomStringConvertibl
         /// The manager's private socket: a direct connection to the manager itself, no bus between. No `Hello`, no
         /// names; the manager sends every signal on it whether or not the client subscribed.
         case direct
-        /// A message bus where the manager owns `org.freedesktop.systemd1` (the system bus, a session bus): the
+        /// A message bus where the manager owns `org.freedesktop.systemd1` (the system bus, a user's bus): the
         /// connection says `Hello`, and signals are matched on the manager's name.
         case bus
     }
@@ -114,6 +114,10 @@ public final class ServiceManagerConnection {
     /// Calls sent and not answered yet, so `close()` can complete them.
     var pendingCalls: [ObjectIdentifier: PendingCall] = [:]
 
+    /// The calls sent through this connection whose objects still exist: answered ones go once sd-bus frees their
+    /// slots. For tests that check nothing is kept per call.
+    var liveCallObjectCount = 0
+
     /// Live signal subscriptions, so `close()` can cancel them (each holds a reference to the bus).
     private var subscriptions: [ObjectIdentifier: BusSignalSubscription] = [:]
 
@@ -158,6 +162,9 @@ public final class ServiceManagerConnection {
             _ = sd_bus_set_description(bus, "service-manager")
             // The daemon decides what a lost manager means, not sd-bus (which would exit the loop).
             try busCall("sd_bus_set_exit_on_disconnect") { sd_bus_set_exit_on_disconnect(bus, 0) }
+            // Nor does the loop's exit flush the queue: sd_bus_flush waits without a bound for a manager that reads
+            // nothing. `close()` (or deinit) drops what was not sent.
+            try busCall("sd_bus_set_close_on_exit") { sd_bus_set_close_on_exit(bus, 0) }
             try busCall("sd_bus_start(\(endpoint.socketPath))") { sd_bus_start(bus) }
             try busCall("sd_bus_attach_event") { sd_bus_attach_event(bus, loop.event, Int32(SD_EVENT_PRIORITY_NORMAL)) }
         } catch {
@@ -184,6 +191,13 @@ public final class ServiceManagerConnection {
     public var isConnected: Bool {
         guard let bus else { return false }
         return sd_bus_is_open(bus) > 0
+    }
+
+    /// The connection's socket (`sd_bus_get_fd`), while open: for tests that check it is closed.
+    var socketDescriptor: Int32? {
+        guard let bus else { return nil }
+        let descriptor = sd_bus_get_fd(bus)
+        return descriptor >= 0 ? descriptor : nil
     }
 
     /// How many calls wait for their answer.
@@ -282,6 +296,7 @@ public final class ServiceManagerConnection {
         sd_bus_slot_unref(slot)
         call.identity = ObjectIdentifier(call)
         call.connection = self
+        liveCallObjectCount += 1
         pendingCalls[ObjectIdentifier(call)] = call
         // A call queued by the loop's idle work comes after sd-bus prepared its sources for the coming sleep (the
         // descriptor's events, the reply timeout): the loop must prepare again before it sleeps.
@@ -364,6 +379,10 @@ final class PendingCall {
 
     init(_ body: @escaping (Result<OpaquePointer, ServiceManagerError>) -> Void) { self.body = body }
 
+    deinit {
+        if identity != nil { connection?.liveCallObjectCount -= 1 }
+    }
+
     /// Runs the completion with `outcome` (a reply message valid during this call, or an error), unless it ran.
     func finish(_ outcome: Result<OpaquePointer, ServiceManagerError>) {
         if let identity { connection?.pendingCalls[identity] = nil }
@@ -414,6 +433,11 @@ public final class BusSignalSubscription {
         connection?.remove(self)
     }
 
+    /// Names the dispatch in progress for the loop's statistics.
+    fileprivate func markDispatch() {
+        connection?.loop.dispatchingSourceName = "service-manager"
+    }
+
     /// Reads a delivered signal.
     fileprivate func deliver(_ message: OpaquePointer) {
         guard !isCancelled else { return }
@@ -440,6 +464,7 @@ public final class BusSignalSubscription {
 private let replyTrampoline: sd_bus_message_handler_t = { message, userdata, _ in
     guard let message, let userdata else { return 0 }
     let call = Unmanaged<PendingCall>.fromOpaque(userdata).takeUnretainedValue()
+    call.connection?.loop.dispatchingSourceName = "service-manager"
     withExtendedLifetime(call) { call.finish(.success(message)) }
     return 1
 }
@@ -448,6 +473,7 @@ private let replyTrampoline: sd_bus_message_handler_t = { message, userdata, _ i
 private let signalTrampoline: sd_bus_message_handler_t = { message, userdata, _ in
     guard let message, let userdata else { return 0 }
     let subscription = Unmanaged<BusSignalSubscription>.fromOpaque(userdata).takeUnretainedValue()
+    subscription.markDispatch()
     withExtendedLifetime(subscription) { subscription.deliver(message) }
     return 0
 }

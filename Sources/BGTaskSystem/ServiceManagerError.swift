@@ -61,7 +61,7 @@ public enum ServiceManagerError: Error, Hashable, Sendable, CustomStringConverti
     /// A message was not what this client expects (a reply of another signature), or an argument cannot be put in
     /// a message (an array element of the wrong type, a NUL byte in a string); says which.
     case malformed(String)
-    /// A bounded wait of the blocking helpers (tests and tools) ran out before the answer came.
+    /// A bounded blocking wait (`waitFor`, `runLoop`: tests and tools) ran out before the answer came.
     case timedOut(Duration)
 
     /// The D-Bus error name of a `.method` error, else nil.

@@ -57,15 +57,16 @@ public struct ServiceManagerProbe: Sendable, CustomStringConvertible {
         return version
     }
 
-    /// One line for the startup log: "systemd 252 through the manager's socket PATH" after the places passed over,
-    /// or "no service manager: …" with why at each place.
+    /// One line for the startup log: "systemd 252 through the manager's socket PATH", with the places passed over and
+    /// why, or "no service manager: …" with why at each place.
     public var description: String {
         let tried = attempts.map { "\($0.endpoint): \($0.outcome)" }
         guard let chosen, let version else {
             return "no service manager: " + (tried.isEmpty ? "nowhere to look" : tried.joined(separator: "; "))
         }
         let passed = tried.dropLast()
-        return "systemd \(version) through \(chosen)" + (passed.isEmpty ? "" : " (\(passed.joined(separator: "; "))")
+        return "systemd \(version) through \(chosen)"
+            + (passed.isEmpty ? "" : " (passed over \(passed.joined(separator: "; ")))")
     }
 }
 

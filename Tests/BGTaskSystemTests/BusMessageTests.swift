@@ -268,8 +268,8 @@ struct BusMessageTests {
     func addresses() {
         let plain = ServiceManagerEndpoint(kind: .direct, socketPath: "/run/user/1000/systemd/private")
         #expect(plain.address == "unix:path=/run/user/1000/systemd/private")
-        let odd = ServiceManagerEndpoint(kind: .bus, socketPath: "/tmp/a b;c=d,é")
-        #expect(odd.address == "unix:path=/tmp/a%20b%3bc%3dd%2c%c3%a9")
+        let odd = ServiceManagerEndpoint(kind: .bus, socketPath: "/x/a b;c=d,é")
+        #expect(odd.address == "unix:path=/x/a%20b%3bc%3dd%2c%c3%a9")
         #expect(
             ServiceManagerEndpoint.candidates(for: .user(runtimeDirectory: "/run/user/7")).map(\.socketPath) == [
                 "/run/user/7/systemd/private", "/run/user/7/bus",

@@ -74,4 +74,64 @@ struct ServiceManagerProbeTests {
             #expect("\(error)".contains("sd_bus_start(/nonexistent-bgtask/systemd/private)"), "\(error)")
         }
     }
+
+    @Test("the system instance's probe ends, within its bound, with a manager or a reason for each place")
+    func systemScope() async throws {
+        try await offThePool {
+            let loop = try EventLoop()
+            var outcome: (ServiceManagerConnection?, ServiceManagerProbe)?
+            ServiceManagerConnection.probe(.system, loop: loop, timeout: .seconds(5)) { outcome = ($0, $1) }
+            #expect(try turn(loop, timeout: .seconds(20)) { outcome != nil })
+            let (connection, probe) = try #require(outcome)
+            defer { connection?.close() }
+            print("the system instance here: \(probe)")
+            if connection != nil {
+                #expect(probe.version?.isEmpty == false)
+            } else {
+                let places = probe.attempts.map(\.endpoint.socketPath)
+                #expect(places == ["/run/systemd/private", "/run/dbus/system_bus_socket"])
+            }
+        }
+    }
+}
+
+@Suite("a service manager that goes away")
+struct ServiceManagerDisconnectionTests {
+    @Test("the peer hangs up with calls in flight: each completes once with .disconnected, then onDisconnect runs once")
+    func peerHangsUp() async throws {
+        try await offThePool {
+            try withTemporaryDirectory { directory in
+                let loop = try EventLoop()
+                let path = directory.path + "/manager"
+                let listener = try UnixSocket.listen(path: path)
+                defer { try? listener.close() }
+                let connection = try ServiceManagerConnection(
+                    endpoint: ServiceManagerEndpoint(kind: .direct, socketPath: path), loop: loop)
+                var log: [String] = []
+                connection.onDisconnect = { log.append("disconnected") }
+                connection.managerVersion { log.append("version: \($0)") }
+                connection.getUnit("x.service") { log.append("unit: \($0)") }
+                #expect(connection.pendingCallCount == 2)
+                // The "manager" accepts the connection and closes it unanswered.
+                let accepted = try #require(try UnixSocket.accept(listener))
+                try accepted.close()
+                #expect(try turn(loop, timeout: .seconds(20)) { log.contains("disconnected") })
+                #expect(
+                    log == [
+                        "version: failure(the connection to the service manager is closed)",
+                        "unit: failure(the connection to the service manager is closed)", "disconnected",
+                    ])
+                #expect(!connection.isConnected && connection.pendingCallCount == 0)
+                // Nothing more is reported, and a later call fails the same way, on the loop.
+                var later: Result<BusObjectPath, ServiceManagerError>?
+                connection.getUnit("y.service") { later = $0 }
+                #expect(later == nil)
+                #expect(try turn(loop, timeout: .seconds(5)) { later != nil })
+                #expect(later == .failure(.disconnected))
+                #expect(try !loop.runIteration(timeout: .milliseconds(50)))
+                #expect(log.filter { $0 == "disconnected" }.count == 1)
+                connection.close()
+            }
+        }
+    }
 }
