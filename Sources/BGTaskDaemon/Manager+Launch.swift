@@ -14,9 +14,17 @@ extension Manager {
     /// a healthy launch takes milliseconds; more at once means starts are hanging, and each holds a child.
     static let launchesInFlightMax = 4
 
-    /// Makes the supervisor of managed apps (`AppSupervisor`): the daemon forks them itself, into cgroups under
-    /// `CgroupRoot=` (or the service's delegated subtree), or into none.
-    func startSupervisor(ownCgroups: ProcessCgroups?) throws(StartupError) {
+    /// Makes the supervisor of managed apps (`AppSupervisor`): the service manager that runs the daemon starts them
+    /// as units of their own where one answers (`serviceManager`), unless `CgroupRoot=` asks for the daemon's own
+    /// cgroups; else the daemon forks them itself, into cgroups under `CgroupRoot=` (or the service's delegated
+    /// subtree), or into none.
+    func startSupervisor(ownCgroups: ProcessCgroups?, serviceManager: ServiceManagerScope?) throws(StartupError) {
+        if let serviceManager, configuration.memory.cgroupRoot == nil,
+            let units = startUnitSupervisor(serviceManager)
+        {
+            supervisor = units
+            return
+        }
         let roots = LaunchCgroupRoots.resolve(
             configuration.memory, hierarchies: cgroupHierarchies, ownCgroups: ownCgroups,
             isSystemdService: getenv("INVOCATION_ID") != nil)
@@ -32,6 +40,50 @@ extension Manager {
             supervisor = fork
         } catch {
             throw StartupError(description: "cannot start the launcher thread: \(error)")
+        }
+    }
+
+    /// Finds the service manager of `scope` (each place it may listen at, tried in turn, bounded) and follows it;
+    /// nil, logged, when none answers or it cannot be followed. Runs at start, before anything is served: the loop
+    /// is turned here until the probe is over.
+    private func startUnitSupervisor(_ scope: ServiceManagerScope) -> UnitSupervisor? {
+        var found: (connection: ServiceManagerConnection?, probe: ServiceManagerProbe)?
+        ServiceManagerConnection.probe(scope, loop: loop, timeout: .seconds(5)) { found = ($0, $1) }
+        while found == nil {
+            do {
+                try loop.runIteration(timeout: .seconds(1))
+            } catch {
+                logger.warning("managed apps: cannot look for the service manager: \(error); forking them instead")
+                return nil
+            }
+        }
+        guard let found, let connection = found.connection else {
+            logger.warning("managed apps: \(found?.probe.description ?? "no service manager"); forking them instead")
+            return nil
+        }
+        let version = Int((found.probe.version ?? "").prefix { $0.isNumber }) ?? 0
+        do {
+            let units = try UnitSupervisor(
+                capacity: Self.launchesInFlightMax, manager: connection, description: found.probe.description,
+                version: version, isSystemInstance: scope == .system, clock: clock, logger: logger, procFS: procFS,
+                hierarchies: cgroupHierarchies, probeCgroup: daemonCgroup)
+            units.onOutcome = { [unowned self] launch, outcome in self.launchEnded(launch, outcome) }
+            connection.onDisconnect = { [weak self] in
+                self?.logger.error(
+                    "the service manager closed the connection: apps cannot be launched, nor their ends read, until "
+                        + "bgtaskd restarts")
+            }
+            connection.subscribe { [weak self] result in
+                if case .failure(let error) = result {
+                    self?.logger.warning("the service manager refused Subscribe: \(error)")
+                }
+            }
+            logger.info("managed apps are launched as units: \(found.probe)")
+            return units
+        } catch {
+            connection.close()
+            logger.warning("managed apps: cannot follow the service manager: \(error); forking them instead")
+            return nil
         }
     }
 

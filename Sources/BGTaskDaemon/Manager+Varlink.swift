@@ -209,7 +209,7 @@ extension Manager {
         let memoryBackend = process.map { $0.cgroups?.memorySource?.backend ?? "pss" }
         return AppInfo(
             snapshot, memoryBytes: memoryBytes(of: id), now: now, suspendedWith: method, cgroup: cgroup,
-            memoryBackend: memoryBackend)
+            memoryBackend: memoryBackend, unit: process?.unit)
     }
 
     func memoryBytes(of app: AppID) -> Int? {

@@ -197,8 +197,10 @@ public final class Manager {
     /// service manager it is ready. The socket serves before `READY=1` is sent.
     ///
     /// `handlesSignals: false` leaves SIGTERM, SIGINT and SIGHUP alone, for a manager run inside another program
-    /// (a test), which stops it with `stop(because:)`.
-    public func start(handlesSignals: Bool = true) throws(StartupError) {
+    /// (a test), which stops it with `stop(because:)`. `serviceManager` is the service manager that runs the daemon
+    /// (systemd's system or user instance): managed apps are then launched as its units (`UnitSupervisor`); nil, or
+    /// none answering there, and the daemon forks them itself (`ForkSupervisor`).
+    public func start(handlesSignals: Bool = true, serviceManager: ServiceManagerScope? = nil) throws(StartupError) {
         do {
             if handlesSignals {
                 for signal in [Signal.terminate, .interrupt] {
@@ -267,7 +269,7 @@ public final class Manager {
         resolveAccessSettings()
         let ownCgroups = try? cgroupHierarchies.cgroups(of: getpid(), procFS: procFS)
         daemonCgroup = ownCgroups?.unified
-        try startSupervisor(ownCgroups: ownCgroups)
+        try startSupervisor(ownCgroups: ownCgroups, serviceManager: serviceManager)
         memoryMonitor = MemoryMonitor(manager: self, settings: configuration.memory)
         fileDescriptorStoreLimit = notifier.fileDescriptorStoreLimit
         try takeListenedDescriptors()

@@ -11,7 +11,7 @@ extension AppInfo {
     /// The wire form of a snapshot; `memoryBytes` is measured by the shell.
     init(
         _ snapshot: AppSnapshot, memoryBytes: Int?, now: MonotonicInstant, suspendedWith: SuspensionMethod? = nil,
-        cgroup: String? = nil, memoryBackend: String? = nil
+        cgroup: String? = nil, memoryBackend: String? = nil, unit: String? = nil
     ) {
         var exitStatus: Int?
         var exitSignal: String?
@@ -30,7 +30,7 @@ extension AppInfo {
             memoryBytes: snapshot.state == .terminated ? nil : memoryBytes, exitReason: snapshot.exitReason,
             queuedEvents: snapshot.queuedEvents, droppedEvents: snapshot.droppedEvents, suspendedWith: suspendedWith,
             cgroup: cgroup, memoryBackend: snapshot.state == .terminated ? nil : memoryBackend,
-            exitStatus: exitStatus, exitSignal: exitSignal)
+            exitStatus: exitStatus, exitSignal: exitSignal, unit: unit)
     }
 }
 

@@ -60,13 +60,15 @@ public struct AppInfo: Codable, Hashable, Sendable {
     public var exitStatus: Int?
     /// The signal that ended its process (`SIGSEGV`, `SIGKILL`, ...), when the daemon launched it; nil otherwise.
     public var exitSignal: String?
+    /// The systemd unit it runs as, when the daemon launched it through the service manager; nil otherwise.
+    public var unit: String?
 
     /// An app description; optional fields default to nil.
     public init(
         name: String, state: AppState, pid: Int, uid: Int, managed: Bool, tasks: [TaskInfo] = [],
         backgroundTimeRemaining: Double? = nil, memoryBytes: Int? = nil, exitReason: TerminationReason? = nil,
         queuedEvents: Int = 0, droppedEvents: Int = 0, suspendedWith: SuspensionMethod? = nil, cgroup: String? = nil,
-        memoryBackend: String? = nil, exitStatus: Int? = nil, exitSignal: String? = nil
+        memoryBackend: String? = nil, exitStatus: Int? = nil, exitSignal: String? = nil, unit: String? = nil
     ) {
         self.name = name
         self.state = state
@@ -84,6 +86,7 @@ public struct AppInfo: Codable, Hashable, Sendable {
         self.memoryBackend = memoryBackend
         self.exitStatus = exitStatus
         self.exitSignal = exitSignal
+        self.unit = unit
     }
 }
 

@@ -72,7 +72,16 @@ do {
         configuration: loaded.configuration, configurationPath: configurationPath, socketPath: socketPath,
         statePath: statePath, logger: logger)
     manager.logDirectory = options.logDirectory
-    try manager.start()
+    // Under systemd (which sets INVOCATION_ID for the services it starts) apps are launched as its units.
+    var serviceManager: ServiceManagerScope?
+    if environment["INVOCATION_ID"] != nil {
+        if !options.isUserInstance {
+            serviceManager = .system
+        } else if let runtime = environment["XDG_RUNTIME_DIR"] {
+            serviceManager = .user(runtimeDirectory: runtime)
+        }
+    }
+    try manager.start(serviceManager: serviceManager)
     exit(try manager.run())
 } catch {
     fail("\(error)", status: 1)

@@ -16,6 +16,9 @@ its standard output (which the daemon sends to its log).
     --no-register        never register (to see launch-timeout)
     --crash              after registering (and allocating), die of SIGSEGV
     --exit N             after registering, exit with status N
+    --report-sandbox P   after registering, write to file P what confines the process: whether it can open an
+                         AF_INET socket ("inet ok" or "inet ERRNO"), its NoNewPrivs and Seccomp lines of
+                         /proc/self/status and its oom_score_adj ("oom_score_adj N")
 Every event prints "event KIND id=N [likelyVictim=..] [rank=..]". The process bounds its own lifetime
 (--lifetime, default 60 s).
 """
@@ -61,6 +64,31 @@ def arm_pressure():
     return descriptor
 
 
+def report_sandbox(path):
+    lines = []
+    try:
+        import socket
+
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
+        lines.append("inet ok")
+    except OSError as error:
+        lines.append("inet %s" % (errno_name(error.errno),))
+    with open("/proc/self/status") as status:
+        lines += [line.strip() for line in status if line.startswith(("NoNewPrivs:", "Seccomp:"))]
+    with open("/proc/self/oom_score_adj") as oom:
+        lines.append("oom_score_adj %s" % oom.read().strip())
+    with open(path + ".tmp", "w") as report:
+        report.write("\n".join(lines) + "\n")
+    os.rename(path + ".tmp", path)
+    out("reported", path)
+
+
+def errno_name(number):
+    import errno
+
+    return errno.errorcode.get(number, str(number))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--alloc", type=int, default=0)
@@ -74,6 +102,7 @@ def main():
     parser.add_argument("--crash", action="store_true")
     parser.add_argument("--exit", type=int)
     parser.add_argument("--lifetime", type=int, default=60)
+    parser.add_argument("--report-sandbox")
     args = parser.parse_args()
     signal.alarm(args.lifetime)
     name = os.environ["BGTASK_APP_NAME"]
@@ -134,6 +163,8 @@ def main():
         out("allocated", args.alloc)
     if args.task:
         out("began", calls.BeginBackgroundTask(name, "work").taskId)
+    if args.report_sandbox:
+        report_sandbox(args.report_sandbox)
     started.set()
     if args.exit is not None:
         os._exit(args.exit)

@@ -83,6 +83,7 @@ public enum Rendering {
         var lines = [Formatting.printable(app.name)]
         lines.append("  state:      \(app.state.rawValue)")
         lines.append("  process:    pid \(app.pid), uid \(app.uid), \(app.managed ? "managed" : "self-registered")")
+        if let unit = app.unit { lines.append("  unit:       \(Formatting.printable(unit))") }
         if let cgroup = app.cgroup { lines.append("  cgroup:     \(Formatting.printable(cgroup))") }
         lines.append("  remaining:  \(remaining(app))")
         let backend = app.memoryBackend.map { " (\(Formatting.printable($0)))" } ?? ""
@@ -124,10 +125,12 @@ public enum Rendering {
         return how.isEmpty ? reason.rawValue : "\(reason.rawValue) (\(how.joined(separator: ", ")))"
     }
 
-    /// How the daemon handles an app, for the table: `cgroup` when through a cgroup of its own (frozen, measured
-    /// and killed there), `signals` when it is stopped and killed with signals and measured by its processes' PSS.
+    /// How the daemon handles an app, for the table: `unit` when the service manager started it as a unit of its
+    /// own (frozen, measured and killed through the unit's cgroup), `cgroup` when through a cgroup of its own,
+    /// `signals` when it is stopped and killed with signals and measured by its processes' PSS.
     static func handling(_ app: AppInfo) -> String {
-        app.cgroup == nil ? "signals" : "cgroup"
+        if app.unit != nil { return "unit" }
+        return app.cgroup == nil ? "signals" : "cgroup"
     }
 
     /// An app's background time left: `unlimited` in the foreground, `-` when it has none to spend.

@@ -40,6 +40,8 @@ final class UnitSupervisor: AppSupervisor {
     private let logger: Logger
     private let procFS: ProcFS
     private let hierarchies: CgroupHierarchies
+    /// A cgroup2 cgroup below the root (the daemon's own), to learn what the kernel's cgroups have.
+    private let probeCgroup: CgroupDirectory?
     private var jobSubscription: UnitSignalSubscription?
 
     /// One launch in flight.
@@ -79,7 +81,8 @@ final class UnitSupervisor: AppSupervisor {
     /// system manager.
     init(
         capacity: Int, manager: UnitManagerClient, description: String, version: Int, isSystemInstance: Bool,
-        clock: ManagerClock, logger: Logger, procFS: ProcFS, hierarchies: CgroupHierarchies
+        clock: ManagerClock, logger: Logger, procFS: ProcFS, hierarchies: CgroupHierarchies,
+        probeCgroup: CgroupDirectory?
     ) throws(ServiceManagerError) {
         self.capacity = capacity
         self.manager = manager
@@ -90,6 +93,7 @@ final class UnitSupervisor: AppSupervisor {
         self.logger = logger
         self.procFS = procFS
         self.hierarchies = hierarchies
+        self.probeCgroup = probeCgroup
         jobSubscription = try manager.watchJobs { [unowned self] signal in self.jobRemoved(signal) }
         do {
             timer = try clock.makeTimer(name: "unit-supervisor", accuracy: .milliseconds(10)) { [unowned self] in
@@ -109,10 +113,12 @@ final class UnitSupervisor: AppSupervisor {
 
     var managedBackends: ManagedBackends {
         guard let unified = hierarchies.unified else { return ManagedBackends() }
-        let root = CgroupDirectory(path: unified)
         var backends = ManagedBackends(freeze: "cgroup2", memory: nil, kill: "cgroup2")
-        if root.has("cgroup.kill") { backends.kill = "cgroup.kill" }
-        if let controllers = try? root.read("cgroup.controllers"), controllers.contains("memory") {
+        // The root cgroup has no cgroup.kill: a cgroup below it (the daemon's own) says whether the kernel has one.
+        if probeCgroup?.has("cgroup.kill") == true { backends.kill = "cgroup.kill" }
+        if let controllers = try? CgroupDirectory(path: unified).read("cgroup.controllers"),
+            controllers.contains("memory")
+        {
             backends.memory = "cgroup2"
         }
         return backends
