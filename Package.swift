@@ -28,8 +28,11 @@ let package = Package(
             pkgConfig: "libsystemd",
             providers: [.apt(["libsystemd-dev"])]
         ),
+        // The launcher's child in C (clone to execve with raw system calls), a translation unit of its own compiled
+        // with _GNU_SOURCE.
+        .target(name: "CLauncher", cSettings: [.define("_GNU_SOURCE")]),
         // The typed Linux layer: descriptors, pidfds, sockets, procfs, the sd-event loop, sd_notify, journal.
-        .target(name: "BGTaskSystem", dependencies: ["BGTaskVocabulary", "CSystemd"]),
+        .target(name: "BGTaskSystem", dependencies: ["BGTaskVocabulary", "CLauncher", "CSystemd"]),
         // bgtaskd.conf: systemd value syntax, INI parsing, the typed configuration, loading and --dump-config.
         .target(name: "BGTaskConfig", dependencies: ["BGTaskCore"]),
         // The Varlink wire protocol: framing, the codec, the interface's Codable types and errors. The `.varlink`

@@ -1,4 +1,5 @@
 // Starts a managed app: in a new session, inside cgroups, as a given user, with a pidfd from clone3 itself.
+import CLauncher
 import CSystemd
 import Glibc
 
@@ -63,7 +64,7 @@ public struct LaunchError: Error, Hashable, Sendable, CustomStringConvertible {
 }
 
 /// Starts managed apps (`Launch`). Unlike `ProcessSpawner` (posix_spawn), the child must join cgroups and drop
-/// privileges before `exec`, which posix_spawn cannot do; `bgtask_launch` (the C shim) does it with raw system
+/// privileges before `exec`, which posix_spawn cannot do; `bgtask_launch` (CLauncher) does it with raw system
 /// calls in a fork-like clone3 child, and reports a failure before `exec` through a close-on-exec pipe, which the
 /// caller reads when it is ready (`LaunchHandshake`) rather than waiting for the child.
 public enum ProcessLauncher {

@@ -1,0 +1,99 @@
+// The launcher's child: from clone3 to execve with raw system calls only (launch.h says why).
+//
+// Compiled with _GNU_SOURCE (the target's cSettings) for the GNU names it uses. Nothing after the clone, in the
+// child, may call into glibc beyond syscall(), which only traps and sets errno, nor allocate: the parent is
+// multi-threaded, and the child has a copy of its locks, held or not.
+#include "launch.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+// For headers older than the kernel: the numbers are the same on every architecture (both calls came after the
+// system call tables were unified in 5.1), and so are the flags.
+#ifndef SYS_clone3
+#define SYS_clone3 435
+#endif
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
+#ifndef CLONE_PIDFD
+#define CLONE_PIDFD 0x00001000
+#endif
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+/// clone3's argument (Linux 5.3), declared here rather than from <linux/sched.h>, whose flags clash with <sched.h>.
+struct bgtask_clone_args {
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, cgroup;
+};
+
+/// Writes { step, errno } to the error pipe and exits 127: the parent reads the step from the pipe.
+__attribute__((noreturn)) static void fail(int error_pipe, enum bgtask_launch_step step) {
+    int report[2] = {(int)step, errno};
+    (void)syscall(SYS_write, error_pipe, report, sizeof report);
+    for (;;) (void)syscall(SYS_exit_group, 127);
+}
+
+/// The child, from its clone to its exec; never returns.
+__attribute__((noreturn)) static void run_child(const struct bgtask_launch_spec *spec) {
+    int error_pipe = spec->error_pipe;
+    /* The kernel's struct sigaction (not glibc's): SIG_DFL, no flags, no restorer, empty mask. */
+    struct {
+        unsigned long handler;
+        unsigned long flags;
+        unsigned long restorer;
+        unsigned long long mask;
+    } default_action = {0};
+    for (int number = 1; number < 65; number++) {
+        if (number == SIGKILL || number == SIGSTOP) continue;
+        (void)syscall(SYS_rt_sigaction, number, &default_action, NULL, 8);
+    }
+    unsigned long long no_signals = 0;
+    if (syscall(SYS_rt_sigprocmask, SIG_SETMASK, &no_signals, NULL, 8) != 0) fail(error_pipe, BGTASK_LAUNCH_SIGNALS);
+    if (syscall(SYS_setsid) < 0) fail(error_pipe, BGTASK_LAUNCH_SESSION);
+    /* The daemon raised its own descriptor limit to the hard one; an app gets the usual soft limit of 1024
+       (select(2) breaks past it), as systemd gives services, its hard limit unchanged. */
+    struct {
+        unsigned long long current, maximum;
+    } files;
+    if (syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, NULL, &files) == 0 && files.current > 1024) {
+        files.current = files.maximum < 1024 ? files.maximum : 1024;
+        (void)syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, &files, NULL);
+    }
+    for (int index = 0; index < spec->cgroup_count; index++) {
+        if (syscall(SYS_write, spec->cgroup_procs[index], "0", 1) != 1) fail(error_pipe, BGTASK_LAUNCH_CGROUP);
+    }
+    if (spec->change_user) {
+        if (syscall(SYS_setgroups, spec->group_count, spec->groups) != 0) fail(error_pipe, BGTASK_LAUNCH_GROUPS);
+        if (syscall(SYS_setresgid, spec->gid, spec->gid, spec->gid) != 0) fail(error_pipe, BGTASK_LAUNCH_GID);
+        if (syscall(SYS_setresuid, spec->uid, spec->uid, spec->uid) != 0) fail(error_pipe, BGTASK_LAUNCH_UID);
+    }
+    /* A stream already in place (the daemon's own stderr, say) stays; dup3 refuses to copy a descriptor onto itself. */
+    if ((spec->standard_input != 0 && syscall(SYS_dup3, spec->standard_input, 0, 0) < 0)
+        || (spec->standard_output != 1 && syscall(SYS_dup3, spec->standard_output, 1, 0) < 0)
+        || (spec->standard_error != 2 && syscall(SYS_dup3, spec->standard_error, 2, 0) < 0))
+        fail(error_pipe, BGTASK_LAUNCH_STREAMS);
+    if (syscall(SYS_chdir, spec->directory) != 0) fail(error_pipe, BGTASK_LAUNCH_DIRECTORY);
+    /* Every other descriptor closes on exec (close_range, Linux 5.11), the error pipe with them. */
+    (void)syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+    (void)syscall(SYS_execve, spec->path, spec->argv, spec->envp);
+    fail(error_pipe, BGTASK_LAUNCH_EXEC);
+}
+
+pid_t bgtask_launch(const struct bgtask_launch_spec *spec, int *pidfd) {
+    struct bgtask_clone_args args = {0};
+    int fd = -1;
+    args.flags = CLONE_PIDFD;
+    args.pidfd = (uint64_t)(uintptr_t)&fd;
+    args.exit_signal = SIGCHLD;
+    long pid = syscall(SYS_clone3, &args, sizeof args);
+    if (pid < 0) return -1;
+    if (pid == 0) run_child(spec);
+    *pidfd = fd;
+    return (pid_t)pid;
+}
