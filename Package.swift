@@ -97,6 +97,10 @@ let package = Package(
             ]),
         // Test fixture: sends one raw Varlink call, for calls made as another user.
         .executableTarget(name: "BGTaskRawCall", dependencies: ["BGTaskSystem"], path: "Tests/Fixtures/RawCall"),
+        // Test fixture: one ProcessLauncher launch from a descriptor table the tests arrange (streams at 0, 1 or 2,
+        // descriptors left open).
+        .executableTarget(
+            name: "BGTaskLaunchProbe", dependencies: ["BGTaskSystem"], path: "Tests/Fixtures/LaunchProbe"),
         // Test fixture: floods of connections, registrations, bytes and calls, for hostile peers of another uid.
         .executableTarget(
             name: "BGTaskHostileClient", dependencies: ["BGTaskSystem"], path: "Tests/Fixtures/HostileClient"),
@@ -133,7 +137,9 @@ let package = Package(
             name: "BGTaskSupervisionTests", dependencies: ["BGTaskSupervision", "BGTaskSystem", "BGTaskTestSupport"]),
         // docs/ARCHITECTURE.md's module table against this manifest and the sources' imports.
         .testTarget(name: "BGTaskArchitectureTests", dependencies: ["BGTaskTestSupport"]),
-        .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem", "BGTaskTestSupport"]),
+        // Depends on the launch fixture it runs as a process, so it is built before the tests.
+        .testTarget(
+            name: "BGTaskSystemTests", dependencies: ["BGTaskSystem", "BGTaskTestSupport", "BGTaskLaunchProbe"]),
         .testTarget(name: "BGTaskConfigTests", dependencies: ["BGTaskConfig", "BGTaskCore", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskProtocolTests", dependencies: ["BGTaskIDL", "BGTaskProtocol", "BGTaskTestSupport"]),
         // Runs the deadline and reclaim benchmarks at a small size against the real daemon, so it depends on both

@@ -6,6 +6,7 @@
 #include "launch.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <sys/resource.h>
@@ -39,6 +40,37 @@ __attribute__((noreturn)) static void fail(int error_pipe, enum bgtask_launch_st
     for (;;) (void)syscall(SYS_exit_group, 127);
 }
 
+/// `fd` itself when it is negative or above 2, else a close-on-exec copy of it at 3 or above (-1 with errno set
+/// when there is none): somewhere no dup3 onto 0, 1 or 2 can overwrite it.
+static int above_the_streams(int fd) {
+    if (fd < 0 || fd > 2) return fd;
+    return (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 3);
+}
+
+/// Makes the spec's three descriptors the child's 0, 1 and 2; `*error_pipe` moves above 2 if it was below 3.
+///
+/// The descriptors given may themselves be 0, 1 or 2 (a daemon started with a stream closed opens files there,
+/// and the launcher's own /dev/null and error pipe get the lowest free numbers), so dup3 onto 0 first could
+/// overwrite an output given as 0, or the error pipe. Every source not already in its place, and the error pipe,
+/// first moves above 2; only then are 0, 1 and 2 written. A source already in its place stays: no other stream's
+/// dup3 writes there. The copies are close-on-exec; the originals below 3 are all overwritten.
+static void set_streams(const struct bgtask_launch_spec *spec, int *error_pipe) {
+    int moved_pipe = above_the_streams(*error_pipe);
+    if (moved_pipe < 0) fail(*error_pipe, BGTASK_LAUNCH_STREAMS);
+    *error_pipe = moved_pipe;
+    int sources[3] = {spec->standard_input, spec->standard_output, spec->standard_error};
+    for (int target = 0; target < 3; target++) {
+        if (sources[target] == target) continue;
+        sources[target] = above_the_streams(sources[target]);
+        if (sources[target] < 0) fail(*error_pipe, BGTASK_LAUNCH_STREAMS);
+    }
+    /* dup3 refuses to copy a descriptor onto itself: a stream in place is left as it is. */
+    for (int target = 0; target < 3; target++) {
+        if (sources[target] != target && syscall(SYS_dup3, sources[target], target, 0) < 0)
+            fail(*error_pipe, BGTASK_LAUNCH_STREAMS);
+    }
+}
+
 /// The child, from its clone to its exec; never returns.
 __attribute__((noreturn)) static void run_child(const struct bgtask_launch_spec *spec) {
     int error_pipe = spec->error_pipe;
@@ -65,6 +97,8 @@ __attribute__((noreturn)) static void run_child(const struct bgtask_launch_spec 
         files.current = files.maximum < 1024 ? files.maximum : 1024;
         (void)syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, &files, NULL);
     }
+    /* The cgroup.procs descriptors are written here, before the streams are set, so none needs moving out of 0, 1
+       or 2 first: a dup3 landing on one later only closes a descriptor already used. */
     for (int index = 0; index < spec->cgroup_count; index++) {
         if (syscall(SYS_write, spec->cgroup_procs[index], "0", 1) != 1) fail(error_pipe, BGTASK_LAUNCH_CGROUP);
     }
@@ -73,11 +107,7 @@ __attribute__((noreturn)) static void run_child(const struct bgtask_launch_spec 
         if (syscall(SYS_setresgid, spec->gid, spec->gid, spec->gid) != 0) fail(error_pipe, BGTASK_LAUNCH_GID);
         if (syscall(SYS_setresuid, spec->uid, spec->uid, spec->uid) != 0) fail(error_pipe, BGTASK_LAUNCH_UID);
     }
-    /* A stream already in place (the daemon's own stderr, say) stays; dup3 refuses to copy a descriptor onto itself. */
-    if ((spec->standard_input != 0 && syscall(SYS_dup3, spec->standard_input, 0, 0) < 0)
-        || (spec->standard_output != 1 && syscall(SYS_dup3, spec->standard_output, 1, 0) < 0)
-        || (spec->standard_error != 2 && syscall(SYS_dup3, spec->standard_error, 2, 0) < 0))
-        fail(error_pipe, BGTASK_LAUNCH_STREAMS);
+    set_streams(spec, &error_pipe);
     if (syscall(SYS_chdir, spec->directory) != 0) fail(error_pipe, BGTASK_LAUNCH_DIRECTORY);
     /* Every other descriptor closes on exec (close_range, Linux 5.11), the error pipe with them. */
     (void)syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);

@@ -14,7 +14,8 @@ struct bgtask_launch_spec {
     /// Open, writable `cgroup.procs` files the child moves itself into ("0"), before it drops privileges.
     const int *cgroup_procs;
     int cgroup_count;
-    /// Descriptors for the child's standard input, output and error.
+    /// Descriptors for the child's standard input, output and error: any descriptors, 0, 1 and 2 among them, one
+    /// descriptor for several streams too.
     int standard_input, standard_output, standard_error;
     /// Non-zero: switch to `uid`, `gid` and the supplementary `groups` (root only).
     int change_user;

@@ -1,0 +1,92 @@
+// ProcessLauncher from descriptor tables a daemon can have: the app's streams at 0, 1 or 2, the error pipe among
+// them. Each launch runs in BGTaskLaunchProbe, whose descriptors the test may rearrange without touching the test
+// process's own.
+import BGTaskSystem
+import BGTaskTestSupport
+import Foundation
+import Glibc
+import Testing
+
+/// What BGTaskLaunchProbe reported, and what the app wrote into the files given as its streams.
+struct ProbeReport {
+    /// Its `launched`, `outcome` and `exit` lines, by their first word; `launch` carries a failed start.
+    var lines: [String: String] = [:]
+    var output = ""
+    var error = ""
+    /// Everything it printed, for failure messages.
+    var transcript = ""
+}
+
+/// Runs BGTaskLaunchProbe with `options` and `command`, the app's output and error given as files the probe places
+/// at `outputFD` and `errorFD`.
+func probeLaunch(
+    _ command: [String], outputFD: Int32, errorFD: Int32, options: [String] = []
+) throws -> ProbeReport {
+    let scratch = try ScratchDirectory(prefix: "launch-probe")
+    defer { scratch.remove() }
+    let outputPath = scratch.path + "/output"
+    let errorPath = scratch.path + "/error"
+    var arguments = [
+        try Products.path("BGTaskLaunchProbe"), "--output", "\(outputPath)@\(outputFD)", "--error",
+        "\(errorPath)@\(errorFD)",
+    ]
+    arguments += options + ["--"] + command
+    let run = try runProgram(arguments)
+    var report = ProbeReport(transcript: "exit status \(run.status):\n\(run.output)")
+    for line in run.output.split(separator: "\n") {
+        let parts = line.split(separator: " ", maxSplits: 1)
+        if let word = parts.first, ["launched", "outcome", "exit"].contains(word) {
+            report.lines[String(word)] = parts.count > 1 ? String(parts[1]) : ""
+        } else if line.hasPrefix("BGTaskLaunchProbe: ") {
+            report.lines["launch"] = String(line.dropFirst("BGTaskLaunchProbe: ".count))
+        }
+    }
+    report.output = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? "(unreadable)"
+    report.error = (try? String(contentsOfFile: errorPath, encoding: .utf8)) ?? "(unreadable)"
+    return report
+}
+
+@Suite("ProcessLauncher")
+struct ProcessLauncherTests {
+    /// The app writes "out" to its standard output and "err" to its standard error.
+    static let twoStreams = ["sh", "-c", "echo out; echo err >&2"]
+
+    /// The daemon's descriptors for the app's streams may be 0, 1 or 2 themselves (a daemon started with its
+    /// standard streams closed opens its log files there): each stream still lands in its own file. A row per
+    /// placement; before the child moved its sources above 2 before the first dup3, every row but (1, 2) and (1, 5)
+    /// failed (an output at 0 was overwritten by /dev/null, an error at 0 or 1 by the output or /dev/null).
+    @Test(
+        "each stream lands in its own file wherever the daemon holds the descriptors",
+        arguments: [(1, 2), (0, 2), (1, 0), (0, 1), (2, 1), (2, 0), (1, 5), (5, 0)] as [(Int32, Int32)])
+    func streamsLandInTheirFiles(outputFD: Int32, errorFD: Int32) async throws {
+        try await offThePool {
+            let report = try probeLaunch(Self.twoStreams, outputFD: outputFD, errorFD: errorFD)
+            #expect(report.lines["outcome"] == "executed", "\(report.transcript)")
+            #expect(report.lines["exit"] == "exited with status 0", "\(report.transcript)")
+            #expect(report.output == "out\n", "output at fd \(outputFD), error at fd \(errorFD)")
+            #expect(report.error == "err\n", "output at fd \(outputFD), error at fd \(errorFD)")
+        }
+    }
+
+    /// With 0, 1 and 2 free, the launcher's own /dev/null and error pipe are allocated there (the pipe's write end
+    /// at 2): a failure after the streams are set (exec of a file that is no program) still reaches the parent,
+    /// not the app's error file, and the handshake does not read end of file before the child exits. Failed before
+    /// the error pipe moved above 2: the dup3 onto 2 closed the child's pipe, the handshake read end of file
+    /// ("executed"), and the child's report went into the app's error file.
+    @Test("a failure after the streams are set reaches the handshake when the error pipe was at 0, 1 or 2")
+    func errorPipeBelowThreeSurvivesTheStreams() async throws {
+        try await offThePool {
+            let scratch = try ScratchDirectory(prefix: "launch-not-a-program")
+            defer { scratch.remove() }
+            let notAProgram = try scratch.write("not-a-program", "neither ELF nor #!\n")
+            #expect(chmod(notAProgram, 0o755) == 0)
+            let report = try probeLaunch(
+                [notAProgram], outputFD: 5, errorFD: 6, options: ["--close", "0", "--close", "1", "--close", "2"])
+            #expect(
+                report.lines["outcome"] == "failed: executing \(notAProgram): \(Errno(rawValue: ENOEXEC).message)",
+                "\(report.transcript)")
+            #expect(report.lines["exit"] == "exited with status 127", "\(report.transcript)")
+            #expect(report.output.isEmpty && report.error.isEmpty, "the report went into the app's streams")
+        }
+    }
+}
