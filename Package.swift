@@ -98,7 +98,7 @@ let package = Package(
         // Test fixture: sends one raw Varlink call, for calls made as another user.
         .executableTarget(name: "BGTaskRawCall", dependencies: ["BGTaskSystem"], path: "Tests/Fixtures/RawCall"),
         // Test fixture: one ProcessLauncher launch from a descriptor table the tests arrange (streams at 0, 1 or 2,
-        // descriptors left open).
+        // descriptors left open), under a seccomp filter when the tests want the launcher's fallbacks.
         .executableTarget(
             name: "BGTaskLaunchProbe", dependencies: ["BGTaskSystem"], path: "Tests/Fixtures/LaunchProbe"),
         // Test fixture: floods of connections, registrations, bytes and calls, for hostile peers of another uid.

@@ -1,4 +1,4 @@
-// The launcher's child: from clone3 to execve with raw system calls only (launch.h says why).
+// The launcher's child: from clone3 (or clone) to execve with raw system calls only (launch.h says why).
 //
 // Compiled with _GNU_SOURCE (the target's cSettings) for the GNU names it uses. Nothing after the clone, in the
 // child, may call into glibc beyond syscall(), which only traps and sets errno, nor allocate: the parent is
@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <sys/resource.h>
@@ -115,13 +116,47 @@ __attribute__((noreturn)) static void run_child(const struct bgtask_launch_spec 
     fail(error_pipe, BGTASK_LAUNCH_EXEC);
 }
 
-pid_t bgtask_launch(const struct bgtask_launch_spec *spec, int *pidfd) {
+/// A fork-like child (SIGCHLD when it exits, a copy of the parent's memory, no new stack) with a pidfd for it in
+/// `*pidfd`, made by clone3, or by clone where clone3 is refused with ENOSYS: 0 in the child, its pid in the parent,
+/// -1 with errno set on failure. `*call` says which call made it (or failed to).
+static long clone_with_pidfd(int *pidfd, enum bgtask_clone_call *call) {
     struct bgtask_clone_args args = {0};
-    int fd = -1;
     args.flags = CLONE_PIDFD;
-    args.pidfd = (uint64_t)(uintptr_t)&fd;
+    args.pidfd = (uint64_t)(uintptr_t)pidfd;
     args.exit_signal = SIGCHLD;
+    *call = BGTASK_CLONE3;
     long pid = syscall(SYS_clone3, &args, sizeof args);
+    if (pid >= 0 || errno != ENOSYS) return pid;
+    /* clone3 refused (a seccomp filter, or a kernel before 5.3): clone with CLONE_PIDFD, which stores the pidfd, an
+       int, through the parent_tid pointer, as atomic with the fork as clone3's. The low byte of the flags is the
+       exit signal; the stack is NULL, so the child runs on its copy of the parent's stack, as after fork.
+
+       clone's argument order differs by architecture (the kernel's CONFIG_CLONE_BACKWARDS*):
+       - x86_64 and the generic order (arm64, riscv, loongarch): flags, stack, parent_tid, child_tid, tls;
+       - CLONE_BACKWARDS (i386, arm, powerpc, mips, arc, csky): flags, stack, parent_tid, tls, child_tid;
+         parent_tid is third in both, and child_tid and tls are 0 here, so one call serves both;
+       - CLONE_BACKWARDS2 (s390): stack, flags, parent_tid, child_tid, tls;
+       - CLONE_BACKWARDS3 (microblaze): flags, stack, stack_size, parent_tid, child_tid, tls;
+       - sparc's clone returns the parent's pid in the child too (with a flag in a second register that syscall()
+         drops), so the child could not tell itself apart: no fallback there, and clone3's ENOSYS stands. */
+    *call = BGTASK_CLONE;
+    unsigned long flags = CLONE_PIDFD | SIGCHLD;
+#if defined(__sparc__)
+    (void)flags;
+    errno = ENOSYS;
+    return -1;
+#elif defined(__s390__)
+    return syscall(SYS_clone, 0UL, flags, pidfd, 0UL, 0UL);
+#elif defined(__microblaze__)
+    return syscall(SYS_clone, flags, 0UL, 0UL, pidfd, 0UL, 0UL);
+#else
+    return syscall(SYS_clone, flags, 0UL, pidfd, 0UL, 0UL);
+#endif
+}
+
+pid_t bgtask_launch(const struct bgtask_launch_spec *spec, int *pidfd, enum bgtask_clone_call *call) {
+    int fd = -1;
+    long pid = clone_with_pidfd(&fd, call);
     if (pid < 0) return -1;
     if (pid == 0) run_child(spec);
     *pidfd = fd;

@@ -1,6 +1,6 @@
 // ProcessLauncher from descriptor tables a daemon can have: the app's streams at 0, 1 or 2, the error pipe among
-// them. Each launch runs in BGTaskLaunchProbe, whose descriptors the test may rearrange without touching the test
-// process's own.
+// them, and filters that refuse clone3. Each launch runs in BGTaskLaunchProbe, whose descriptors the test may
+// rearrange without touching the test process's own.
 import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
@@ -17,10 +17,10 @@ struct ProbeReport {
     var transcript = ""
 }
 
-/// Runs BGTaskLaunchProbe with `options` and `command`, the app's output and error given as files the probe places
-/// at `outputFD` and `errorFD`.
+/// Runs BGTaskLaunchProbe with `options` and `command` (under a seccomp filter refusing `refusing` with ENOSYS when
+/// it is not empty), the app's output and error given as files the probe places at `outputFD` and `errorFD`.
 func probeLaunch(
-    _ command: [String], outputFD: Int32, errorFD: Int32, options: [String] = []
+    _ command: [String], outputFD: Int32, errorFD: Int32, options: [String] = [], refusing: [String] = []
 ) throws -> ProbeReport {
     let scratch = try ScratchDirectory(prefix: "launch-probe")
     defer { scratch.remove() }
@@ -31,6 +31,12 @@ func probeLaunch(
         "\(errorPath)@\(errorFD)",
     ]
     arguments += options + ["--"] + command
+    if !refusing.isEmpty {
+        arguments = [
+            "/usr/bin/env", "python3", Products.packageRoot + "/Tests/Fixtures/refuse_syscalls.py",
+            refusing.joined(separator: ","),
+        ] + arguments
+    }
     let run = try runProgram(arguments)
     var report = ProbeReport(transcript: "exit status \(run.status):\n\(run.output)")
     for line in run.output.split(separator: "\n") {
@@ -45,6 +51,24 @@ func probeLaunch(
     report.error = (try? String(contentsOfFile: errorPath, encoding: .utf8)) ?? "(unreadable)"
     return report
 }
+
+/// Whether the pid the launch returned and the pid its pidfd names (the `launched` line) are the same process.
+func pidfdNamesTheChild(_ report: ProbeReport) -> Bool {
+    guard let launched = report.lines["launched"] else { return false }
+    let fields = Dictionary(
+        launched.split(separator: " ").compactMap { field -> (String, String)? in
+            let pair = field.split(separator: "=", maxSplits: 1)
+            return pair.count == 2 ? (String(pair[0]), String(pair[1])) : nil
+        }, uniquingKeysWith: { first, _ in first })
+    guard let pid = fields["pid"], let pidfdPid = fields["pidfd-pid"] else { return false }
+    return Int(pid) != nil && pid == pidfdPid
+}
+
+/// A seccomp filter can be installed by refuse_syscalls.py: the kernel has seccomp (a `Seccomp:` line in
+/// /proc/self/status).
+let seccompFilters = HostRequirement(
+    unavailableReason: ((try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? "")
+        .contains("\nSeccomp:") ? nil : "the kernel has no seccomp (no Seccomp: line in /proc/self/status)")
 
 @Suite("ProcessLauncher")
 struct ProcessLauncherTests {
@@ -87,6 +111,46 @@ struct ProcessLauncherTests {
                 "\(report.transcript)")
             #expect(report.lines["exit"] == "exited with status 127", "\(report.transcript)")
             #expect(report.output.isEmpty && report.error.isEmpty, "the report went into the app's streams")
+        }
+    }
+
+    /// The filter the tests below rely on really refuses the calls: clone3 and close_range with ENOSYS.
+    @Test(
+        "refuse_syscalls.py makes clone3 and close_range fail with ENOSYS",
+        .requires(seccompFilters, .programs("python3")))
+    func filterRefusesTheCalls() async throws {
+        try await offThePool {
+            let script = """
+                import ctypes, errno
+                libc = ctypes.CDLL(None, use_errno=True)
+                for number in (435, 436):
+                    result = libc.syscall(number, 0, 0, 0)
+                    print(number, result, errno.errorcode.get(ctypes.get_errno(), "0"))
+                """
+            let run = try runProgram([
+                "/usr/bin/env", "python3", Products.packageRoot + "/Tests/Fixtures/refuse_syscalls.py",
+                "clone3,close_range", "/usr/bin/env", "python3", "-c", script,
+            ])
+            #expect(run.status == 0, "\(run.output)")
+            #expect(run.output == "435 -1 ENOSYS\n436 -1 ENOSYS\n")
+        }
+    }
+
+    /// Where a seccomp filter answers clone3 with ENOSYS (systemd's RestrictNamespaces= does), the launcher falls
+    /// back to clone with CLONE_PIDFD: the app starts, and its pidfd (from the clone itself) names it and reports
+    /// its exit. Failed before the fallback: the launch threw "clone3: Function not implemented".
+    @Test(
+        "without clone3 the app starts through clone, with a pidfd that names it",
+        .requires(seccompFilters, .programs("python3")))
+    func cloneFallback() async throws {
+        try await offThePool {
+            let report = try probeLaunch(
+                ["sh", "-c", "echo out; echo err >&2; exit 3"], outputFD: 5, errorFD: 6, refusing: ["clone3"])
+            #expect(report.lines["launch"] == nil, "\(report.transcript)")
+            #expect(pidfdNamesTheChild(report), "\(report.transcript)")
+            #expect(report.lines["outcome"] == "executed", "\(report.transcript)")
+            #expect(report.lines["exit"] == "exited with status 3", "\(report.transcript)")
+            #expect(report.output == "out\n" && report.error == "err\n", "\(report.transcript)")
         }
     }
 }

@@ -42,13 +42,23 @@ enum bgtask_launch_step {
     BGTASK_LAUNCH_EXEC = 9,
 };
 
+/// The system call that made the child, or failed to.
+enum bgtask_clone_call {
+    /// clone3 (Linux 5.3).
+    BGTASK_CLONE3 = 1,
+    /// clone with CLONE_PIDFD (Linux 5.2), after clone3 was refused with ENOSYS. A seccomp filter refuses clone3 that
+    /// way when it must inspect the flags, which clone3 passes behind a pointer (systemd's RestrictNamespaces=).
+    BGTASK_CLONE = 2,
+};
+
 /// Starts `spec->path` in a new session, in the given cgroups, as the given user, and returns its pid with a pidfd
-/// in `*pidfd` (clone3 with CLONE_PIDFD: no window in which the pid could name another process), or -1 with errno.
+/// in `*pidfd` (CLONE_PIDFD: no window in which the pid could name another process), or -1 with errno set; `*call`
+/// says which system call made the child (or failed to): clone3, or clone where clone3 is refused.
 ///
 /// The child runs fork-like on a copy of the parent's memory with one thread. glibc does not know it forked (no
 /// atfork handlers ran), so the child makes raw system calls only and allocates nothing: glibc's set*id wrappers
 /// would try to reach the parent's other threads, and its heap may be locked by one of them. Whether exec succeeded
 /// is for the caller to read from the error pipe (end of file: it did).
-pid_t bgtask_launch(const struct bgtask_launch_spec *spec, int *pidfd);
+pid_t bgtask_launch(const struct bgtask_launch_spec *spec, int *pidfd, enum bgtask_clone_call *call);
 
 #endif

@@ -1,6 +1,6 @@
 // Launches one program with ProcessLauncher from a descriptor table the tests arrange: the app's output files placed
 // at chosen descriptors (0, 1 or 2 among them), descriptors closed or left open without close-on-exec, and reports
-// what happened.
+// what happened. Run under a seccomp filter (Tests/Fixtures/refuse_syscalls.py), it shows the launcher's fallbacks.
 //
 // usage: BGTaskLaunchProbe [--output PATH@FD] [--error PATH@FD] [--close FD]... [--leak FD]... -- PROGRAM [ARG]...
 //
