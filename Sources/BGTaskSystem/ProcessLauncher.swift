@@ -253,6 +253,7 @@ struct LaunchSteps: Sendable {
         case BGTASK_LAUNCH_STREAMS.rawValue: "setting up its standard streams"
         case BGTASK_LAUNCH_DIRECTORY.rawValue: "changing to \(workingDirectory)"
         case BGTASK_LAUNCH_EXEC.rawValue: "executing \(program)"
+        case BGTASK_LAUNCH_DESCRIPTORS.rawValue: "marking the daemon's other descriptors close-on-exec"
         default: "starting \(program)"
         }
     }

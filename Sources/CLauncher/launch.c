@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
@@ -72,8 +73,24 @@ static void set_streams(const struct bgtask_launch_spec *spec, int *error_pipe) 
     }
 }
 
-/// The child, from its clone to its exec; never returns.
-__attribute__((noreturn)) static void run_child(const struct bgtask_launch_spec *spec) {
+/// Marks every descriptor from 3 on close-on-exec: close_range (Linux 5.11), or where it fails (ENOSYS on older
+/// kernels or under a filter, EINVAL) one by one below `open_file_limit`, the parent's RLIMIT_NOFILE, below which
+/// every descriptor was opened. 0, or -1 with errno set.
+static int close_others_on_exec(long open_file_limit) {
+    if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) == 0) return 0;
+    for (long fd = 3; fd < open_file_limit; fd++) {
+        long flags = syscall(SYS_fcntl, (int)fd, F_GETFD);
+        if (flags < 0) {
+            if (errno == EBADF) continue;
+            return -1;
+        }
+        if ((flags & FD_CLOEXEC) == 0 && syscall(SYS_fcntl, (int)fd, F_SETFD, flags | FD_CLOEXEC) < 0) return -1;
+    }
+    return 0;
+}
+
+/// The child, from its clone to its exec; never returns. `open_file_limit` is the parent's RLIMIT_NOFILE.
+__attribute__((noreturn)) static void run_child(const struct bgtask_launch_spec *spec, long open_file_limit) {
     int error_pipe = spec->error_pipe;
     /* The kernel's struct sigaction (not glibc's): SIG_DFL, no flags, no restorer, empty mask. */
     struct {
@@ -110,8 +127,8 @@ __attribute__((noreturn)) static void run_child(const struct bgtask_launch_spec 
     }
     set_streams(spec, &error_pipe);
     if (syscall(SYS_chdir, spec->directory) != 0) fail(error_pipe, BGTASK_LAUNCH_DIRECTORY);
-    /* Every other descriptor closes on exec (close_range, Linux 5.11), the error pipe with them. */
-    (void)syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+    /* Every other descriptor closes on exec, the error pipe with them. */
+    if (close_others_on_exec(open_file_limit) != 0) fail(error_pipe, BGTASK_LAUNCH_DESCRIPTORS);
     (void)syscall(SYS_execve, spec->path, spec->argv, spec->envp);
     fail(error_pipe, BGTASK_LAUNCH_EXEC);
 }
@@ -155,10 +172,20 @@ static long clone_with_pidfd(int *pidfd, enum bgtask_clone_call *call) {
 }
 
 pid_t bgtask_launch(const struct bgtask_launch_spec *spec, int *pidfd, enum bgtask_clone_call *call) {
+    /* The descriptor limit, for the child's fallback from close_range, read here in the parent: the child may not
+       call glibc's getrlimit, and lowers the limit before it needs it. The soft limit bounds every descriptor this
+       process opened (the daemon raises it to the hard limit at start and never lowers it); only one inherited
+       from a parent with a higher limit could lie above it. A limit past INT_MAX (RLIM_INFINITY) is cut to the
+       largest descriptor number. */
+    struct rlimit files;
+    long open_file_limit = INT_MAX;
+    if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < (rlim_t)INT_MAX) {
+        open_file_limit = (long)files.rlim_cur;
+    }
     int fd = -1;
     long pid = clone_with_pidfd(&fd, call);
     if (pid < 0) return -1;
-    if (pid == 0) run_child(spec);
+    if (pid == 0) run_child(spec, open_file_limit);
     *pidfd = fd;
     return (pid_t)pid;
 }

@@ -1,6 +1,6 @@
 // ProcessLauncher from descriptor tables a daemon can have: the app's streams at 0, 1 or 2, the error pipe among
-// them, and filters that refuse clone3. Each launch runs in BGTaskLaunchProbe, whose descriptors the test may
-// rearrange without touching the test process's own.
+// them, and kernels or filters that refuse clone3 or close_range. Each launch runs in BGTaskLaunchProbe, whose
+// descriptors the test may rearrange without touching the test process's own.
 import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
@@ -69,6 +69,11 @@ func pidfdNamesTheChild(_ report: ProbeReport) -> Bool {
 let seccompFilters = HostRequirement(
     unavailableReason: ((try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? "")
         .contains("\nSeccomp:") ? nil : "the kernel has no seccomp (no Seccomp: line in /proc/self/status)")
+
+/// The descriptors the app saw open (`ls /proc/self/fd` as its output), as numbers.
+func descriptors(in listing: String) -> Set<Int> {
+    Set(listing.split(separator: "\n").compactMap { Int($0) })
+}
 
 @Suite("ProcessLauncher")
 struct ProcessLauncherTests {
@@ -151,6 +156,45 @@ struct ProcessLauncherTests {
             #expect(report.lines["outcome"] == "executed", "\(report.transcript)")
             #expect(report.lines["exit"] == "exited with status 3", "\(report.transcript)")
             #expect(report.output == "out\n" && report.error == "err\n", "\(report.transcript)")
+        }
+    }
+
+    /// Nothing of the daemon's but the three streams reaches the app: descriptors left open without close-on-exec
+    /// (7 and 40 here, and any the test runner left so) are marked close-on-exec by close_range, or one by one
+    /// where close_range is refused (kernels before 5.11, or a filter). A row per refusal; the rows refusing
+    /// close_range failed before the fallback (7 and 40 reached the app), the last one already for clone3.
+    @Test(
+        "no other descriptor reaches the app, with or without close_range and clone3",
+        .requires(seccompFilters, .programs("python3")),
+        arguments: [[], ["close_range"], ["clone3", "close_range"]] as [[String]])
+    func otherDescriptorsCloseOnExec(refusing: [String]) async throws {
+        try await offThePool {
+            let report = try probeLaunch(
+                ["ls", "/proc/self/fd"], outputFD: 1, errorFD: 2, options: ["--leak", "40", "--leak", "7"],
+                refusing: refusing)
+            #expect(report.lines["exit"] == "exited with status 0", "\(report.transcript)")
+            let seen = descriptors(in: report.output)
+            // 0, 1 and 2, and the one ls opened to list them.
+            #expect(seen.isSuperset(of: [0, 1, 2]) && seen.allSatisfy { $0 <= 3 }, "the app saw \(seen.sorted())")
+        }
+    }
+
+    /// When close_range fails and so does the fallback (here a filter also refuses fcntl's F_GETFD), the app is not
+    /// started with the daemon's descriptors: the child reports the step of its own and exits 127. Before, the
+    /// result of close_range was ignored and the app ran.
+    @Test(
+        "a failure to mark the other descriptors close-on-exec is reported as its own step",
+        .requires(seccompFilters, .programs("python3")))
+    func descriptorFailureIsReported() async throws {
+        try await offThePool {
+            let report = try probeLaunch(
+                ["sh", "-c", "echo started"], outputFD: 5, errorFD: 6, refusing: ["close_range", "fcntl-getfd"])
+            let message = Errno(rawValue: ENOSYS).message
+            #expect(
+                report.lines["outcome"] == "failed: marking the daemon's other descriptors close-on-exec: \(message)",
+                "\(report.transcript)")
+            #expect(report.lines["exit"] == "exited with status 127", "\(report.transcript)")
+            #expect(report.output.isEmpty, "the app ran: \(report.output)")
         }
     }
 }

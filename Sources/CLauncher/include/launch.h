@@ -40,6 +40,8 @@ enum bgtask_launch_step {
     BGTASK_LAUNCH_STREAMS = 7,
     BGTASK_LAUNCH_DIRECTORY = 8,
     BGTASK_LAUNCH_EXEC = 9,
+    /// Marking every descriptor but 0, 1 and 2 close-on-exec (close_range, or one by one where it fails).
+    BGTASK_LAUNCH_DESCRIPTORS = 10,
 };
 
 /// The system call that made the child, or failed to.
