@@ -32,10 +32,11 @@ func probeLaunch(
     ]
     arguments += options + ["--"] + command
     if !refusing.isEmpty {
-        arguments = [
-            "/usr/bin/env", "python3", Products.packageRoot + "/Tests/Fixtures/refuse_syscalls.py",
-            refusing.joined(separator: ","),
-        ] + arguments
+        arguments =
+            [
+                "/usr/bin/env", "python3", Products.packageRoot + "/Tests/Fixtures/refuse_syscalls.py",
+                refusing.joined(separator: ","),
+            ] + arguments
     }
     let run = try runProgram(arguments)
     var report = ProbeReport(transcript: "exit status \(run.status):\n\(run.output)")

@@ -71,7 +71,8 @@ while let option = arguments.first, option != "--" {
     }
 }
 guard arguments.popFirst() == "--", let program = arguments.first else {
-    fail("usage: BGTaskLaunchProbe [--output PATH@FD] [--error PATH@FD] [--close FD]... [--leak FD]... -- PROGRAM",
+    fail(
+        "usage: BGTaskLaunchProbe [--output PATH@FD] [--error PATH@FD] [--close FD]... [--leak FD]... -- PROGRAM",
         status: 64)
 }
 guard let path = ProcessLauncher.resolve(program, searchPath: ProcessLauncher.defaultSearchPath) else {
@@ -101,11 +102,14 @@ do {
 }
 let child = handshake.child
 // The pidfd names the process clone returned, not one that happens to have its pid later.
-let fdinfo = (try? FileDescriptor.readText(atPath: "/proc/self/fdinfo/\(child.pidFD.fileDescriptor.rawValue)",
-    limit: 4096)) ?? ""
-let pidfdPid = fdinfo.split(separator: "\n").first { $0.hasPrefix("Pid:") }.map {
-    String($0.dropFirst(4).filter { $0 != " " && $0 != "\t" })
-} ?? "?"
+let fdinfo =
+    (try? FileDescriptor.readText(
+        atPath: "/proc/self/fdinfo/\(child.pidFD.fileDescriptor.rawValue)",
+        limit: 4096)) ?? ""
+let pidfdPid =
+    fdinfo.split(separator: "\n").first { $0.hasPrefix("Pid:") }.map {
+        String($0.dropFirst(4).filter { $0 != " " && $0 != "\t" })
+    } ?? "?"
 say("launched pid=\(child.pid) pidfd-pid=\(pidfdPid)")
 
 // The handshake: end of file once the child has exec'd, or its report; bounded.
