@@ -28,9 +28,12 @@ let package = Package(
             pkgConfig: "libsystemd",
             providers: [.apt(["libsystemd-dev"])]
         ),
+        // The launcher's child in C (clone to execve with raw system calls), a translation unit of its own compiled
+        // with _GNU_SOURCE.
+        .target(name: "CLauncher", cSettings: [.define("_GNU_SOURCE")]),
         // The typed Linux layer: descriptors, pidfds, sockets, procfs, the sd-event loop, sd_notify, journal, and the
         // service manager's client over sd-bus.
-        .target(name: "BGTaskSystem", dependencies: ["BGTaskVocabulary", "CSystemd"]),
+        .target(name: "BGTaskSystem", dependencies: ["BGTaskVocabulary", "CLauncher", "CSystemd"]),
         // bgtaskd.conf: systemd value syntax, INI parsing, the typed configuration, loading and --dump-config.
         .target(name: "BGTaskConfig", dependencies: ["BGTaskCore"]),
         // The Varlink wire protocol: framing, the codec, the interface's Codable types and errors. The `.varlink`
@@ -95,6 +98,10 @@ let package = Package(
             ]),
         // Test fixture: sends one raw Varlink call, for calls made as another user.
         .executableTarget(name: "BGTaskRawCall", dependencies: ["BGTaskSystem"], path: "Tests/Fixtures/RawCall"),
+        // Test fixture: one ProcessLauncher launch from a descriptor table the tests arrange (streams at 0, 1 or 2,
+        // descriptors left open), under a seccomp filter when the tests want the launcher's fallbacks.
+        .executableTarget(
+            name: "BGTaskLaunchProbe", dependencies: ["BGTaskSystem"], path: "Tests/Fixtures/LaunchProbe"),
         // Test fixture: floods of connections, registrations, bytes and calls, for hostile peers of another uid.
         .executableTarget(
             name: "BGTaskHostileClient", dependencies: ["BGTaskSystem"], path: "Tests/Fixtures/HostileClient"),
@@ -131,8 +138,11 @@ let package = Package(
             name: "BGTaskSupervisionTests", dependencies: ["BGTaskSupervision", "BGTaskSystem", "BGTaskTestSupport"]),
         // docs/ARCHITECTURE.md's module table against this manifest and the sources' imports.
         .testTarget(name: "BGTaskArchitectureTests", dependencies: ["BGTaskTestSupport"]),
-        // CSystemd: the sd-bus message tests build messages of types the library never sends.
-        .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem", "BGTaskTestSupport", "CSystemd"]),
+        // CSystemd: the sd-bus message tests build messages of types the library never sends. Depends on the launch
+        // fixture it runs as a process, so it is built before the tests.
+        .testTarget(
+            name: "BGTaskSystemTests",
+            dependencies: ["BGTaskSystem", "BGTaskTestSupport", "CSystemd", "BGTaskLaunchProbe"]),
         .testTarget(name: "BGTaskConfigTests", dependencies: ["BGTaskConfig", "BGTaskCore", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskProtocolTests", dependencies: ["BGTaskIDL", "BGTaskProtocol", "BGTaskTestSupport"]),
         // Runs the deadline and reclaim benchmarks at a small size against the real daemon, so it depends on both

@@ -1,4 +1,5 @@
-// Starts a managed app: in a new session, inside cgroups, as a given user, with a pidfd from clone3 itself.
+// Starts a managed app: in a new session, inside cgroups, as a given user, with a pidfd from clone3 (or clone) itself.
+import CLauncher
 import CSystemd
 import Glibc
 
@@ -63,9 +64,9 @@ public struct LaunchError: Error, Hashable, Sendable, CustomStringConvertible {
 }
 
 /// Starts managed apps (`Launch`). Unlike `ProcessSpawner` (posix_spawn), the child must join cgroups and drop
-/// privileges before `exec`, which posix_spawn cannot do; `bgtask_launch` (the C shim) does it with raw system
-/// calls in a fork-like clone3 child, and reports a failure before `exec` through a close-on-exec pipe, which the
-/// caller reads when it is ready (`LaunchHandshake`) rather than waiting for the child.
+/// privileges before `exec`, which posix_spawn cannot do; `bgtask_launch` (CLauncher) does it with raw system
+/// calls in a fork-like clone3 child (clone where clone3 is refused), and reports a failure before `exec` through a
+/// close-on-exec pipe, which the caller reads when it is ready (`LaunchHandshake`) rather than waiting for the child.
 public enum ProcessLauncher {
     /// The search path used when the daemon has no `PATH`.
     public static let defaultSearchPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -121,6 +122,7 @@ public enum ProcessLauncher {
         }
 
         var pidFD: Int32 = -1
+        var cloneCall = BGTASK_CLONE3
         let groups = spec.user?.groups ?? []
         let procsFDs = cgroupFiles.map(\.rawValue)
         let pid: pid_t = withCStringArray(spec.arguments) { argv in
@@ -147,7 +149,7 @@ public enum ProcessLauncher {
                                     envp.withUnsafeBufferPointer { envpPointer in
                                         launch.argv = UnsafePointer(argvPointer.baseAddress)
                                         launch.envp = UnsafePointer(envpPointer.baseAddress)
-                                        return bgtask_launch(&launch, &pidFD)
+                                        return bgtask_launch(&launch, &pidFD, &cloneCall)
                                     }
                                 }
                             }
@@ -161,7 +163,8 @@ public enum ProcessLauncher {
         try? pipe.writeEnd.close()
         guard pid > 0 else {
             try? pipe.readEnd.close()
-            throw LaunchError(step: "clone3", errno: Errno(rawValue: launchErrno, operation: "clone3"))
+            let call = cloneCall == BGTASK_CLONE ? "clone (clone3 refused)" : "clone3"
+            throw LaunchError(step: call, errno: Errno(rawValue: launchErrno, operation: call))
         }
         return LaunchHandshake(
             child: SpawnedProcess(pidFD: PidFD(fileDescriptor: FileDescriptor(rawValue: pidFD), pid: pid)),
@@ -180,7 +183,7 @@ public enum ProcessLauncher {
 /// once it has exec'd (the pipe closes on exec), or the step that failed and its error number, written just before
 /// it exits with status 127.
 public struct LaunchHandshake: Sendable {
-    /// The child: its pid and the pidfd from clone3. The owner reaps it and closes the pidfd.
+    /// The child: its pid and the pidfd from clone3 or clone. The owner reaps it and closes the pidfd.
     public let child: SpawnedProcess
     /// The pipe's read end, non-blocking: watch it for readability, then ask `outcome()`. The owner closes it
     /// (`close()`).
@@ -250,6 +253,7 @@ struct LaunchSteps: Sendable {
         case BGTASK_LAUNCH_STREAMS.rawValue: "setting up its standard streams"
         case BGTASK_LAUNCH_DIRECTORY.rawValue: "changing to \(workingDirectory)"
         case BGTASK_LAUNCH_EXEC.rawValue: "executing \(program)"
+        case BGTASK_LAUNCH_DESCRIPTORS.rawValue: "marking the daemon's other descriptors close-on-exec"
         default: "starting \(program)"
         }
     }
