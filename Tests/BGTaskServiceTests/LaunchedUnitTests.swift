@@ -28,6 +28,47 @@ private let roomyPolicy = """
     WillTerminateGraceSec=3s
     """
 
+/// The sandbox of the system unit as installed under `prefix`, as lines of a `[Service]` drop-in for the installed
+/// user service: the system unit's settings the user unit lacks (capabilities, mounts, devices, network, cgroups),
+/// which the contained manager, running as root, applies as the system manager would. Three need the nodes systemd
+/// mounts over inaccessible paths, which root's user services take from the host's `/run/systemd/inaccessible`,
+/// missing from the contained manager's private `/run/systemd`: of `ProtectKernelTunables=` the part that matters
+/// here is kept (`/sys` read-only, but for `/sys/fs/cgroup`, which systemd leaves to `ProtectControlGroups=`), and
+/// `ProtectKernelLogs=` and `ProtectHome=` are left out. `PrivateTmp=` is left out too: it would hide the test's
+/// scratch directory in `/tmp` (the installed daemon, the manager's socket, the configuration).
+private func systemUnitSandbox(prefix: String) throws -> String {
+    func settings(_ instance: String) throws -> [(key: String, value: String)] {
+        let text = try String(
+            contentsOfFile: prefix + "/lib/systemd/\(instance)/bgtaskd.service", encoding: .utf8)
+        var section = ""
+        var result: [(key: String, value: String)] = []
+        for line in text.split(separator: "\n") {
+            if line.hasPrefix("[") {
+                section = String(line)
+            } else if section == "[Service]", !line.hasPrefix("#"), let equals = line.firstIndex(of: "=") {
+                result.append((String(line[..<equals]), String(line[line.index(after: equals)...])))
+            }
+        }
+        return result
+    }
+    let user = Set(try settings("user").map(\.key))
+    let system = try settings("system").filter { !user.contains($0.key) }
+    let isCgroupTreeReadOnly = system.contains { $0.key == "ProtectControlGroups" && $0.value != "no" }
+    var lines: [String] = []
+    for (key, value) in system {
+        switch key {
+        case "ProtectKernelTunables" where value == "yes":
+            lines.append("ReadOnlyPaths=/sys")
+            if !isCgroupTreeReadOnly { lines.append("ReadWritePaths=/sys/fs/cgroup") }
+        case "ProtectKernelLogs", "ProtectHome", "PrivateTmp":
+            continue
+        default:
+            lines.append("\(key)=\(value)")
+        }
+    }
+    return lines.joined(separator: "\n")
+}
+
 extension InstalledUserService {
     /// `bgtask --user ARGUMENTS` of the installed prefix, against this service.
     func bgtask(_ arguments: [String]) throws -> (status: Int32, output: String) {
@@ -137,6 +178,54 @@ struct LaunchedUnitTests {
             #expect(
                 try eventually { (try? service.systemd.show(unit, ["ActiveState"])["ActiveState"]) != "active" },
                 "\(unit) still active")
+        }
+    }
+
+    @Test("in the system unit's sandbox, the daemon still freezes, thaws and kills an app through its unit's cgroup")
+    func systemSandboxGovernsUnits() async throws {
+        try await offThePool {
+            let service = try InstalledUserService(configuration: roomyPolicy)
+            defer { service.close() }
+            // The socket is up, the daemon not started yet: it starts inside the system unit's sandbox.
+            let sandbox = try systemUnitSandbox(prefix: service.prefix)
+            #expect(sandbox.contains("CapabilityBoundingSet="), "\(sandbox)")
+            _ = try service.systemd.directory.write(
+                "run/systemd/user/bgtaskd.service.d/system-sandbox.conf", "[Service]\n" + sandbox + "\n")
+            try service.systemd.systemctlSucceeding(["daemon-reload"])
+            let app = try service.launch("org.example.sandboxed")
+            let unit = try #require(app["unit"]?.stringValue)
+            let cgroup = try #require(app["cgroup"]?.stringValue)
+            // The sandbox is in force: the three capabilities (CAP_DAC_READ_SEARCH 2, CAP_KILL 5, CAP_SYS_PTRACE 19)
+            // are all the daemon may hold.
+            let daemon = try #require(try service.mainPID())
+            let status = try String(contentsOfFile: "/proc/\(daemon)/status", encoding: .utf8)
+            #expect(
+                status.contains("CapBnd:\t0000000000080024"), "the system unit's sandbox is not in force:\n\(status)")
+            let control = try service.connect()
+            for round in 1...2 {
+                #expect(
+                    try control.lifecycle("SetState", ["app": "org.example.sandboxed", "state": "background"])
+                        .errorName == nil)
+                try service.waitForApp("org.example.sandboxed", "was suspended (\(round))") {
+                    $0["state"] == "suspended" && $0["suspendedWith"] == "cgroup2"
+                }
+                #expect(try eventually { service.isFrozen(cgroup) }, "\(cgroup) not frozen:\n\(service.log)")
+                guard round == 1 else { break }
+                #expect(
+                    try control.lifecycle("SetState", ["app": "org.example.sandboxed", "state": "active"])
+                        .errorName == nil)
+                #expect(try eventually { !service.isFrozen(cgroup) }, "\(cgroup) not thawed:\n\(service.log)")
+            }
+            // Terminated while frozen: it is killed through the unit's cgroup, and the unit ends.
+            #expect(try control.lifecycle("Terminate", ["app": "org.example.sandboxed"]).errorName == nil)
+            let ended = try service.waitForApp("org.example.sandboxed", "ended") { $0["state"] == "terminated" }
+            #expect(ended["exitReason"] == "controller", "\(ended)")
+            #expect(
+                try eventually { (try? service.systemd.show(unit, ["ActiveState"])["ActiveState"]) != "active" },
+                "\(unit) still active")
+            for complaint in ["cannot suspend", "cannot kill", "cannot resume"] {
+                #expect(!service.log.contains(complaint), "\(complaint):\n\(service.log)")
+            }
         }
     }
 
