@@ -17,17 +17,21 @@ public struct Launch: Subcommand {
         name: "launch",
         abstract: "Start a command as an app the daemon manages",
         discussion: """
-            Asks the daemon to start CMD as the managed app NAME, in a cgroup of its own: the daemon freezes, \
-            measures and kills the app through that cgroup, and, being its parent, records how it exited (its \
-            status, or the signal that ended it, in 'bgtask status NAME'). The daemon starts CMD itself, with \
-            standard input from /dev/null and without a shell: a CMD without a slash is looked up in the daemon's \
-            PATH, not bgtask's. The app must then register under NAME within LaunchTimeoutSec, or the daemon \
-            kills it and records launch-timeout.
+            Asks the daemon to start CMD as the managed app NAME. A daemon systemd started has the service \
+            manager start CMD as a transient unit of its own, app-bgtask-NAME-RANDOM.service in app.slice, its \
+            output in the journal under NAME: nothing of the daemon's sandbox reaches the app, and restarting \
+            the daemon leaves it running. Otherwise the daemon forks CMD itself, into a cgroup of its own where \
+            it can make one. Either way the daemon freezes and kills the app through its cgroup where it has one \
+            (and measures it there where the cgroup counts memory), and records how it exited (its status, or \
+            the signal that ended it, in 'bgtask status NAME'). CMD runs with standard input from /dev/null and \
+            without a shell: a CMD without a slash is looked up in the daemon's PATH, not bgtask's (under a \
+            service manager older than systemd 250, in the manager's). The app must then register under NAME \
+            within LaunchTimeoutSec, or the daemon kills it and records launch-timeout.
 
             Prints the app as launched: its name, its state (notRunning until it registers), its process id, and \
-            its cgroup. With --json, prints the Launch reply. Fails when a live app already has NAME, and with a \
-            daemon too old to launch apps. Options end at CMD's first word: write -- before CMD when it begins \
-            with a dash.
+            its cgroup. With --json, prints the Launch reply, which names the unit too. Fails when a live app \
+            already has NAME, and with a daemon too old to launch apps. Options end at CMD's first word: write \
+            -- before CMD when it begins with a dash.
             """,
         arguments: [name, command],
         flags: [exitsOnSuspend, .json],
