@@ -73,7 +73,8 @@ extension InstalledUserService {
     /// `bgtask --user ARGUMENTS` of the installed prefix, against this service.
     func bgtask(_ arguments: [String]) throws -> (status: Int32, output: String) {
         try runProgram(
-            ["/usr/bin/env", "XDG_RUNTIME_DIR=\(systemd.runtimeDirectory)", prefix + "/bin/bgtask", "--user"] + arguments)
+            ["/usr/bin/env", "XDG_RUNTIME_DIR=\(systemd.runtimeDirectory)", prefix + "/bin/bgtask", "--user"]
+                + arguments)
     }
 
     /// Launches `name` (the launched-app fixture with `arguments`) with `bgtask --user launch`; its app as listed.
@@ -126,8 +127,10 @@ struct LaunchedUnitTests {
             #expect(app["managed"] == true)
             let properties = try service.systemd.show(
                 unit,
-                ["ActiveState", "Slice", "CollectMode", "StandardOutput", "SyslogIdentifier", "OOMScoreAdjust",
-                    "MainPID", "ControlGroup"])
+                [
+                    "ActiveState", "Slice", "CollectMode", "StandardOutput", "SyslogIdentifier", "OOMScoreAdjust",
+                    "MainPID", "ControlGroup",
+                ])
             #expect(properties["ActiveState"] == "active", "\(properties)")
             #expect(properties["Slice"] == "app.slice")
             #expect(properties["CollectMode"] == "inactive-or-failed")
@@ -171,7 +174,8 @@ struct LaunchedUnitTests {
             #expect(suspended["cgroup"]?.stringValue == cgroup)
             #expect(try eventually { service.isFrozen(cgroup) }, "\(cgroup) not frozen")
             #expect(processState(pid_t(pid)) != .stopped, "stopped with SIGSTOP rather than frozen")
-            #expect(try control.lifecycle("SetState", ["app": "org.example.frozen", "state": "active"]).errorName == nil)
+            #expect(
+                try control.lifecycle("SetState", ["app": "org.example.frozen", "state": "active"]).errorName == nil)
             #expect(try eventually { !service.isFrozen(cgroup) }, "\(cgroup) not thawed")
             #expect(try control.lifecycle("Terminate", ["app": "org.example.frozen"]).errorName == nil)
             try service.waitForApp("org.example.frozen", "ended") { $0["state"] == "terminated" }
@@ -270,12 +274,15 @@ struct LaunchedUnitTests {
             let service = try InstalledUserService(configuration: roomyPolicy + "\n[Memory]\nAppsMemoryMax=infinity\n")
             defer { service.close() }
             var units: [String: String] = [:]
-            for (name, mebibytes) in [("org.example.light", 30), ("org.example.heavy", 120), ("org.example.middle", 60)] {
+            for (name, mebibytes) in [
+                ("org.example.light", 30), ("org.example.heavy", 120), ("org.example.middle", 60),
+            ] {
                 let app = try service.launch(name, ["--alloc", String(mebibytes)])
                 units[name] = try #require(app["unit"]?.stringValue)
                 try service.waitForApp(name, "allocated") { ($0["memoryBytes"]?.intValue ?? 0) > mebibytes << 20 }
-                #expect(try service.connect().lifecycle("SetState", ["app": .string(name), "state": "background"])
-                    .errorName == nil)
+                #expect(
+                    try service.connect().lifecycle("SetState", ["app": .string(name), "state": "background"])
+                        .errorName == nil)
                 try service.waitForApp(name, "was suspended") { $0["state"] == "suspended" }
             }
             // Under the apps' total: the heaviest alone must go (the episode aims at 90% of the limit).
@@ -314,8 +321,9 @@ struct LaunchedUnitTests {
             _ = try app.waitForLine(startingWith: "registered")
             let registered = try service.appInfo("org.example.scoped")
             #expect(registered["managed"] == false && registered["unit"] == .null, "\(registered)")
-            #expect(try service.connect().lifecycle("SetState", ["app": "org.example.scoped", "state": "background"])
-                .errorName == nil)
+            #expect(
+                try service.connect().lifecycle("SetState", ["app": "org.example.scoped", "state": "background"])
+                    .errorName == nil)
             let suspended = try service.waitForApp("org.example.scoped", "was suspended") {
                 $0["state"] == "suspended" && $0["suspendedWith"] != .null
             }

@@ -327,7 +327,10 @@ final class ForkSupervisor: AppSupervisor {
     // MARK: What it made
 
     var report: [String: String] {
-        ["launch": "fork", "cgroupRoot": roots.control?.path ?? "none", "memoryCgroupRoot": roots.memory?.path ?? "none"]
+        [
+            "launch": "fork", "cgroupRoot": roots.control?.path ?? "none",
+            "memoryCgroupRoot": roots.memory?.path ?? "none",
+        ]
     }
 
     var managedBackends: ManagedBackends {

@@ -209,7 +209,9 @@ final class UnitSupervisor: AppSupervisor {
         if !program.contains("/"), managerVersion >= 250 {
             // The program is found as the daemon would find it, not on the manager's own search path.
             let path = ProcessInfoEnvironment.value("PATH") ?? ProcessLauncher.defaultSearchPath
-            let directories = path.split(separator: ":").filter { $0.hasPrefix("/") }.map { BusValue.string(String($0)) }
+            let directories = path.split(separator: ":").filter { $0.hasPrefix("/") }.map {
+                BusValue.string(String($0))
+            }
             properties.append(UnitProperty("ExecSearchPath", .array(element: "s", directories)))
         }
         if managerVersion >= 254 {
