@@ -46,13 +46,14 @@ public struct DaemonConfiguration: Hashable, Sendable {
         public var reclaimDryRun: Bool = false
 
         /// `CgroupRoot`: the cgroup directory (cgroup2, or a v1 freezer hierarchy's on hosts without cgroup2)
-        /// under which managed apps get their cgroups; nil (the default) means the daemon's own delegated cgroup
-        /// when systemd started it. Tests point it at a tree they own.
+        /// under which the daemon forks managed apps into cgroups of their own, even under a service manager; nil
+        /// (the default): under systemd apps are units of the service manager, else they get no cgroup. Tests point
+        /// it at a tree they own.
         public var cgroupRoot: String? = nil
 
         /// `MemoryCgroupRoot`: a v1 memory controller directory under which managed apps get memory cgroups, on
-        /// hybrid hosts whose cgroup2 has no memory controller; nil means the daemon's own memory cgroup when
-        /// systemd started it and it may write there, else none (the apps' memory is then their PSS).
+        /// hybrid hosts whose cgroup2 has no memory controller; nil means none (the memory of apps the daemon forks
+        /// is then their PSS).
         public var memoryCgroupRoot: String? = nil
 
         /// The shipped defaults, as bgtaskd(8) lists them.

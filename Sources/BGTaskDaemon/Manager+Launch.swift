@@ -16,18 +16,15 @@ extension Manager {
 
     /// Makes the supervisor of managed apps (`AppSupervisor`): the service manager that runs the daemon starts them
     /// as units of their own where one answers (`serviceManager`), unless `CgroupRoot=` asks for the daemon's own
-    /// cgroups; else the daemon forks them itself, into cgroups under `CgroupRoot=` (or the service's delegated
-    /// subtree), or into none.
-    func startSupervisor(ownCgroups: ProcessCgroups?, serviceManager: ServiceManagerScope?) throws(StartupError) {
+    /// cgroups; else the daemon forks them itself, into cgroups under `CgroupRoot=`, or into none.
+    func startSupervisor(serviceManager: ServiceManagerScope?) throws(StartupError) {
         if let serviceManager, configuration.memory.cgroupRoot == nil,
             let units = startUnitSupervisor(serviceManager)
         {
             supervisor = units
             return
         }
-        let roots = LaunchCgroupRoots.resolve(
-            configuration.memory, hierarchies: cgroupHierarchies, ownCgroups: ownCgroups,
-            isSystemdService: getenv("INVOCATION_ID") != nil)
+        let roots = LaunchCgroupRoots.resolve(configuration.memory, hierarchies: cgroupHierarchies)
         for note in roots.notes { logger.warning("managed apps: \(note)") }
         if let absence = roots.absence {
             logger.info("managed apps run without cgroups (SIGSTOP and PSS): \(absence)")

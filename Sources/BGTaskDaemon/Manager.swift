@@ -269,7 +269,7 @@ public final class Manager {
         resolveAccessSettings()
         let ownCgroups = try? cgroupHierarchies.cgroups(of: getpid(), procFS: procFS)
         daemonCgroup = ownCgroups?.unified
-        try startSupervisor(ownCgroups: ownCgroups, serviceManager: serviceManager)
+        try startSupervisor(serviceManager: serviceManager)
         memoryMonitor = MemoryMonitor(manager: self, settings: configuration.memory)
         fileDescriptorStoreLimit = notifier.fileDescriptorStoreLimit
         try takeListenedDescriptors()

@@ -99,7 +99,7 @@ extension InstalledUserService {
         _ name: String, _ what: String, _ condition: ([String: JSONValue]) -> Bool
     ) throws -> [String: JSONValue] {
         var last: [String: JSONValue] = [:]
-        let met = try eventually(timeout: .seconds(30)) {
+        let met = eventually(timeout: .seconds(30)) {
             last = (try? appInfo(name)) ?? [:]
             return condition(last)
         }
@@ -142,7 +142,7 @@ struct LaunchedUnitTests {
 
             // Inside the unit the app can reach the network, is free to gain privileges, has no seccomp filter,
             // and is not shielded from the kernel's OOM killer.
-            #expect(try eventually { FileManager.default.fileExists(atPath: report) }, "no report:\n\(service.log)")
+            #expect(eventually { FileManager.default.fileExists(atPath: report) }, "no report:\n\(service.log)")
             let lines = try String(contentsOfFile: report, encoding: .utf8).split(separator: "\n").map(String.init)
             #expect(lines.contains("inet ok"), "\(lines)")
             #expect(lines.contains { $0.hasPrefix("NoNewPrivs:") && $0.hasSuffix("\t0") }, "\(lines)")
@@ -172,15 +172,15 @@ struct LaunchedUnitTests {
                 $0["state"] == "suspended" && $0["suspendedWith"] == "cgroup2"
             }
             #expect(suspended["cgroup"]?.stringValue == cgroup)
-            #expect(try eventually { service.isFrozen(cgroup) }, "\(cgroup) not frozen")
+            #expect(eventually { service.isFrozen(cgroup) }, "\(cgroup) not frozen")
             #expect(processState(pid_t(pid)) != .stopped, "stopped with SIGSTOP rather than frozen")
             #expect(
                 try control.lifecycle("SetState", ["app": "org.example.frozen", "state": "active"]).errorName == nil)
-            #expect(try eventually { !service.isFrozen(cgroup) }, "\(cgroup) not thawed")
+            #expect(eventually { !service.isFrozen(cgroup) }, "\(cgroup) not thawed")
             #expect(try control.lifecycle("Terminate", ["app": "org.example.frozen"]).errorName == nil)
             try service.waitForApp("org.example.frozen", "ended") { $0["state"] == "terminated" }
             #expect(
-                try eventually { (try? service.systemd.show(unit, ["ActiveState"])["ActiveState"]) != "active" },
+                eventually { (try? service.systemd.show(unit, ["ActiveState"])["ActiveState"]) != "active" },
                 "\(unit) still active")
         }
     }
@@ -213,19 +213,19 @@ struct LaunchedUnitTests {
                 try service.waitForApp("org.example.sandboxed", "was suspended (\(round))") {
                     $0["state"] == "suspended" && $0["suspendedWith"] == "cgroup2"
                 }
-                #expect(try eventually { service.isFrozen(cgroup) }, "\(cgroup) not frozen:\n\(service.log)")
+                #expect(eventually { service.isFrozen(cgroup) }, "\(cgroup) not frozen:\n\(service.log)")
                 guard round == 1 else { break }
                 #expect(
                     try control.lifecycle("SetState", ["app": "org.example.sandboxed", "state": "active"])
                         .errorName == nil)
-                #expect(try eventually { !service.isFrozen(cgroup) }, "\(cgroup) not thawed:\n\(service.log)")
+                #expect(eventually { !service.isFrozen(cgroup) }, "\(cgroup) not thawed:\n\(service.log)")
             }
             // Terminated while frozen: it is killed through the unit's cgroup, and the unit ends.
             #expect(try control.lifecycle("Terminate", ["app": "org.example.sandboxed"]).errorName == nil)
             let ended = try service.waitForApp("org.example.sandboxed", "ended") { $0["state"] == "terminated" }
             #expect(ended["exitReason"] == "controller", "\(ended)")
             #expect(
-                try eventually { (try? service.systemd.show(unit, ["ActiveState"])["ActiveState"]) != "active" },
+                eventually { (try? service.systemd.show(unit, ["ActiveState"])["ActiveState"]) != "active" },
                 "\(unit) still active")
             for complaint in ["cannot suspend", "cannot kill", "cannot resume"] {
                 #expect(!service.log.contains(complaint), "\(complaint):\n\(service.log)")
@@ -295,7 +295,7 @@ struct LaunchedUnitTests {
             #expect(victim["exitReason"] == "memory-reclaim", "\(victim)")
             let unit = try #require(units["org.example.heavy"])
             #expect(
-                try eventually { (try? service.systemd.show(unit, ["ActiveState"])["ActiveState"]) != "active" },
+                eventually { (try? service.systemd.show(unit, ["ActiveState"])["ActiveState"]) != "active" },
                 "\(unit) still active")
             for name in ["org.example.light", "org.example.middle"] {
                 #expect(try service.appInfo(name)["state"] == "suspended", "\(name) was reclaimed too")
@@ -330,7 +330,7 @@ struct LaunchedUnitTests {
             #expect(suspended["suspendedWith"] == "cgroup2", "\(suspended)")
             let cgroup = try #require(suspended["cgroup"]?.stringValue)
             #expect(cgroup.hasSuffix(".scope"), "\(cgroup)")
-            #expect(try eventually { service.isFrozen(cgroup) }, "\(cgroup) not frozen")
+            #expect(eventually { service.isFrozen(cgroup) }, "\(cgroup) not frozen")
             #expect(processState(app.pid) != .stopped)
         }
     }

@@ -7,8 +7,9 @@ import Glibc
 
 /// Where the daemon makes managed apps' cgroups, found once at start: `CgroupRoot=` (a cgroup2 directory, or a v1
 /// freezer one on hosts without cgroup2) and `MemoryCgroupRoot=` (a v1 memory directory, for hybrid hosts whose
-/// cgroup2 has no memory controller), each defaulting to the daemon's own cgroup when systemd started it
-/// (`Delegate=yes` gives the service its subtree) and the daemon may write there.
+/// cgroup2 has no memory controller), only where the operator names them. The daemon never makes cgroups in its
+/// own: under systemd that is the manager's tree, which it gives no service (no `Delegate=`), and apps are the
+/// manager's units instead; started by hand, its cgroup is a shell's or a test runner's.
 struct LaunchCgroupRoots: Hashable {
     /// The cgroup2 or v1 freezer directory apps' freeze-and-kill cgroups are made in; nil: none can be made.
     var control: CgroupDirectory?
@@ -23,12 +24,8 @@ struct LaunchCgroupRoots: Hashable {
 
     static let none = LaunchCgroupRoots(control: nil, isUnified: false, memory: nil)
 
-    /// Finds the roots. `ownCgroups` are the daemon's own; `isSystemdService` says whether systemd started it (only
-    /// then is its own cgroup a delegated subtree to make cgroups in rather than, say, a shell's or a test runner's).
-    static func resolve(
-        _ settings: DaemonConfiguration.Memory, hierarchies: CgroupHierarchies, ownCgroups: ProcessCgroups?,
-        isSystemdService: Bool
-    ) -> LaunchCgroupRoots {
+    /// Finds the roots `settings` name.
+    static func resolve(_ settings: DaemonConfiguration.Memory, hierarchies: CgroupHierarchies) -> LaunchCgroupRoots {
         var roots = LaunchCgroupRoots.none
         if let path = settings.cgroupRoot {
             let directory = CgroupDirectory(path: path)
@@ -42,20 +39,8 @@ struct LaunchCgroupRoots: Hashable {
             } else {
                 roots.notes.append("CgroupRoot=\(path) is not a cgroup2 or v1 freezer cgroup directory")
             }
-        } else if isSystemdService, let own = ownCgroups {
-            if let unified = own.unified, isWritable(unified), unified.path != hierarchies.unified {
-                roots.control = unified
-                roots.isUnified = true
-            } else if let freezer = own.freezer, isWritable(freezer), freezer.path != hierarchies.freezer {
-                roots.control = freezer
-            }
-        }
-        if roots.control == nil && settings.cgroupRoot == nil {
-            if isSystemdService {
-                roots.notes.append("the service's own cgroup is not writable (Delegate=yes is needed)")
-            } else {
-                roots.absence = "CgroupRoot= is not set and systemd did not start bgtaskd"
-            }
+        } else {
+            roots.absence = "CgroupRoot= is not set"
         }
         if let control = roots.control, roots.isUnified, control.has("memory.current") || enablesMemory(control) {
             return roots
@@ -67,16 +52,8 @@ struct LaunchCgroupRoots: Hashable {
             } else {
                 roots.notes.append("MemoryCgroupRoot=\(path) is not a v1 memory cgroup directory")
             }
-        } else if isSystemdService, let memory = ownCgroups?.memory, memory.path != hierarchies.memory,
-            isWritable(memory)
-        {
-            roots.memory = memory
         }
         return roots
-    }
-
-    private static func isWritable(_ cgroup: CgroupDirectory) -> Bool {
-        access(cgroup.path, W_OK) == 0 && access(cgroup.path + "/cgroup.procs", W_OK) == 0
     }
 
     /// Whether children of `root` get the cgroup2 memory controller: it is enabled for them already, or can be

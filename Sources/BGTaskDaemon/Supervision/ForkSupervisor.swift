@@ -58,7 +58,7 @@ final class ForkSupervisor: AppSupervisor {
     let capacity: Int
     /// Told once per launch how it ended.
     var onOutcome: (LaunchAttempt, LaunchOutcome) -> Void = { _, _ in }
-    /// Where apps' cgroups are made (`CgroupRoot=`, `MemoryCgroupRoot=`, or the daemon's delegated subtree).
+    /// Where apps' cgroups are made (`CgroupRoot=`, `MemoryCgroupRoot=`).
     let roots: LaunchCgroupRoots
 
     private let loop: EventLoop
