@@ -106,10 +106,13 @@ let package = Package(
         .executableTarget(
             name: "BGTaskHostileClient", dependencies: ["BGTaskSystem"], path: "Tests/Fixtures/HostileClient"),
         // Measurements of a running bgtaskd under load (the deadline benchmark), shared by bgtask-bench and the
-        // tests that assert on them.
+        // tests that assert on them; `reclaim --systemd` runs the daemon under a contained systemd manager.
         .target(
             name: "BGTaskBenchmarks",
-            dependencies: ["BGTaskClient", "BGTaskConfig", "BGTaskProtocol", "BGTaskSupervision", "BGTaskSystem"]),
+            dependencies: [
+                "BGTaskClient", "BGTaskConfig", "BGTaskContainedSystemd", "BGTaskProtocol", "BGTaskSupervision",
+                "BGTaskSystem",
+            ]),
         // The soak test's invariant checker: evidence gathered outside the daemon in, a report of violations out.
         .target(name: "BGTaskSoak", dependencies: ["BGTaskProtocol"]),
         // The soak harness: the synthetic apps, the daemon under fault (run by the harness, or by a contained systemd
@@ -145,11 +148,14 @@ let package = Package(
             dependencies: ["BGTaskSystem", "BGTaskTestSupport", "CSystemd", "BGTaskLaunchProbe"]),
         .testTarget(name: "BGTaskConfigTests", dependencies: ["BGTaskConfig", "BGTaskCore", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskProtocolTests", dependencies: ["BGTaskIDL", "BGTaskProtocol", "BGTaskTestSupport"]),
-        // Runs the deadline and reclaim benchmarks at a small size against the real daemon, so it depends on both
-        // executables (bgtask-bench re-runs itself as the apps' processes and as the status flooder).
+        // Runs the deadline and reclaim benchmarks at a small size against the real daemon, so it depends on the
+        // executables (bgtask-bench re-runs itself as the apps' processes and as the status flooder; reclaim
+        // --systemd installs bgtaskd and bgtask).
         .testTarget(
             name: "BGTaskBenchmarkTests",
-            dependencies: ["BGTaskBenchmarks", "BGTaskSystem", "BGTaskTestSupport", "bgtaskd", "bgtask-bench"]),
+            dependencies: [
+                "BGTaskBenchmarks", "BGTaskSystem", "BGTaskTestSupport", "bgtaskd", "bgtask", "bgtask-bench",
+            ]),
         // Depends on the executables it runs as processes (the daemon, the fixture, the example), so they are
         // built before the tests.
         .testTarget(

@@ -17,7 +17,8 @@ import Glibc
 ///   limit) and right after the last page, and unmaps all of it when told (`release`).
 ///
 /// Both bound their own lifetime with `alarm`, and both exit when the daemon ends their registration. Their output
-/// goes where the daemon puts a launched app's output (`--log-dir`): one line per step, for a failing run's report.
+/// goes where the daemon puts a launched app's output (`--log-dir`), or, launched as a unit whose output goes to the
+/// journal, to the file `--log` names: one line per step, for a failing run's report.
 public enum ReclaimApp {
     /// What the launched app does.
     public enum Role: String, Sendable {
@@ -28,7 +29,7 @@ public enum ReclaimApp {
     }
 
     /// The hidden mode's options: `--role victim|trigger`, `--alloc-mib N` (the victim's allocation),
-    /// `--control PATH` (the trigger's control socket) and `--lifetime SECONDS`.
+    /// `--control PATH` (the trigger's control socket), `--lifetime SECONDS` and `--log PATH`.
     public struct Options: Sendable {
         /// What the app does.
         public var role: Role
@@ -38,13 +39,15 @@ public enum ReclaimApp {
         public var controlPath: String?
         /// The `alarm` the app sets first: it never outlives this.
         public var lifetimeSeconds: UInt32
+        /// A file the app appends its output to, instead of the standard output and error it was given.
+        public var logPath: String?
 
         /// Parses the arguments after the mode's name; nil when they are not a valid set.
         public init?(arguments: [String]) {
             var values: [String: String] = [:]
             var remaining = arguments[...]
             while let option = remaining.popFirst() {
-                guard ["--role", "--alloc-mib", "--control", "--lifetime"].contains(option),
+                guard ["--role", "--alloc-mib", "--control", "--lifetime", "--log"].contains(option),
                     values[option] == nil, let value = remaining.popFirst()
                 else { return nil }
                 values[option] = value
@@ -57,6 +60,7 @@ public enum ReclaimApp {
             lifetimeSeconds = lifetime
             allocationBytes = mebibytes << 20
             controlPath = values["--control"]
+            logPath = values["--log"]
             // A victim holds memory; a trigger is told what to touch over its control socket.
             switch role {
             case .victim: if allocationBytes == 0 { return nil }
@@ -65,12 +69,14 @@ public enum ReclaimApp {
         }
 
         /// The arguments that give these options, for the `Launch` call.
-        static func arguments(role: Role, allocationBytes: Int = 0, controlPath: String? = nil, lifetime: Duration)
-            -> [String]
-        {
+        static func arguments(
+            role: Role, allocationBytes: Int = 0, controlPath: String? = nil, lifetime: Duration,
+            logPath: String? = nil
+        ) -> [String] {
             var arguments = ["reclaim-app", "--role", role.rawValue, "--lifetime", "\(lifetime.components.seconds)"]
             if allocationBytes > 0 { arguments += ["--alloc-mib", "\(allocationBytes >> 20)"] }
             if let controlPath { arguments += ["--control", controlPath] }
+            if let logPath { arguments += ["--log", logPath] }
             return arguments
         }
     }
@@ -78,6 +84,18 @@ public enum ReclaimApp {
     /// Runs the app; returns the exit status.
     public static func run(_ options: Options) -> Int32 {
         alarm(options.lifetimeSeconds)
+        if let logPath = options.logPath {
+            do {
+                let log = try FileDescriptor.open(
+                    logPath, .writeOnly, options: [.create, .append], permissions: 0o644)
+                try log.duplicate(onto: .standardOutput)
+                try log.duplicate(onto: .standardError)
+                try log.close()
+            } catch {
+                say("reclaim-app: cannot write to \(logPath): \(error)")
+                return 1
+            }
+        }
         let environment = ProcessInfo.processInfo.environment
         guard let socketPath = environment["BGTASK_SOCKET"], let name = environment["BGTASK_APP_NAME"] else {
             say("reclaim-app: BGTASK_SOCKET and BGTASK_APP_NAME are not set: bgtaskd did not launch this process")

@@ -13,8 +13,11 @@ import Synchronization
 /// (the only) suspended app, each timed from the crossing to the victim's death and to its memory's return.
 ///
 /// Each backend gets a private `bgtaskd` of its own (`MemoryWarningGraceSec=0`, so no grace is counted), with
-/// `CgroupRoot=` and `MemoryCgroupRoot=` on cgroups the benchmark made under its own. The apps are this executable
-/// in its hidden `reclaim-app` mode, started by the daemon (`Launch`). A round:
+/// `CgroupRoot=` and `MemoryCgroupRoot=` on cgroups the benchmark made under its own. The `unit` backend
+/// (`--systemd`) instead installs the daemon's user units under a contained `systemd --user` manager, which starts
+/// the daemon on the benchmark's first connection, and the daemon launches the apps as transient units of that
+/// manager, freezing, measuring and killing them as it chooses for units. The apps are this executable in its hidden
+/// `reclaim-app` mode, started by the daemon (`Launch`). A round:
 ///
 /// 1. the victim is launched, touches its allocation and is suspended (seen on `Watch`);
 /// 2. the foreground app grows to `approachMarginBytes` under the limit, and the benchmark waits until the
@@ -35,6 +38,9 @@ public struct ReclaimBenchmark: Sendable {
     public struct Configuration: Sendable {
         /// Rounds per backend.
         public var rounds = 20
+        /// The backends to run, in order: by default those whose apps the daemon forks (`Backend.forked`);
+        /// `--systemd`, `[.unit]`.
+        public var backends = Backend.forked
         /// The directory holding the `bgtaskd` and `bgtask-bench` executables.
         public var executablesDirectory: String
 
@@ -52,6 +58,12 @@ public struct ReclaimBenchmark: Sendable {
         case legacyFreezer = "v1 freezer + v1 memory"
         /// No cgroups: SIGSTOP to suspend, PSS to measure, a pidfd to kill.
         case signals = "SIGSTOP + PSS"
+        /// The installed units under a contained `systemd --user` manager (`--systemd`): the apps are transient
+        /// units, frozen, measured and killed through them as the daemon chooses (its row names the chains).
+        case unit = "unit"
+
+        /// The backends whose apps the daemon forks itself, into the benchmark's cgroups or none: the default run.
+        public static let forked: [Backend] = [.unifiedFreezer, .legacyFreezer, .signals]
 
         /// The short name in the cgroups' and directories' names.
         var tag: String {
@@ -59,6 +71,7 @@ public struct ReclaimBenchmark: Sendable {
             case .unifiedFreezer: "cgroup2"
             case .legacyFreezer: "freezer"
             case .signals: "signals"
+            case .unit: "unit"
             }
         }
 
@@ -67,12 +80,38 @@ public struct ReclaimBenchmark: Sendable {
             switch self {
             case .unifiedFreezer: .unified
             case .legacyFreezer: .freezer
-            case .signals: nil
+            case .signals, .unit: nil
             }
+        }
+
+        /// The row's name: the backend's own, and for `unit`, once measured, the chains the daemon froze and measured
+        /// its victims with, in the other rows' words ("unit: cgroup2 freeze + PSS").
+        func label(for outcome: ReclaimReport.Outcome) -> String {
+            guard self == .unit, case .measured(let measurement) = outcome, !measurement.rounds.isEmpty else {
+                return rawValue
+            }
+            let freeze = Set(measurement.rounds.map(\.suspendedWith)).sorted().map { method in
+                switch method {
+                case "cgroup2": "cgroup2 freeze"
+                case "cgroup1": "v1 freezer"
+                case "group", "process": "SIGSTOP"
+                default: method
+                }
+            }
+            let memory = Set(measurement.rounds.map(\.memoryBackend)).sorted().map { backend in
+                switch backend {
+                case "cgroup2": "cgroup2 memory"
+                case "cgroup1": "v1 memory"
+                case "pss": "PSS"
+                default: backend
+                }
+            }
+            return "unit: " + Set(freeze).sorted().joined(separator: "/") + " + " + memory.joined(separator: "/")
         }
 
         /// Why this host cannot run it, or nil when it can.
         public var unavailableReason: String? {
+            if self == .unit { return BenchmarkUnitService.unavailableReason }
             guard let control = controlHierarchy else { return nil }
             if geteuid() != 0 { return "the benchmark makes cgroups for it, which needs root" }
             let hierarchies = CgroupHierarchies.probe()
@@ -132,7 +171,7 @@ public struct ReclaimBenchmark: Sendable {
         let directory = try makeScratchDirectory(prefix: "bgtask-bench-reclaim-\(getpid())")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         var rows: [ReclaimReport.Row] = []
-        for backend in Backend.allCases {
+        for backend in configuration.backends {
             try BenchmarkInterruption.check()
             if let reason = backend.unavailableReason {
                 rows.append(ReclaimReport.Row(backend: backend.rawValue, outcome: .unavailable(reason)))
@@ -147,16 +186,16 @@ public struct ReclaimBenchmark: Sendable {
             } catch {
                 outcome = .failed("\(error)")
             }
-            rows.append(ReclaimReport.Row(backend: backend.rawValue, outcome: outcome))
+            rows.append(ReclaimReport.Row(backend: backend.label(for: outcome), outcome: outcome))
         }
         try BenchmarkInterruption.check()
         return ReclaimReport(rounds: configuration.rounds, rows: rows)
     }
 }
 
-/// One backend's run: its cgroups, its daemon, the foreground app and the control connection to it. `close()`
-/// undoes all of it: the daemon stopped, the launched apps killed through their pidfds, the cgroups emptied and
-/// removed.
+/// One backend's run: its cgroups, its daemon (a private one, or the installed units under a contained manager),
+/// the foreground app and the control connection to it. `close()` undoes all of it: the daemon stopped (with the
+/// manager and its units), the launched apps killed through their pidfds, the cgroups emptied and removed.
 final class ReclaimSession {
     let backend: ReclaimBenchmark.Backend
     let configuration: ReclaimBenchmark.Configuration
@@ -165,7 +204,9 @@ final class ReclaimSession {
     /// How long any process of the session may live: every round's bounded waits, and time to set up and wind down.
     let lifetime: Duration
     private var cgroups: [BenchmarkCgroup] = []
-    private var daemon: BenchmarkDaemon?
+    private var daemon: (any BenchmarkService)?
+    /// The daemon when it runs as the installed units under a contained manager (the `unit` backend).
+    private var unitService: BenchmarkUnitService? { daemon as? BenchmarkUnitService }
     private var client: LifecycleClient?
     private var watch: WatchStream?
     private var control: LineChannel?
@@ -217,20 +258,35 @@ final class ReclaimSession {
             EnterBackgroundGraceSec=30s
 
             """
-        let started = try BenchmarkDaemon(
-            executable: configuration.executablesDirectory + "/bgtaskd", directory: directory,
-            configuration: policy + memorySection, lifetime: lifetime, arguments: ["--log-dir", logDirectory])
-        daemon = started
-        if backend.controlHierarchy == nil && geteuid() == 0 && CgroupHierarchies.probe().memory != nil {
-            // The daemon and the apps it launches from now on are charged to a memory cgroup of their own, which
-            // the daemon does not know of: it still measures the apps by PSS.
-            let enclosing = try BenchmarkCgroup(.memory, name: name + "-enclosing")
-            cgroups.append(enclosing)
-            try enclosing.directory.move(started.pid)
-            pssFreedMeasure = .enclosingCgroup(file: enclosing.directory.path + "/memory.usage_in_bytes")
+        let client: LifecycleClient
+        if backend == .unit {
+            // The manager, the daemon and the apps' units are charged to a memory cgroup of their own, limited,
+            // which the daemon does not know of.
+            let service = try BenchmarkUnitService(
+                executablesDirectory: configuration.executablesDirectory, name: name,
+                configuration: policy + memorySection, lifetime: lifetime)
+            daemon = service
+            if let file = service.enclosingMemoryFile { pssFreedMeasure = .enclosingCgroup(file: file) }
+            // The first connection starts the daemon (socket activation); calls wait for it to serve.
+            client = try LifecycleClient(socketPath: service.socketPath, timeout: .seconds(10))
+            self.client = client
+            try service.waitUntilServing()
+        } else {
+            let started = try BenchmarkDaemon(
+                executable: configuration.executablesDirectory + "/bgtaskd", directory: directory,
+                configuration: policy + memorySection, lifetime: lifetime, arguments: ["--log-dir", logDirectory])
+            daemon = started
+            if backend.controlHierarchy == nil && geteuid() == 0 && CgroupHierarchies.probe().memory != nil {
+                // The daemon and the apps it launches from now on are charged to a memory cgroup of their own, which
+                // the daemon does not know of: it still measures the apps by PSS.
+                let enclosing = try BenchmarkCgroup(.memory, name: name + "-enclosing")
+                cgroups.append(enclosing)
+                try enclosing.directory.move(started.pid)
+                pssFreedMeasure = .enclosingCgroup(file: enclosing.directory.path + "/memory.usage_in_bytes")
+            }
+            client = try LifecycleClient(socketPath: started.socketPath, timeout: .seconds(10))
+            self.client = client
         }
-        let client = try LifecycleClient(socketPath: started.socketPath, timeout: .seconds(10))
-        self.client = client
         watch = try client.watch()
 
         let controlPath = directory + "/control.sock"
@@ -270,12 +326,18 @@ final class ReclaimSession {
         }
     }
 
-    /// `Launch`es this executable as the app `name` with `arguments`, and keeps a pidfd of its process.
+    /// `Launch`es this executable as the app `name` with `arguments`, and keeps a pidfd of its process. Launched as
+    /// a unit, whose output goes to the journal, the app writes its own log.
     private func launch(_ name: String, _ arguments: [String]) throws -> AppInfo {
         guard let client else { throw BenchmarkError("no daemon") }
-        let app = try client.launch(name: name, argv: [benchExecutable] + arguments)
-        // The daemon is its parent and reaps it only after it exits, so the pid is still this process's.
+        let log = unitService == nil ? [] : ["--log", "\(logDirectory)/\(name).log"]
+        let app = try client.launch(name: name, argv: [benchExecutable] + arguments + log)
+        // The pid is the app's until its parent (the daemon, or the service manager for a unit) reaps it, and a
+        // benchmark app exits only once its registration ends or it is killed, both later than this.
         launched.append(try PidFD.open(pid: pid_t(app.pid)))
+        if unitService != nil && app.unit == nil {
+            throw BenchmarkError("\(name) was not launched as a unit: the daemon did not launch through the manager")
+        }
         return app
     }
 
@@ -335,7 +397,7 @@ final class ReclaimSession {
         try waitForDaemon("memory back to normal") { status in status.memory["level"]?.stringValue == "normal" }
 
         let name = "bench.reclaim.victim-\(index)"
-        _ = try launch(
+        let victim = try launch(
             name,
             ReclaimApp.Options.arguments(
                 role: .victim, allocationBytes: ReclaimBenchmark.victimBytes, lifetime: .seconds(90)))
@@ -391,6 +453,10 @@ final class ReclaimSession {
         try control.send("release")
         guard try control.nextLine(timeout: .seconds(10)) == "released" else {
             throw BenchmarkError("the foreground app did not release its memory")
+        }
+        if let unitService, let unit = victim.unit {
+            // Killed through its unit, the unit ends (and the manager collects it).
+            try unitService.waitUntilEnded(unit)
         }
         // Until the daemon's first sample over the limit (its kill less its latency; a margin for the kill itself),
         // the apps must have stayed over it: a reading at or under it means the crossing did not hold (for PSS, the
@@ -516,7 +582,8 @@ final class ReclaimSession {
         control?.close()
         watch?.close()
         client?.close()
-        // The daemon resumes what it stopped when it stops; apps whose registration ends exit by themselves.
+        // The daemon resumes what it stopped when it stops; apps whose registration ends exit by themselves. Under a
+        // contained manager, the manager exits too, stopping the apps' units and removing its cgroups.
         daemon?.stop()
         for process in launched {
             if (try? process.hasExited) == false {
@@ -577,9 +644,10 @@ enum MemoryGauge: Sendable {
 enum FreedMeasure: Sendable {
     /// The victim's own memory cgroup (the cgroup backends): at `freedCgroupBytes` or less, or removed.
     case victimCgroup(file: String)
-    /// A v1 memory cgroup the benchmark put the daemon in, unknown to the daemon, so that the apps it launches are
-    /// charged there (the PSS backend, as root): its usage back down by a share of the victim from where the
-    /// crossing left it. Only the daemon and its apps are charged to it, so little else moves it.
+    /// A v1 memory cgroup the benchmark put the daemon in (or, for units, their service manager), unknown to the
+    /// daemon, so that the apps it launches are charged there (the PSS backend, as root): its usage back down by a
+    /// share of the victim from where the crossing left it. Only the daemon, its apps (and the manager) are charged
+    /// to it, so little else moves it.
     case enclosingCgroup(file: String)
     /// The system's free pages (the PSS backend without root): back up by that share. The rest of the machine moves
     /// them too, so this one is noisy.
@@ -590,8 +658,8 @@ enum FreedMeasure: Sendable {
         switch self {
         case .victimCgroup: "its memory cgroup at \(ReclaimBenchmark.freedCgroupBytes >> 20) MiB or less, or removed"
         case .enclosingCgroup:
-            "a memory cgroup around the daemon and its apps, unknown to the daemon, back down by "
-                + "\(Int(ReclaimBenchmark.freedShare * 100))% of the victim"
+            "a memory cgroup around the daemon and its apps (for units, and their manager), unknown to the daemon, "
+                + "back down by \(Int(ReclaimBenchmark.freedShare * 100))% of the victim"
         case .freePages:
             "the system's free pages, per-CPU lists included, back up by "
                 + "\(Int(ReclaimBenchmark.freedShare * 100))% of the victim"

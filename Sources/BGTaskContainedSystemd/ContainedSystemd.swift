@@ -24,8 +24,9 @@ public final class ContainedSystemd {
     /// Why a contained manager cannot run on this host, or nil when it can.
     public static var unavailableReason: String? {
         if getuid() != 0 { return "a contained systemd manager needs root (cgroups and a private mount namespace)" }
-        for tool in ["/lib/systemd/systemd", "/usr/bin/unshare", "/usr/bin/setsid", "/usr/bin/systemctl"]
-        where access(tool, X_OK) != 0 {
+        for tool in [
+            "/lib/systemd/systemd", "/usr/bin/unshare", "/usr/bin/setsid", "/usr/bin/systemctl", "/usr/bin/timeout",
+        ] where access(tool, X_OK) != 0 {
             return "\(tool) is missing"
         }
         if cgroupRoots.isEmpty { return "no cgroup hierarchy for systemd at /sys/fs/cgroup" }
@@ -47,7 +48,8 @@ public final class ContainedSystemd {
     public let unitDirectory: String
     /// The cgroups made for the manager, one per hierarchy.
     public let cgroups: [String]
-    /// The manager's process (the caller's child).
+    /// The manager's process (the caller's child); with a lifetime, the `timeout(1)` whose only child is the
+    /// manager.
     public let manager: SpawnedProcess
     /// The manager's `XDG_CONFIG_HOME` and `XDG_DATA_HOME`, in the scratch directory: `systemctl --user enable`
     /// writes its links under the first, and unit files in `DATA_HOME/systemd/user` are found as a user's are.
@@ -58,7 +60,13 @@ public final class ContainedSystemd {
     /// Starts a manager and waits (at most 30 s) until `systemctl --user` reaches it. `dataHome` is its
     /// `XDG_DATA_HOME` within the scratch directory (`prefix/lib` makes the units a `scripts/install --prefix
     /// DIRECTORY/prefix` installs its user's own).
-    public init(dataHome: String = "data") throws {
+    ///
+    /// With a `lifetime`, the manager runs under `timeout(1)`: once it has run that long it is told to exit
+    /// (SIGTERM, which a user manager takes as `systemctl --user exit`, stopping its units) and killed 30 s later,
+    /// so it ends even when its owner is killed before `close()`. `joining` names cgroups the caller made (in
+    /// hierarchies the manager does not manage, such as a v1 memory cgroup that bounds or measures everything the
+    /// manager starts), which the manager joins before it starts; the caller removes them.
+    public init(dataHome: String = "data", lifetime: Duration? = nil, joining: [String] = []) throws {
         if let reason = Self.unavailableReason { throw ContainedSystemdError(reason) }
         directory = try ManagerDirectory(prefix: "bgtask-systemd")
         runtimeDirectory = directory.path + "/run"
@@ -69,12 +77,17 @@ public final class ContainedSystemd {
         chmod(runtimeDirectory, 0o700)
         let name = "bgtask-test-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         cgroups = Self.cgroupRoots.map { "\($0)/\(name)" }
+        let bound = lifetime.map { "/usr/bin/timeout --kill-after=30 \(max(1, $0.components.seconds)) " } ?? ""
         let script = """
             #!/bin/sh
             set -e
             # The manager adopts the cgroup it starts in: make it one of the caller's own, in every hierarchy.
             for cgroup in \(cgroups.map { "'\($0)'" }.joined(separator: " ")); do
                 mkdir "$cgroup"
+                echo $$ >"$cgroup/cgroup.procs"
+            done
+            # And the caller's cgroups of other hierarchies, made for this manager.
+            for cgroup in \(joining.map { "'\($0)'" }.joined(separator: " ")); do
                 echo $$ >"$cgroup/cgroup.procs"
             done
             # A private /run/systemd with the "booted with systemd" marker, seen by this namespace alone.
@@ -85,7 +98,7 @@ public final class ContainedSystemd {
             # The user's configuration and data directories are the caller's too: nothing under $HOME is read or
             # written.
             export XDG_CONFIG_HOME='\(configHome)' XDG_DATA_HOME='\(self.dataHome)'
-            exec /lib/systemd/systemd --user
+            exec \(bound)/lib/systemd/systemd --user
             """
         let scriptPath = try directory.write("start-manager", script)
         chmod(scriptPath, 0o755)

@@ -214,6 +214,13 @@ public struct FileDescriptor: RawRepresentable, Hashable, Sendable, CustomString
             })
     }
 
+    /// `dup2(fd, target)`: `target` (a standard stream, say) becomes another descriptor of this file, closed
+    /// first if it was open, and kept across `execve`. Onto itself it does nothing.
+    public func duplicate(onto target: FileDescriptor) throws(Errno) {
+        guard target.rawValue != rawValue else { return }
+        _ = try systemCall("dup2(fd \(rawValue), \(target.rawValue))") { dup2(rawValue, target.rawValue) }
+    }
+
     /// Waits until the descriptor reports one of `events` (or an error/hang-up, which poll always reports),
     /// for at most `timeout` (`nil`: no limit). Returns the events seen; empty when the timeout passed.
     ///
