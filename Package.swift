@@ -132,7 +132,9 @@ let package = Package(
         .testTarget(name: "BGTaskArchitectureTests", dependencies: ["BGTaskTestSupport"]),
         .testTarget(name: "BGTaskSystemTests", dependencies: ["BGTaskSystem", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskConfigTests", dependencies: ["BGTaskConfig", "BGTaskCore", "BGTaskTestSupport"]),
-        .testTarget(name: "BGTaskProtocolTests", dependencies: ["BGTaskIDL", "BGTaskProtocol", "BGTaskTestSupport"]),
+        .testTarget(
+            name: "BGTaskProtocolTests",
+            dependencies: ["BGTaskIDL", "BGTaskProtocol", "BGTaskSystem", "BGTaskTestSupport"]),
         // Runs the deadline and reclaim benchmarks at a small size against the real daemon, so it depends on both
         // executables (bgtask-bench re-runs itself as the apps' processes and as the status flooder).
         .testTarget(
