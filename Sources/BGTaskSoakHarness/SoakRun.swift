@@ -267,7 +267,7 @@ public final class SoakRun {
             log("cannot rewrite \(configurationPath): \(error)")
             return
         }
-        if let pid = service?.daemonPID { kill(pid, SIGHUP) }
+        service?.reload()
         let limit = bytes ?? appsMemoryMaxBytes
         memoryLimitChanges.append(MemoryLimitChange(at: clock.now(), appsMemoryMax: limit))
         log(
