@@ -147,7 +147,9 @@ let package = Package(
             name: "BGTaskSystemTests",
             dependencies: ["BGTaskSystem", "BGTaskTestSupport", "CSystemd", "BGTaskLaunchProbe"]),
         .testTarget(name: "BGTaskConfigTests", dependencies: ["BGTaskConfig", "BGTaskCore", "BGTaskTestSupport"]),
-        .testTarget(name: "BGTaskProtocolTests", dependencies: ["BGTaskIDL", "BGTaskProtocol", "BGTaskTestSupport"]),
+        .testTarget(
+            name: "BGTaskProtocolTests",
+            dependencies: ["BGTaskIDL", "BGTaskProtocol", "BGTaskSystem", "BGTaskTestSupport"]),
         // Runs the deadline and reclaim benchmarks at a small size against the real daemon, so it depends on the
         // executables (bgtask-bench re-runs itself as the apps' processes and as the status flooder; reclaim
         // --systemd installs bgtaskd and bgtask).

@@ -35,14 +35,18 @@ public struct SoakEvidence: Hashable, Sendable {
     /// The daemon's listing of the apps taken right after each `Watch()` subscription that closed a gap: what
     /// changed in the gap and `History()` does not keep (state changes above all) is known again from it.
     public var watchListings: [AppSnapshot]
+    /// What the apps themselves logged of the memory they map and free, each change at its moment: what the
+    /// harness's readings, a second apart, cannot see between them.
+    public var allocationChanges: [AllocationChange]
 
     /// Evidence; every collection defaults to empty.
     public init(
         entries: [ObservedEntry] = [], processSamples: [ProcessSample] = [], memorySamples: [MemorySample] = [],
         restarts: [RestartEvidence] = [], resourceSamples: [ResourceSample] = [], daemonStoppedAt: Duration? = nil,
         end: Duration, watchGaps: [ClosedRange<Duration>] = [], memoryLimitChanges: [MemoryLimitChange] = [],
-        watchListings: [AppSnapshot] = []
+        watchListings: [AppSnapshot] = [], allocationChanges: [AllocationChange] = []
     ) {
+        self.allocationChanges = allocationChanges
         self.memoryLimitChanges = memoryLimitChanges
         self.watchListings = watchListings
         self.entries = entries
@@ -151,12 +155,38 @@ public struct MemorySample: Hashable, Sendable {
     public var app: String
     /// Its memory in bytes (`memory.current` of its cgroup, or PSS summed over its processes).
     public var memoryBytes: Int
+    /// The process read, where the reading names one.
+    public var pid: Int?
 
     /// A reading.
-    public init(takenAt: Duration, app: String, memoryBytes: Int) {
+    public init(takenAt: Duration, app: String, memoryBytes: Int, pid: Int? = nil) {
         self.takenAt = takenAt
         self.app = app
         self.memoryBytes = memoryBytes
+        self.pid = pid
+    }
+}
+
+/// A change an app made to the memory it maps for the soak, as the app logged it: from `at` on, that process of
+/// the app held `allocatedBytes` of it (a process logs 0 as it starts). An app logs a chunk it maps once it has
+/// touched all of it and a chunk it frees before it unmaps it, so between its changes it held at least what its
+/// log says.
+public struct AllocationChange: Hashable, Sendable {
+    /// When, on the harness's clock.
+    public var at: Duration
+    /// The app.
+    public var app: String
+    /// Its process.
+    public var pid: Int
+    /// What that process held mapped for the soak from then on.
+    public var allocatedBytes: Int
+
+    /// A change.
+    public init(at: Duration, app: String, pid: Int, allocatedBytes: Int) {
+        self.at = at
+        self.app = app
+        self.pid = pid
+        self.allocatedBytes = allocatedBytes
     }
 }
 

@@ -109,19 +109,26 @@ extension SoakChecker {
 struct MemoryReadings {
     private var byApp: [String: [(time: Duration, memoryBytes: Int)]] = [:]
     /// The harness's readings alone, in time order.
-    private var harnessByApp: [String: [(time: Duration, memoryBytes: Int)]] = [:]
+    private var harnessByApp: [String: [(time: Duration, memoryBytes: Int, pid: Int?)]] = [:]
     /// The victims' weights as the daemon recorded them at their kills.
     private var victimWeights: [String: [(time: Duration, memoryBytes: Int)]] = [:]
     /// When the harness itself read anything: a total is judged only where it did.
     private var harnessTimes: [Duration] = []
+    /// What each process of each app logged of the memory it maps.
+    private var allocations: [AllocationKey: AllocationTimeline] = [:]
 
     init(_ evidence: SoakEvidence) {
         for sample in evidence.memorySamples {
             byApp[sample.app, default: []].append((sample.takenAt, sample.memoryBytes))
-            harnessByApp[sample.app, default: []].append((sample.takenAt, sample.memoryBytes))
+            harnessByApp[sample.app, default: []].append((sample.takenAt, sample.memoryBytes, sample.pid))
             harnessTimes.append(sample.takenAt)
         }
         for app in harnessByApp.keys { harnessByApp[app]?.sort { $0.time < $1.time } }
+        for change in evidence.allocationChanges {
+            allocations[AllocationKey(app: change.app, pid: change.pid), default: AllocationTimeline()].changes.append(
+                (change.at, change.allocatedBytes))
+        }
+        for key in allocations.keys { allocations[key]?.changes.sort { $0.time < $1.time } }
         for observed in evidence.entries
         where observed.entry.kind == .terminated && observed.entry.reason == .memoryReclaim {
             if let memoryBytes = observed.entry.memoryBytes {
@@ -133,17 +140,20 @@ struct MemoryReadings {
 
     /// The lightest `app` can have weighed when the daemon chose the victim of a kill seen at `time`: the lighter
     /// of the harness's last reading before the kill and its first reading after it (each within `window`; the one
-    /// after counts only beside one before), and its weight as a victim of the same round (the daemon's reading,
-    /// within `window`).
+    /// after counts only beside one before), that reading before moved by what the app's own log says it freed
+    /// since (at its least in the `window` before the kill), and its weight as a victim of the same round (the
+    /// daemon's reading, within `window`).
     ///
     /// The harness reads every app about once a second and the daemon weighs them at one instant in between; an
-    /// app maps and frees memory as it likes meanwhile (the soak's apps free a random chunk now and then), so it is
-    /// known to have been heavier at the decision only if both readings around it say so. Judging by the reading
-    /// before alone blamed the daemon for sparing an app that had freed 14 MiB between that reading and the
-    /// decision (seeds 3831752957692394277 and 8360582566104785993; the daemon's ranking, logged with each
-    /// reclamation, had weighed it rightly). The reading after can only be heavier than the app was at the kill
-    /// for memory it shared with the victims (PSS counts it for fewer processes once they are gone), and the
-    /// lighter of the two is taken, so that never makes a survivor look heavier than it was.
+    /// app maps and frees memory as it likes meanwhile (the soak's apps change theirs every 0.3 to 2.5 s), so
+    /// neither one reading nor the two around the decision say what it weighed then: an app can free a chunk after
+    /// one reading and map a larger one before the next. Judging by the reading before alone, and then by the two
+    /// around the kill, blamed the daemon for sparing such an app (seeds 3831752957692394277 and
+    /// 8360582566104785993: soak-37 read 7.8 MiB before the kill and 18.7 MiB after, the daemon had weighed it at
+    /// 6.1 MiB in between, and rightly). The app's log of its own changes fills the gap: what it held mapped at the
+    /// reading before, and the least it held in the window before the kill, are its weight then less the memory
+    /// that stays (the runtime, its libraries). The window is as wide as the one readings are taken from: the
+    /// daemon weighs the apps of a round at its start, and a weighing older than that would itself be a fault.
     func lightest(of app: String, around time: Duration, within window: Duration) -> Int? {
         let harness = harnessByApp[app] ?? []
         let before = harness.last { ((time - window)...time).contains($0.time) }
@@ -152,7 +162,13 @@ struct MemoryReadings {
             victimWeights[app]?.filter { ((time - window)...(time + window)).contains($0.time) }.map(\.memoryBytes)
             ?? []
         // A reading after the kill alone is no evidence: it may be heavier only for memory shared with the victims.
-        let readings = before.map { [$0.memoryBytes] + (after.map { [$0.memoryBytes] } ?? []) } ?? []
+        var readings = before.map { [$0.memoryBytes] + (after.map { [$0.memoryBytes] } ?? []) } ?? []
+        if let before, let pid = before.pid,
+            let mapped = allocations[AllocationKey(app: app, pid: pid)]?.allocated(at: before.time),
+            let least = allocations[AllocationKey(app: app, pid: pid)]?.least(in: (time - window)...time)
+        {
+            readings.append(max(0, before.memoryBytes - mapped + least))
+        }
         return (readings + asVictim).min()
     }
 
@@ -166,5 +182,27 @@ struct MemoryReadings {
     func total(in span: ClosedRange<Duration>) -> Int? {
         guard harnessTimes.contains(where: { span.contains($0) }) else { return nil }
         return byApp.keys.compactMap { largest(of: $0, in: span) }.reduce(0, +)
+    }
+}
+
+/// One process of an app.
+private struct AllocationKey: Hashable {
+    var app: String
+    var pid: Int
+}
+
+/// What one process logged of the memory it maps, in time order.
+private struct AllocationTimeline {
+    var changes: [(time: Duration, bytes: Int)] = []
+
+    /// What it held at `time`; nil before its first line (the log does not go back that far).
+    func allocated(at time: Duration) -> Int? {
+        changes.last { $0.time <= time }?.bytes
+    }
+
+    /// The least it held at any moment of `span`; nil when the log does not reach back to its start.
+    func least(in span: ClosedRange<Duration>) -> Int? {
+        guard let atStart = allocated(at: span.lowerBound) else { return nil }
+        return changes.filter { span.contains($0.time) }.map(\.bytes).reduce(atStart, min)
     }
 }

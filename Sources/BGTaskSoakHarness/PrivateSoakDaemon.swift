@@ -127,6 +127,10 @@ final class PrivateSoakDaemon: SoakService {
         try? process.pidFD.close()
     }
 
+    func reload() {
+        try? daemon?.sendSignal(.hangUp)
+    }
+
     func killAndRestart() throws -> (stoppedAt: Int64, readyAt: Int64) {
         let stoppedAt = MonotonicClock.now()
         try? daemon?.sendSignal(.kill)

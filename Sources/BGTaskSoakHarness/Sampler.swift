@@ -36,7 +36,7 @@ struct Sampler {
             guard app.pid > 0, app.state != .terminated, app.state != .notRunning,
                 let bytes = try? procFS.proportionalSetSize(pid_t(app.pid))
             else { return nil }
-            return MemorySample(takenAt: time, app: app.name, memoryBytes: Int(bytes))
+            return MemorySample(takenAt: time, app: app.name, memoryBytes: Int(bytes), pid: app.pid)
         }
     }
 

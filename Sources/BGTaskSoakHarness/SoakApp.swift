@@ -38,7 +38,8 @@ public enum SoakBehaviour: String, CaseIterable, Sendable {
 
 /// The `app` mode's options: `--name NAME` (else `$BGTASK_APP_NAME`, as a launched app), `--socket PATH` (else
 /// `$BGTASK_SOCKET`), `--seed N`, `--behaviour B`, `--lifetime SECONDS`, `--alloc-max-mib N`, `--apps N` (the
-/// peers `soak-0` ... to post to), `--background-time SECONDS`, `--lock-directory PATH`, `--parent PID`.
+/// peers `soak-0` ... to post to), `--background-time SECONDS`, `--lock-directory PATH`, `--parent PID`,
+/// `--memory-log DIRECTORY` (where it logs the memory it maps and frees: `AllocationLog`).
 public struct SoakAppOptions: Sendable {
     var name: String?
     var socketPath: String?
@@ -50,6 +51,7 @@ public struct SoakAppOptions: Sendable {
     var backgroundTime: Duration = .seconds(10)
     var lockDirectory = "/tmp"
     var parent: pid_t?
+    var memoryLogDirectory: String?
 
     /// Parses the arguments after `app`; nil when they are not a valid set.
     public init?(arguments: [String]) {
@@ -72,6 +74,7 @@ public struct SoakAppOptions: Sendable {
                 guard let seconds = Int(value), seconds > 0 else { return nil }; backgroundTime = .seconds(seconds)
             case "--lock-directory": lockDirectory = value
             case "--parent": guard let pid = pid_t(value) else { return nil }; parent = pid
+            case "--memory-log": memoryLogDirectory = value
             default: return nil
             }
         }
@@ -80,7 +83,8 @@ public struct SoakAppOptions: Sendable {
     /// The command line that gives these choices, after the executable.
     static func arguments(
         name: String?, socketPath: String?, seed: UInt64, behaviour: SoakBehaviour, lifetime: Duration,
-        allocationMaximumMiB: Int, peerCount: Int, backgroundTime: Duration, lockDirectory: String, parent: pid_t?
+        allocationMaximumMiB: Int, peerCount: Int, backgroundTime: Duration, lockDirectory: String, parent: pid_t?,
+        memoryLogDirectory: String? = nil
     ) -> [String] {
         var arguments = ["app"]
         if let name { arguments += ["--name", name] }
@@ -92,6 +96,7 @@ public struct SoakAppOptions: Sendable {
             lockDirectory,
         ]
         if let parent { arguments += ["--parent", String(parent)] }
+        if let memoryLogDirectory { arguments += ["--memory-log", memoryLogDirectory] }
         return arguments
     }
 }
@@ -135,7 +140,9 @@ public enum SoakApp {
             return 1
         }
         say("registered \(name) \(behaviour.rawValue)")
-        let memory = AppMemory(maximumBytes: options.allocationMaximumBytes)
+        let memory = AppMemory(
+            maximumBytes: options.allocationMaximumBytes,
+            log: options.memoryLogDirectory.flatMap { AllocationLog(directory: $0, app: name) })
         let endAt: Int64? =
             behaviour == .crashes || behaviour == .exits
             ? MonotonicClock.now() + Duration.seconds(Int.random(in: 5...40, using: &random)).nanosecondCount : nil
@@ -188,8 +195,13 @@ func say(_ line: String) {
 final class AppMemory: Sendable {
     private let chunks = Mutex<[(UnsafeMutableRawPointer, Int)]>([])
     let maximumBytes: Int
+    let log: AllocationLog?
 
-    init(maximumBytes: Int) { self.maximumBytes = maximumBytes }
+    init(maximumBytes: Int, log: AllocationLog?) {
+        self.maximumBytes = maximumBytes
+        self.log = log
+        log?.record(0)
+    }
 
     /// Maps and touches a random chunk if there is room, else frees one, at random.
     func change(_ random: inout SeededGenerator) {
@@ -206,11 +218,37 @@ final class AppMemory: Sendable {
                     pointer.storeBytes(of: 1, toByteOffset: offset, as: UInt8.self)
                 }
                 chunks.append((pointer, size))
+                // Logged once touched: until now it held less, but never less than before.
+                log?.record(held + size)
             } else if !chunks.isEmpty {
                 let (pointer, size) = chunks.remove(at: Int.random(in: 0..<chunks.count, using: &random))
+                // Logged before it is unmapped: from now on it holds at least this.
+                log?.record(held - size)
                 munmap(pointer, size)
             }
         }
+    }
+}
+
+/// An app's log of the memory it maps (`--memory-log`): the file `APP.PID` in the directory, one line per change,
+/// `CLOCK_MONOTONIC` in nanoseconds and the bytes held from then on. The harness reads it after the run, so that
+/// `heaviest-first` knows what an app weighed between its readings (`SoakEvidence.allocationChanges`).
+final class AllocationLog: Sendable {
+    private let file: FileDescriptor
+
+    /// The log of this process of `app`; nil when it cannot be made (the run goes on without it).
+    init?(directory: String, app: String) {
+        guard
+            let file = try? FileDescriptor.open(
+                "\(directory)/\(app).\(getpid())", .writeOnly, options: [.create, .append, .truncate],
+                permissions: 0o644)
+        else { return nil }
+        self.file = file
+    }
+
+    /// Logs that the process holds `bytes` from now on.
+    func record(_ bytes: Int) {
+        try? file.writeAll(Array("\(MonotonicClock.now()) \(bytes)\n".utf8))
     }
 }
 

@@ -106,6 +106,9 @@ public final class SoakRun {
         chmod(scratch + "/locks", 0o1777)
         mkdir(scratch + "/state", 0o755)
         mkdir(scratch + "/logs", 0o755)
+        // The apps' logs of the memory they map; launched apps may run as another user.
+        mkdir(scratch + "/memory", 0o777)
+        chmod(scratch + "/memory", 0o1777)
         appsLog = try FileDescriptor.open(
             scratch + "/apps.log", .writeOnly, options: [.create, .append], permissions: 0o644)
         if isRoot { cgroups = try SoakCgroups(name: "bgtask-soak-\(getpid())") }
@@ -264,7 +267,7 @@ public final class SoakRun {
             log("cannot rewrite \(configurationPath): \(error)")
             return
         }
-        if let pid = service?.daemonPID { kill(pid, SIGHUP) }
+        service?.reload()
         let limit = bytes ?? appsMemoryMaxBytes
         memoryLimitChanges.append(MemoryLimitChange(at: clock.now(), appsMemoryMax: limit))
         log(
@@ -358,7 +361,8 @@ public final class SoakRun {
         let evidence = SoakEvidence(
             entries: watch?.entries ?? [], processSamples: processSamples, memorySamples: memorySamples,
             restarts: restarts, resourceSamples: resourceSamples, daemonStoppedAt: daemonStoppedAt, end: end,
-            watchGaps: watch?.gaps ?? [], memoryLimitChanges: memoryLimitChanges, watchListings: watch?.listings ?? [])
+            watchGaps: watch?.gaps ?? [], memoryLimitChanges: memoryLimitChanges, watchListings: watch?.listings ?? [],
+            allocationChanges: allocationChanges())
         let criteria = SoakCriteria(
             backgroundTime: Self.backgroundTime, budgetGrace: .seconds(3), settling: Self.settling,
             appsMemoryMax: appsMemoryMaxBytes, restartTolerance: .seconds(2), warmUpFraction: 0.3,
@@ -439,6 +443,30 @@ func writeFile(_ path: String, _ text: String) throws {
 }
 
 /// A fresh directory under `$TMPDIR` (or `/tmp`), mode 0755 so another user's hostile client reaches the socket.
+extension SoakRun {
+    /// What the apps logged of the memory they map (`AllocationLog`), on the run's clock. A line cut short by a
+    /// kill mid-write is left out.
+    func allocationChanges() -> [AllocationChange] {
+        let directory = ProcFS(root: scratch + "/memory", fileSizeLimit: 4 << 20)
+        var changes: [AllocationChange] = []
+        for file in (try? directory.listDirectory("")) ?? [] {
+            guard let dot = file.lastIndex(of: "."), let pid = Int(file[file.index(after: dot)...]),
+                let text = try? directory.read(file)
+            else { continue }
+            let app = String(file[..<dot])
+            for line in text.split(separator: "\n") {
+                let fields = line.split(separator: " ")
+                guard fields.count == 2, let nanoseconds = Int64(fields[0]), let bytes = Int(fields[1]) else {
+                    continue
+                }
+                changes.append(
+                    AllocationChange(at: clock.since(nanoseconds), app: app, pid: pid, allocatedBytes: bytes))
+            }
+        }
+        return changes
+    }
+}
+
 func makeScratch() throws -> String {
     do {
         return try TemporaryDirectory.make(prefix: "bgtask-soak")

@@ -19,6 +19,9 @@ protocol SoakService: AnyObject {
     var socketPath: String { get }
     /// The running daemon's pid; nil while it is down.
     var daemonPID: pid_t? { get }
+    /// Asks the running daemon to reload its configuration (SIGHUP), through a pidfd of the daemon itself: never a
+    /// signal by pid, which after a restart may name another process.
+    func reload()
     /// Kills the daemon with SIGKILL and waits until a new one is ready; returns when it was sent.
     func killAndRestart() throws -> (stoppedAt: Int64, readyAt: Int64)
     /// Stops the daemon's loop with SIGSTOP and waits until the watchdog restarted it.

@@ -93,8 +93,29 @@ final class SystemdSoakDaemon: SoakService {
         return (stoppedAt, MonotonicClock.now())
     }
 
+    /// A pidfd of the daemon `MainPID` names, once it is known to be in bgtaskd.service's cgroup: the pid was read
+    /// a while ago, and a daemon restarted meanwhile leaves it free for any process to reuse. The pidfd holds the
+    /// process it was opened on, so what is checked through it stays true.
+    private func daemonPidFD() -> PidFD? {
+        guard let pid = mainPID, let pidFD = try? PidFD.open(pid: pid) else { return nil }
+        guard let cgroups = try? ProcFS().read("\(pid)/cgroup"),
+            cgroups.split(separator: "\n").contains(where: { $0.hasSuffix("/bgtaskd.service") }),
+            (try? pidFD.hasExited) == false
+        else {
+            try? pidFD.close()
+            return nil
+        }
+        return pidFD
+    }
+
+    func reload() {
+        guard let pidFD = daemonPidFD() else { return }
+        try? pidFD.sendSignal(.hangUp)
+        try? pidFD.close()
+    }
+
     func killAndRestart() throws -> (stoppedAt: Int64, readyAt: Int64) {
-        guard let pid = mainPID, let pidFD = try? PidFD.open(pid: pid) else { throw SoakError("no daemon to kill") }
+        guard let pidFD = daemonPidFD() else { throw SoakError("no daemon to kill") }
         defer { try? pidFD.close() }
         let stoppedAt = MonotonicClock.now()
         try pidFD.sendSignal(.kill)
@@ -103,7 +124,7 @@ final class SystemdSoakDaemon: SoakService {
     }
 
     func hangUntilWatchdog() throws -> (stoppedAt: Int64, readyAt: Int64) {
-        guard let pid = mainPID, let pidFD = try? PidFD.open(pid: pid) else { throw SoakError("no daemon to stop") }
+        guard let pidFD = daemonPidFD() else { throw SoakError("no daemon to stop") }
         defer { try? pidFD.close() }
         let stoppedAt = MonotonicClock.now()
         try pidFD.sendSignal(.stop)

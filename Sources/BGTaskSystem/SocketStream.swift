@@ -55,7 +55,8 @@ extension UnixSocket {
     ///
     /// This is how one thread wakes another blocked in `read` or `poll` on the same socket: closing the
     /// descriptor instead would let its number be reused under the blocked thread. A socket that is no longer
-    /// connected (`ENOTCONN`: the peer already went away) counts as shut down.
+    /// connected (`ENOTCONN`: the peer already went away) counts as shut down. A listening socket shut down for
+    /// reading refuses connections (`ECONNREFUSED`) from then on, in every process holding a copy of it.
     public static func shutdown(_ socket: FileDescriptor, _ direction: ShutdownDirection = .both) throws(Errno) {
         do throws(Errno) {
             _ = try systemCall("shutdown(fd \(socket.rawValue))") {

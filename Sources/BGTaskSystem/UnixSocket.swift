@@ -31,6 +31,11 @@ public enum UnixSocket {
     /// A socket file left by a dead daemon is removed first; if another process still accepts on it, this
     /// throws `.addressInUse` instead of stealing the path. Anything at `path` that is not a socket is left
     /// alone and `bind` reports it.
+    ///
+    /// A listener goes on taking connections while any process holds a copy of its descriptor, and a child holds a
+    /// copy of every descriptor of its parent from its clone to its exec, close-on-exec or not. A process that stops
+    /// listening and goes on running shuts the listener down (`shutdown(_:_:)`) before closing it: from then on it
+    /// refuses connections, whoever holds a copy.
     public static func listen(path: String, mode: mode_t = 0o666, backlog: Int32 = 128) throws(Errno)
         -> FileDescriptor
     {

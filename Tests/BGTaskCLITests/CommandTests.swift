@@ -36,8 +36,7 @@ let daemonCommandLines: [[String]] = [
     @Test func staleSocketSaysHowToStartIt() async throws {
         try await withTemporaryDirectory { directory in
             let socket = directory + "/stale.sock"
-            let listener = try UnixSocket.listen(path: socket)
-            try listener.close()
+            try makeStaleSocketFile(at: socket)
             #expect(FileManager.default.fileExists(atPath: socket))
             let run = await runTool(["apps"], environment: ["BGTASK_SOCKET": socket])
             #expect(run.status == .failure)

@@ -147,9 +147,7 @@ private let getApp = GetAppParameters.methodName
             let directory = try ScratchDirectory(prefix: "bgtask-client-stale")
             defer { directory.remove() }
             let path = directory.path + "/" + LifecycleInterface.name
-            // A socket file whose listener is gone, as a crashed daemon leaves it.
-            let listener = try UnixSocket.listen(path: path)
-            try listener.close()
+            try makeStaleSocketFile(at: path)
             #expect(throws: ClientError.daemonNotRunning(socketPath: path, .connectionRefused)) {
                 _ = try VarlinkConnection(socketPath: path)
             }

@@ -45,11 +45,12 @@ struct FileLockTests {
             let app = try pythonApp(daemon, name: "family", newGroup: true)
             try app.send("child-lock posix \(lockFile)")
             let child = pid_t(try number(after: "child", in: try app.waitForLine(startingWith: "child")))
+            // Opened now, while the child is alive and unreaped (its parent, the app, lives): by the end it may be
+            // gone and its pid another process's, which a pid opened then would name.
+            let childPidFD = try PidFD.open(pid: child)
             defer {
-                if let pidFD = try? PidFD.open(pid: child) {
-                    try? pidFD.sendSignal(.kill)
-                    try? pidFD.close()
-                }
+                try? childPidFD.sendSignal(.kill)
+                try? childPidFD.close()
             }
             try expectHeldLockTerminates(daemon, watch: watch, app: app, name: "family")
         }

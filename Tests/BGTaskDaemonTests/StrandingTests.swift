@@ -61,6 +61,12 @@ struct StrandingTests {
             let daemon = try DaemonHarness()
             let watch = try WatchStream(daemon)
             let (leader, child) = try suspendedGroup(daemon, watch: watch, name: "grouped")
+            // Opened while the child is alive and its parent (the app) holds it unreaped.
+            let childPidFD = try PidFD.open(pid: child)
+            defer {
+                try? childPidFD.sendSignal(.kill)
+                try? childPidFD.close()
+            }
             let plain = try pythonApp(daemon, name: "plain")
             try daemon.connect().lifecycle("SetState", ["app": "plain", "state": "background"])
             try watch.waitFor("stateChanged", app: "plain", ["state": "suspended"])
@@ -69,9 +75,6 @@ struct StrandingTests {
             for pid in [leader.pid, child, plain.pid] {
                 #expect(try waitForProcessState(pid) { $0 != .stopped } != .stopped, "pid \(pid) stayed stopped")
             }
-            let pidFD = try PidFD.open(pid: child)
-            defer { try? pidFD.close() }
-            try pidFD.sendSignal(.kill)
         }
     }
 
@@ -88,14 +91,16 @@ struct StrandingTests {
             _ = try app.waitForLine(startingWith: "leading")
             try app.send("child")
             let child = pid_t(try number(after: "child", in: try app.waitForLine(startingWith: "child")))
+            let childPidFD = try PidFD.open(pid: child)
+            defer {
+                try? childPidFD.sendSignal(.kill)
+                try? childPidFD.close()
+            }
             try daemon.connect().lifecycle("SetState", ["app": "late", "state": "background"])
             try watch.waitFor("stateChanged", app: "late", ["state": "suspended"])
             #expect(try waitForProcessState(app.pid) { $0 == .stopped } == .stopped)
             #expect(try waitForProcessState(child) { $0 == .stopped } == .stopped, "the group was not stopped")
             try daemon.stop()
-            let pidFD = try PidFD.open(pid: child)
-            defer { try? pidFD.close() }
-            try pidFD.sendSignal(.kill)
         }
     }
 }

@@ -1,5 +1,6 @@
 // End-to-end interop: Python's varlink client talks over a real Unix socket to a fake daemon built from this module.
 import BGTaskProtocol
+import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Glibc
@@ -200,11 +201,12 @@ struct PythonInteropTests {
                 if ready < 0 && errno != EINTR { throw SocketError(call: "poll", code: errno) }
                 for descriptor in descriptors where descriptor.revents != 0 {
                     if descriptor.fd == listener.fd {
-                        // accept4 is hidden behind _GNU_SOURCE in Glibc's module; set close-on-exec right after.
-                        let connection = accept(listener.fd, nil, nil)
-                        guard connection >= 0 else { throw SocketError(call: "accept", code: errno) }
-                        _ = fcntl(connection, F_SETFD, FD_CLOEXEC)
-                        connections[connection] = VarlinkFrameDecoder()
+                        // Close-on-exec from the start (accept4), then blocking, as the writes below expect.
+                        guard let connection = try UnixSocket.accept(FileDescriptor(rawValue: listener.fd)) else {
+                            continue  // The client gave up before it was accepted.
+                        }
+                        try connection.setNonBlocking(false)
+                        connections[connection.rawValue] = VarlinkFrameDecoder()
                         continue
                     }
                     var buffer = [UInt8](repeating: 0, count: 4096)

@@ -309,6 +309,45 @@ struct SoakCheckerTests {
         #expect(example.app == "mail" && example.evidence.contains("while photos in the same band suspended"))
     }
 
+    @Test("a survivor that freed memory and mapped more between two readings is judged by its own allocation log")
+    func survivorLighterOnlyBetweenReadings() throws {
+        // Seed 8360582566104785993 again, once the bracket was in: soak-37 was read at 7.8 MiB before the kill and
+        // 18.7 MiB after; the daemon weighed it at 6.1 MiB in between: it had freed a chunk and mapped a larger one
+        // between the readings. Here photos reads 300 MiB before the kill of mail (250 MiB) and 400 MiB after.
+        var scenario = SoakScenario()
+        scenario.evidence.entries.removeAll {
+            $0.entry.app == "photos" && (at(20)...at(20.3)).contains($0.observedAt)
+        }
+        scenario.evidence.memorySamples.removeAll { $0.app == "photos" }
+        scenario.evidence.memorySamples += [
+            MemorySample(takenAt: at(19.1), app: "photos", memoryBytes: mebibytes(300), pid: 700),
+            MemorySample(takenAt: at(20.6), app: "photos", memoryBytes: mebibytes(400), pid: 700),
+        ]
+        // Holding 290 MiB of its 300 at the reading; it freed 100 MiB at t=19.6 and mapped 200 MiB at t=20.2.
+        let log = { (changes: [(Double, Int)]) in
+            changes.map { AllocationChange(at: at($0.0), app: "photos", pid: 700, allocatedBytes: mebibytes($0.1)) }
+        }
+        scenario.evidence.allocationChanges = log([(1, 0), (5, 290), (19.6, 190), (20.2, 390)])
+        let result = SoakChecker.check(.heaviestFirst, scenario.evidence, scenario.criteria)
+        #expect(result.violationCount == 0, "\(result.counterExamples)")
+        // A log that never dipped below the reading's weight excuses nothing.
+        scenario.evidence.allocationChanges = log([(1, 0), (5, 290), (20.2, 390)])
+        var example = try #require(
+            SoakChecker.check(.heaviestFirst, scenario.evidence, scenario.criteria).counterExamples.first)
+        #expect(example.app == "mail" && example.evidence.contains("while photos in the same band suspended"))
+        // Nor does a dip before the window the daemon weighs in, or one of another process of the app.
+        scenario.evidence.allocationChanges = log([(1, 0), (5, 290), (17, 10), (17.5, 290), (20.2, 390)])
+        example = try #require(
+            SoakChecker.check(.heaviestFirst, scenario.evidence, scenario.criteria).counterExamples.first)
+        #expect(example.app == "mail")
+        scenario.evidence.allocationChanges =
+            log([(1, 0), (5, 290)])
+            + [AllocationChange(at: at(19.6), app: "photos", pid: 701, allocatedBytes: 0)]
+        example = try #require(
+            SoakChecker.check(.heaviestFirst, scenario.evidence, scenario.criteria).counterExamples.first)
+        #expect(example.app == "mail")
+    }
+
     @Test("a kill from a later band while an earlier band has apps fails heaviest-first")
     func bandSkipped() throws {
         var scenario = SoakScenario()

@@ -1,5 +1,6 @@
-// Descriptors: bounded polls, closeAfter on every path, non-blocking mode and short reads.
+// Descriptors: bounded polls, closeAfter on every path, non-blocking mode, short reads, close-on-exec from the start.
 import BGTaskSystem
+import BGTaskTestSupport
 import Glibc
 import Testing
 
@@ -69,6 +70,49 @@ private struct BodyFailed: Error {}
             let now = MonotonicClock.now()
             #expect(now >= previous)
             previous = now
+        }
+    }
+}
+
+/// Every descriptor the system layer hands out is close-on-exec from the call that makes it (`O_CLOEXEC`,
+/// `SOCK_CLOEXEC`, `accept4`, `pipe2`, `F_DUPFD_CLOEXEC`, `IN_CLOEXEC`, `EFD_CLOEXEC`, a pidfd), with no `fcntl` after
+/// it: a child another thread spawns in between would keep one through its exec.
+@Suite struct CloseOnExecTests {
+    @Test func everyDescriptorTheSystemLayerMakesIsCloseOnExec() async throws {
+        try await offThePool {
+            try withTemporaryDirectory { directory in
+                var made: [(what: String, descriptor: FileDescriptor)] = []
+                defer { for entry in made { try? entry.descriptor.close() } }
+                let file = try directory.write("file", "text")
+                made.append(("FileDescriptor.open", try FileDescriptor.open(file, .readOnly)))
+                let (readEnd, writeEnd) = try FileDescriptor.pipe()
+                made += [("FileDescriptor.pipe (read end)", readEnd), ("FileDescriptor.pipe (write end)", writeEnd)]
+                made.append(("FileDescriptor.duplicate", try readEnd.duplicate()))
+                let listener = try UnixSocket.listen(path: directory.path + "/stream.sock")
+                made.append(("UnixSocket.listen", listener))
+                made.append(("UnixSocket.connect", try UnixSocket.connect(path: directory.path + "/stream.sock")))
+                _ = try listener.poll(for: .readable, timeout: .seconds(10))
+                let accepted = try #require(try UnixSocket.accept(listener))
+                made.append(("UnixSocket.accept", accepted))
+                let (first, second) = try UnixSocket.pair()
+                made += [("UnixSocket.pair (first)", first), ("UnixSocket.pair (second)", second)]
+                made.append(("UnixSocket.bindDatagram", try UnixSocket.bindDatagram(path: directory.path + "/dgram")))
+                made.append(("PidFD.open", try PidFD.open(pid: getpid()).fileDescriptor))
+                if let peer = try UnixSocket.peerPidFD(of: accepted) {
+                    made.append(("UnixSocket.peerPidFD", peer.fileDescriptor))
+                }
+                made.append(("FileChangeWatch", try FileChangeWatch(path: file).fileDescriptor))
+                #expect(mkfifo(directory.path + "/pressure.fifo", 0o600) == 0)
+                let watch = try MemoryPressureWatch.open(path: directory.path + "/pressure.fifo", write: nil)
+                made.append(("MemoryPressureWatch (FIFO)", watch.fileDescriptor))
+                for entry in made {
+                    #expect(fcntl(entry.descriptor.rawValue, F_GETFD) & FD_CLOEXEC != 0, "\(entry.what)")
+                }
+
+                let worker = try BackgroundWorker<Int, Int>(name: "test-cloexec", capacity: 1) { $0 }
+                defer { worker.stop() }
+                #expect(fcntl(worker.outcomesReady.rawValue, F_GETFD) & FD_CLOEXEC != 0, "BackgroundWorker")
+            }
         }
     }
 }

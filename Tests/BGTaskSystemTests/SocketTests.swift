@@ -73,20 +73,45 @@ import Testing
         }
     }
 
+    /// Run while a child of this process is held between its clone and its exec, with a copy of the listener: the
+    /// tests beside this one spawn children, and the suite once met this by chance.
     @Test func staleSocketFileIsReplacedButALiveListenerIsNot() async throws {
         try await offThePool {
             try withTemporaryDirectory { directory in
                 let path = directory.path + "/stale.sock"
                 let first = try UnixSocket.listen(path: path)
-                let error = #expect(throws: Errno.self) { try UnixSocket.listen(path: path) }
-                #expect(error == .addressInUse)
-                try first.close()  // The file stays behind, like after a crash.
-                var status = stat()
-                #expect(lstat(path, &status) == 0)
-                let second = try UnixSocket.listen(path: path)
-                defer { try? second.close() }
-                let client = try UnixSocket.connect(path: path)
-                try client.close()
+                try withChildHeldBeforeExec { child in
+                    #expect(try child.holdsCopy(of: first))
+                    let error = #expect(throws: Errno.self) { try UnixSocket.listen(path: path) }
+                    #expect(error == .addressInUse)
+                    // Shut down, the listener refuses connections whoever holds a copy; closed alone, the child's
+                    // copy would go on listening (the next test).
+                    try UnixSocket.shutdown(first)
+                    try first.close()  // The file stays behind, like after a crash.
+                    var status = stat()
+                    #expect(lstat(path, &status) == 0)
+                    let second = try UnixSocket.listen(path: path)
+                    defer { try? second.close() }
+                    let client = try UnixSocket.connect(path: path)
+                    try client.close()
+                }
+            }
+        }
+    }
+
+    /// A listener lives while any process holds a copy of its descriptor, close-on-exec or not, and listening on its
+    /// path is refused meanwhile: from its clone to its exec, a child holds a copy of every descriptor.
+    @Test func aClosedListenerListensWhileAChildHoldsACopy() async throws {
+        try await offThePool {
+            try withTemporaryDirectory { directory in
+                let path = directory.path + "/held.sock"
+                let listener = try UnixSocket.listen(path: path)
+                #expect(fcntl(listener.rawValue, F_GETFD) & FD_CLOEXEC != 0)
+                try withChildHeldBeforeExec { child in
+                    #expect(try child.holdsCopy(of: listener))
+                    try listener.close()
+                    #expect(throws: Errno.addressInUse) { try UnixSocket.listen(path: path) }
+                }
             }
         }
     }
