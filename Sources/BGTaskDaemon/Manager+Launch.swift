@@ -203,6 +203,7 @@ extension Manager {
         process.cgroups = started.cgroups
         process.child = started.child
         process.unit = started.unit
+        supervisor?.adopted(process)
         guard watchExit(of: process, releasingOnFailure: false) else {
             // Fail closed: an app whose exit cannot be watched is not kept.
             perform(core.processExited(launched.app, how: .exited, now: now))
