@@ -122,7 +122,7 @@ extension Manager {
         let request = LaunchRequest(
             name: name, argv: argv, uid: uid, changesUser: uid != geteuid(),
             exitsOnSuspend: parameters.exitsOnSuspend, logDirectory: logDirectory,
-            socketPath: socketPath)
+            socketPath: socketPath, oomScoreAdjust: configuration.launch.oomScoreAdjust(for: name))
         let timeout = configuration.core.appPolicy(for: name).launchTimeout
         guard supervisor.submit(request, for: call, timeout: timeout) else {
             throw VarlinkError.limitExceeded(limit: "LaunchesInFlightMax", max: Self.launchesInFlightMax)
@@ -223,6 +223,7 @@ extension Manager {
                 + (started.cgroups?.control.map { " in \($0.path)" } ?? " without a cgroup")
                 + ": \(request.argv.joined(separator: " "))",
             [.app(name)])
+        if let note = request.oomScoreAdjustNote(pid: started.pid, procFS: procFS) { logger.notice(note, [.app(name)]) }
         return .success(launched)
     }
 

@@ -141,6 +141,25 @@ struct UnitLaunchTests {
         }
     }
 
+    @Test("the app's own OOMScoreAdjust= from its apps.d file reaches its unit; others get 0")
+    func ownOOMScoreAdjust() async throws {
+        try await offThePool {
+            let fake = FakeUnitManager()
+            let harness = try ManagerHarness(
+                files: [
+                    "apps.d/org.example.game.conf": "[Launch]\nOOMScoreAdjust=600\n",
+                    "apps.d/org.example.keeper.conf": "[Launch]\nOOMScoreAdjust=-300\n",
+                ], unitManager: fake.endpoint())
+            defer { harness.close() }
+            for (name, expected) in [("org.example.game", 600), ("org.example.keeper", -300), ("org.example.other", 0)]
+            {
+                let launch = try harness.beginLaunch(name, through: fake)
+                let sent = fake.properties[launch.unit]?.filter { $0.name == "OOMScoreAdjust" }.map(\.value)
+                #expect(sent == [.int32(Int32(expected))], "\(name): \(String(describing: sent))")
+            }
+        }
+    }
+
     @Test("on the system instance the unit runs as the user the name is pinned to (User=), as root asked")
     func systemInstanceUser() async throws {
         try await offThePool {

@@ -21,9 +21,6 @@ final class UnitSupervisor: AppSupervisor {
     static let exitReportWait: Duration = .seconds(2)
     /// The most `JobRemoved`s of unknown jobs remembered (a job's end may come before the answer that names it).
     static let unclaimedJobsMax = 256
-    /// Every app unit's `OOMScoreAdjust=`: the kernel's neutral 0, so that under the kernel's own OOM killer the
-    /// apps weigh as any process does (the daemon's unit keeps -500 for itself).
-    static let oomScoreAdjust: Int32 = 0
 
     /// The most launches held at once.
     let capacity: Int
@@ -201,8 +198,9 @@ final class UnitSupervisor: AppSupervisor {
                     element: "(sasb)",
                     [ExecCommand(path: program, arguments: request.argv, ignoresFailure: false).busValue])),
             UnitProperty("Environment", .array(element: "s", environment.map { .string($0) })),
-            // The app's own, never the daemon's (which the daemon's unit lowers to outlive the apps).
-            UnitProperty("OOMScoreAdjust", .int32(Self.oomScoreAdjust)),
+            // The app's own (0 unless its apps.d file says), never the daemon's (which its unit lowers to outlive
+            // the apps).
+            UnitProperty("OOMScoreAdjust", .int32(request.oomScoreAdjust)),
             UnitProperty("SyslogIdentifier", .string(request.name)),
         ]
         if let directory = request.logDirectory {
