@@ -1,6 +1,7 @@
 // Managed apps started by the service manager as transient units of their own (`app-bgtask-NAME-RANDOM.service` in
 // `app.slice`, as desktop environments name their apps): nothing of the daemon's sandbox, cgroup or restarts
-// reaches them, and they are frozen, measured and killed through their unit's cgroup.
+// reaches them, and they are frozen (through the manager where it can: `UnitFreezer`), measured and killed through
+// their unit and its cgroup.
 
 import BGTaskCore
 import BGTaskSystem
