@@ -58,7 +58,9 @@ struct ConfigurationBuilder {
         for section in file.sections
         where ConfigurationSection(rawValue: section.name) == nil && !Self.isExtension(section.name) {
             var message = "unknown section [\(section.name)]; ignoring its keys"
-            if let known = ConfigurationSection.allCases.first(where: {
+            if section.name == DaemonConfiguration.appLaunchSection {
+                message += " ([\(section.name)] belongs in apps.d/NAME.conf, for one app)"
+            } else if let known = ConfigurationSection.allCases.first(where: {
                 $0.rawValue.lowercased() == section.name.lowercased()
             }) {
                 message += " (did you mean [\(known.rawValue)]?)"
@@ -108,12 +110,13 @@ struct ConfigurationBuilder {
         diagnostics += file.diagnostics
         let policySection = ConfigurationSection.policy.rawValue
         let accessSection = ConfigurationSection.access.rawValue
-        for section in file.sections
-        where section.name != policySection && section.name != accessSection && !Self.isExtension(section.name) {
+        let launchSection = DaemonConfiguration.appLaunchSection
+        let appSections = [policySection, accessSection, launchSection]
+        for section in file.sections where !appSections.contains(section.name) && !Self.isExtension(section.name) {
             report(
                 .error, at: section.location,
-                "apps.d files may contain only [\(policySection)] and [\(accessSection)]; ignoring "
-                    + "[\(section.name)] and its keys")
+                "apps.d files may contain only [\(policySection)], [\(accessSection)] and [\(launchSection)]; "
+                    + "ignoring [\(section.name)] and its keys")
         }
         if configuration.core.appPolicies[appName] != nil {
             report(.warning, file: file.fileName, "app \(String(reflecting: appName)) appears twice; the later wins")
@@ -135,6 +138,49 @@ struct ConfigurationBuilder {
         configuration.core.appPolicies[appName] = policy
         appOrigins[appName] = fileOrigins
         applyAppAccess(file, appName: appName)
+        applyAppLaunch(file, appName: appName)
+    }
+
+    /// `[Launch]` of an app file: `OOMScoreAdjust=` gives the app an `oom_score_adj` of its own, a whole number
+    /// from -1000 to 1000. A bad value is reported and leaves the earlier one (or the default, 0) in force;
+    /// `OOMScoreAdjust=` empty goes back to the default.
+    private mutating func applyAppLaunch(_ file: INIFile, appName: String) {
+        let launchSection = DaemonConfiguration.appLaunchSection
+        let key = DaemonConfiguration.appOOMScoreAdjustKey
+        var assignedLine: Int?
+        for entry in file.entries where entry.section == launchSection && !Self.isExtension(entry.key) {
+            guard entry.key == key else {
+                report(
+                    .warning, at: entry.location,
+                    "unknown key \(String(reflecting: entry.key)) in [\(launchSection)] of an apps.d file; "
+                        + "ignoring it (the only key there is \(key)=)")
+                continue
+            }
+            if entry.value.isEmpty {
+                configuration.launch.appOOMScoreAdjustments[appName] = nil
+                assignedLine = nil
+                continue
+            }
+            let range = DaemonConfiguration.Launch.oomScoreAdjustRange
+            guard let value = Int32(entry.value), range.contains(value) else {
+                let kept = configuration.launch.oomScoreAdjust(for: appName)
+                let problem =
+                    Int(entry.value) == nil
+                    ? "\(String(reflecting: entry.value)) is not a whole number"
+                    : "\(entry.value) is out of range"
+                report(
+                    .error, at: entry.location,
+                    "\(key): \(problem) (expected \(range.lowerBound) to \(range.upperBound)); keeping \(key)=\(kept)")
+                continue
+            }
+            if let assignedLine {
+                report(
+                    .warning, at: entry.location,
+                    "\(key) is already set on line \(assignedLine) of this file; the later value wins")
+            }
+            assignedLine = entry.location.line
+            configuration.launch.appOOMScoreAdjustments[appName] = value
+        }
     }
 
     /// `[Access]` of an app file: `User=` pins the app's name to one user. A bad value is reported and leaves the

@@ -19,6 +19,9 @@ public struct DaemonConfiguration: Hashable, Sendable {
     /// `[Access]`: who may act as a controller.
     public var access = Access()
 
+    /// `[Launch]` of the `apps.d/NAME.conf` files: how the daemon launches each app.
+    public var launch = Launch()
+
     /// The shipped defaults, as bgtaskd(8) lists them.
     public init() {}
 
@@ -96,6 +99,30 @@ public struct DaemonConfiguration: Hashable, Sendable {
         /// The shipped defaults, as bgtaskd(8) lists them.
         public init() {}
     }
+
+    /// `[Launch]` settings of `apps.d/NAME.conf`: how `Launch` starts the app.
+    public struct Launch: Hashable, Sendable {
+        /// `OOMScoreAdjust=` of `[Launch]` in `apps.d/NAME.conf`, by app name: the app's `oom_score_adj` when the
+        /// daemon launches it (its unit's `OOMScoreAdjust=`, or written by the forked child before exec), from
+        /// -1000 (never chosen by the kernel's OOM killer) to 1000 (chosen first). Unset names get
+        /// `defaultOOMScoreAdjust`.
+        public var appOOMScoreAdjustments: [String: Int32] = [:]
+
+        /// The kernel's neutral 0: under the kernel's own OOM killer a launched app weighs as any process does,
+        /// never as the daemon, whose unit lowers its own to -500 so that it outlives the apps.
+        public static let defaultOOMScoreAdjust: Int32 = 0
+
+        /// The kernel's range of `oom_score_adj` (and systemd's of `OOMScoreAdjust=`).
+        public static let oomScoreAdjustRange: ClosedRange<Int32> = -1000...1000
+
+        /// The shipped defaults, as bgtaskd(8) lists them.
+        public init() {}
+
+        /// The `oom_score_adj` the app named `name` is launched with.
+        public func oomScoreAdjust(for name: String) -> Int32 {
+            appOOMScoreAdjustments[name] ?? Self.defaultOOMScoreAdjust
+        }
+    }
 }
 
 extension DaemonConfiguration {
@@ -112,7 +139,9 @@ extension DaemonConfiguration {
 
     /// `--dump-config`: every section and key with its value in force, in canonical syntax, then one
     /// `[Policy]` block per app override (after an `# apps.d/NAME.conf` comment) holding the values that
-    /// differ from the default policy, and an `[Access]` block with `User=` when the app's name is pinned. `parseRenderedINI(_:fileName:)` reads it back to the same configuration.
+    /// differ from the default policy, an `[Access]` block with `User=` when the app's name is pinned, and a
+    /// `[Launch]` block with `OOMScoreAdjust=` when the app has one. `parseRenderedINI(_:fileName:)` reads it back
+    /// to the same configuration.
     public func renderINI() -> String {
         var lines = ["# bgtaskd effective configuration: every key with the value in force."]
         lines.append("[\(ConfigurationSection.policy.rawValue)]")
@@ -127,6 +156,7 @@ extension DaemonConfiguration {
             }
         }
         let appNames = Set(core.appPolicies.keys).union(access.appUsers.keys)
+            .union(launch.appOOMScoreAdjustments.keys)
         for name in appNames.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
             lines.append("")
             lines.append("\(DaemonConfiguration.appMarkerPrefix)\(name)\(DaemonConfiguration.appMarkerSuffix)")
@@ -138,6 +168,10 @@ extension DaemonConfiguration {
             if let user = access.appUsers[name] {
                 lines.append("[\(ConfigurationSection.access.rawValue)]")
                 lines.append("\(Self.appUserKey)=\(user)")
+            }
+            if let adjustment = launch.appOOMScoreAdjustments[name] {
+                lines.append("[\(Self.appLaunchSection)]")
+                lines.append("\(Self.appOOMScoreAdjustKey)=\(adjustment)")
             }
         }
         return lines.joined(separator: "\n") + "\n"
@@ -203,6 +237,10 @@ extension DaemonConfiguration {
 
     /// The key of `[Access]` in an app file that pins the app's name to a user.
     static let appUserKey = "User"
+
+    /// The section of an app file (only) saying how the app is launched, and its key.
+    static let appLaunchSection = "Launch"
+    static let appOOMScoreAdjustKey = "OOMScoreAdjust"
 
     static let appMarkerPrefix = "# apps.d/"
     static let appMarkerSuffix = ".conf"

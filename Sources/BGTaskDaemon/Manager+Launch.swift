@@ -15,11 +15,11 @@ extension Manager {
     static let launchesInFlightMax = 4
 
     /// Makes the supervisor of managed apps (`AppSupervisor`): the service manager that runs the daemon starts them
-    /// as units of their own where one answers (`serviceManager`), unless `CgroupRoot=` asks for the daemon's own
+    /// as units of their own where one answers (`unitManager`), unless `CgroupRoot=` asks for the daemon's own
     /// cgroups; else the daemon forks them itself, into cgroups under `CgroupRoot=`, or into none.
-    func startSupervisor(serviceManager: ServiceManagerScope?) throws(StartupError) {
-        if let serviceManager, configuration.memory.cgroupRoot == nil,
-            let units = startUnitSupervisor(serviceManager)
+    func startSupervisor(unitManager: UnitManagerChoice?) throws(StartupError) {
+        if let unitManager, configuration.memory.cgroupRoot == nil,
+            let units = startUnitSupervisor(unitManager)
         {
             supervisor = units
             return
@@ -40,10 +40,35 @@ extension Manager {
         }
     }
 
-    /// Finds the service manager of `scope` (each place it may listen at, tried in turn, bounded) and follows it;
-    /// nil, logged, when none answers or it cannot be followed. Runs at start, before anything is served: the loop
-    /// is turned here until the probe is over.
-    private func startUnitSupervisor(_ scope: ServiceManagerScope) -> UnitSupervisor? {
+    /// Follows the service manager `choice` names (probed, or given) with a `UnitSupervisor`; nil, logged, when
+    /// none answers or it cannot be followed.
+    private func startUnitSupervisor(_ choice: UnitManagerChoice) -> UnitSupervisor? {
+        let endpoint: UnitManagerEndpoint
+        switch choice {
+        case .given(let given): endpoint = given
+        case .probe(let scope):
+            guard let found = probeUnitManager(scope) else { return nil }
+            endpoint = found
+        }
+        do {
+            let units = try UnitSupervisor(
+                capacity: Self.launchesInFlightMax, manager: endpoint.client, description: endpoint.description,
+                version: endpoint.version, isSystemInstance: endpoint.isSystemInstance, clock: clock, logger: logger,
+                procFS: procFS, hierarchies: cgroupHierarchies, probeCgroup: daemonCgroup)
+            units.onOutcome = { [unowned self] launch, outcome in self.launchEnded(launch, outcome) }
+            logger.info("managed apps are launched as units: \(endpoint.description)")
+            return units
+        } catch {
+            endpoint.client.close()
+            logger.warning("managed apps: cannot follow the service manager: \(error); forking them instead")
+            return nil
+        }
+    }
+
+    /// Finds the service manager of `scope` (each place it may listen at, tried in turn, bounded) and connects to
+    /// it; nil, logged, when none answers. Runs at start, before anything is served: the loop is turned here until
+    /// the probe is over.
+    private func probeUnitManager(_ scope: ServiceManagerScope) -> UnitManagerEndpoint? {
         var found: (connection: ServiceManagerConnection?, probe: ServiceManagerProbe)?
         ServiceManagerConnection.probe(scope, loop: loop, timeout: .seconds(5)) { found = ($0, $1) }
         while found == nil {
@@ -58,30 +83,19 @@ extension Manager {
             logger.warning("managed apps: \(found?.probe.description ?? "no service manager"); forking them instead")
             return nil
         }
-        let version = Int((found.probe.version ?? "").prefix { $0.isNumber }) ?? 0
-        do {
-            let units = try UnitSupervisor(
-                capacity: Self.launchesInFlightMax, manager: connection, description: found.probe.description,
-                version: version, isSystemInstance: scope == .system, clock: clock, logger: logger, procFS: procFS,
-                hierarchies: cgroupHierarchies, probeCgroup: daemonCgroup)
-            units.onOutcome = { [unowned self] launch, outcome in self.launchEnded(launch, outcome) }
-            connection.onDisconnect = { [weak self] in
-                self?.logger.error(
-                    "the service manager closed the connection: apps cannot be launched, nor their ends read, until "
-                        + "bgtaskd restarts")
-            }
-            connection.subscribe { [weak self] result in
-                if case .failure(let error) = result {
-                    self?.logger.warning("the service manager refused Subscribe: \(error)")
-                }
-            }
-            logger.info("managed apps are launched as units: \(found.probe)")
-            return units
-        } catch {
-            connection.close()
-            logger.warning("managed apps: cannot follow the service manager: \(error); forking them instead")
-            return nil
+        connection.onDisconnect = { [weak self] in
+            self?.logger.error(
+                "the service manager closed the connection: apps cannot be launched, nor their ends read, until "
+                    + "bgtaskd restarts")
         }
+        connection.subscribe { [weak self] result in
+            if case .failure(let error) = result {
+                self?.logger.warning("the service manager refused Subscribe: \(error)")
+            }
+        }
+        return UnitManagerEndpoint(
+            client: connection, description: found.probe.description,
+            version: Int((found.probe.version ?? "").prefix { $0.isNumber }) ?? 0, isSystemInstance: scope == .system)
     }
 
     /// `Launch`: checks the call, then starts `argv` as the managed app `name` off the loop (`AppSupervisor`). The
@@ -105,7 +119,7 @@ extension Manager {
         let request = LaunchRequest(
             name: name, argv: argv, uid: uid, changesUser: uid != geteuid(),
             exitsOnSuspend: parameters.exitsOnSuspend, logDirectory: logDirectory,
-            socketPath: socketPath)
+            socketPath: socketPath, oomScoreAdjust: configuration.launch.oomScoreAdjust(for: name))
         let timeout = configuration.core.appPolicy(for: name).launchTimeout
         guard supervisor.submit(request, for: call, timeout: timeout) else {
             throw VarlinkError.limitExceeded(limit: "LaunchesInFlightMax", max: Self.launchesInFlightMax)
@@ -186,6 +200,7 @@ extension Manager {
         process.cgroups = started.cgroups
         process.child = started.child
         process.unit = started.unit
+        supervisor?.adopted(process)
         guard watchExit(of: process, releasingOnFailure: false) else {
             // Fail closed: an app whose exit cannot be watched is not kept.
             perform(core.processExited(launched.app, how: .exited, now: now))
@@ -205,6 +220,7 @@ extension Manager {
                 + (started.cgroups?.control.map { " in \($0.path)" } ?? " without a cgroup")
                 + ": \(request.argv.joined(separator: " "))",
             [.app(name)])
+        if let note = request.oomScoreAdjustNote(pid: started.pid, procFS: procFS) { logger.notice(note, [.app(name)]) }
         return .success(launched)
     }
 

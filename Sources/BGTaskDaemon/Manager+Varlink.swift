@@ -201,6 +201,7 @@ extension Manager {
         switch process?.lastStopTarget {
         case .cgroup(let directory):
             method = directory.isV1Freezer ? .cgroup1 : .cgroup2
+            if let unit = process?.unit, process?.unitFreezer?.lastMethod(of: unit) == .manager { method = .unit }
             cgroup = directory.path
         case .group: method = .group
         case .process: method = .process

@@ -201,6 +201,12 @@ public final class Manager {
     /// (systemd's system or user instance): managed apps are then launched as its units (`UnitSupervisor`); nil, or
     /// none answering there, and the daemon forks them itself (`ForkSupervisor`).
     public func start(handlesSignals: Bool = true, serviceManager: ServiceManagerScope? = nil) throws(StartupError) {
+        try start(handlesSignals: handlesSignals, unitManager: serviceManager.map(UnitManagerChoice.probe))
+    }
+
+    /// `start(handlesSignals:serviceManager:)` with the service manager to launch managed apps through either
+    /// probed or given (`UnitManagerChoice`: a test's fake manager); nil: the daemon forks them itself.
+    func start(handlesSignals: Bool, unitManager: UnitManagerChoice?) throws(StartupError) {
         do {
             if handlesSignals {
                 for signal in [Signal.terminate, .interrupt] {
@@ -269,7 +275,7 @@ public final class Manager {
         resolveAccessSettings()
         let ownCgroups = try? cgroupHierarchies.cgroups(of: getpid(), procFS: procFS)
         daemonCgroup = ownCgroups?.unified
-        try startSupervisor(serviceManager: serviceManager)
+        try startSupervisor(unitManager: unitManager)
         memoryMonitor = MemoryMonitor(manager: self, settings: configuration.memory)
         fileDescriptorStoreLimit = notifier.fileDescriptorStoreLimit
         try takeListenedDescriptors()

@@ -75,6 +75,9 @@ final class TrackedProcess {
     var unit: String? {
         didSet { changes?.note(serial) }
     }
+    /// How the cgroup of its unit is frozen, thawed and killed (through the service manager where it can, else the
+    /// cgroup's files); nil for an app without a unit, whose cgroup's files are the way.
+    var unitFreezer: UnitFreezer?
 
     var pid: pid_t { pidFD.pid }
     var isStopped: Bool { stopped != nil }
@@ -129,13 +132,13 @@ final class TrackedProcess {
         case .cgroup(let cgroup):
             do {
                 switch signal {
-                case .stop: try cgroup.setFrozen(true)
-                case .continue: try cgroup.setFrozen(false)
+                case .stop: try setFrozen(cgroup, true)
+                case .continue: try setFrozen(cgroup, false)
                 case .kill:
                     // A cgroup the daemon made: the app's whole. cgroup.kill (Linux 5.14) takes every process at
                     // once, frozen or not; without it each process gets SIGKILL through a pidfd, and a v1 freezer
                     // is thawed so the kill completes.
-                    _ = try cgroup.killEverything()
+                    try killMade(cgroup)
                 default: try signals.send(signal, toProcess: pidFD, startTime: startTime)
                 }
             } catch let error as Errno {
@@ -145,6 +148,24 @@ final class TrackedProcess {
                 throw Errno(rawValue: EIO, operation: "\(cgroup): \(error)")
             }
         }
+    }
+
+    /// Freezes or thaws `cgroup`: a unit's through its `UnitFreezer` (the service manager where it can), any other
+    /// through its own files.
+    private func setFrozen(_ cgroup: CgroupDirectory, _ frozen: Bool) throws(Errno) {
+        guard isMade(cgroup), let unitFreezer, let unit else { return try cgroup.setFrozen(frozen) }
+        if frozen {
+            try unitFreezer.freeze(unit, cgroup: cgroup)
+        } else {
+            try unitFreezer.thaw(unit, cgroup: cgroup)
+        }
+    }
+
+    /// Kills everything in a cgroup the daemon made or was given for the app: a unit's through its `UnitFreezer`
+    /// (`cgroup.kill`, else the service manager's `KillUnit`), any other through its own files.
+    private func killMade(_ cgroup: CgroupDirectory) throws {
+        guard let unitFreezer, let unit else { return _ = try cgroup.killEverything() }
+        try unitFreezer.kill(unit, cgroup: cgroup, mainProcess: pidFD)
     }
 
     /// Decides to stop the process: freezing `cgroup` when it is given (a cgroup2 cgroup of the app's own), else
@@ -187,7 +208,7 @@ final class TrackedProcess {
     func fallBackToSignals() throws(Errno) {
         guard case .cgroup(let cgroup) = stopped else { return }
         // A freeze still pending was never written: the cgroup is not the daemon's to thaw.
-        if !isStopPending { try? cgroup.setFrozen(false) }
+        if !isStopPending { try? setFrozen(cgroup, false) }
         stopped = nil
         isStopPending = false
         try stop()
@@ -269,10 +290,11 @@ final class TrackedProcess {
         if case .cgroup(let cgroup) = stopped {
             stopped = nil
             do {
-                if killing { _ = try cgroup.killEverything() }
-                try cgroup.setFrozen(false)
+                if killing { try killMade(cgroup) }
+                try setFrozen(cgroup, false)
             } catch let error as Errno {
-                if error.rawValue != ENOENT { throw error }
+                // The cgroup, or the process the kill also went to, is gone.
+                if error.rawValue != ENOENT && error != .noSuchProcess { throw error }
             } catch {
                 throw Errno(rawValue: EIO, operation: "\(cgroup): \(error)")
             }

@@ -107,7 +107,7 @@ extension DemoScenes {
     func narrateSuspension(of app: LaunchedApp, _ info: AppInfo, backends: LaunchBackends) throws(DemoFailure) {
         var kernel = ""
         switch info.suspendedWith {
-        case .cgroup2?, .cgroup1?:
+        case .unit?, .cgroup2?, .cgroup1?:
             guard let cgroup = info.cgroup.map(CgroupDirectory.init(path:)) else { break }
             let frozen: Bool
             do {

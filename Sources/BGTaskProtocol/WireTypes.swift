@@ -92,6 +92,8 @@ public struct AppInfo: Codable, Hashable, Sendable {
 
 /// How the daemon suspends an app (`App.suspendedWith`).
 public enum SuspensionMethod: String, Codable, Hashable, Sendable, CaseIterable {
+    /// Frozen by the service manager through the unit it runs as (`FreezeUnit`).
+    case unit
     /// Frozen through a cgroup2 cgroup of its own (`cgroup.freeze`).
     case cgroup2
     /// Frozen through a v1 freezer cgroup of its own (`freezer.state`).

@@ -83,6 +83,16 @@ public struct ProcFS: Sendable {
         }
     }
 
+    /// `/proc/PID/oom_score_adj`: how the kernel's OOM killer weighs the process, from -1000 to 1000; nil when the
+    /// file holds anything else.
+    public func oomScoreAdjust(_ pid: pid_t) throws(Errno) -> Int32? {
+        let text = try read("\(pid)/oom_score_adj")
+        guard let value = text.split(whereSeparator: { $0 == " " || $0 == "\n" }).first.flatMap({ Int32($0) }),
+            (-1000...1000).contains(value)
+        else { return nil }
+        return value
+    }
+
     /// `Pss` of `/proc/PID/smaps_rollup` in bytes: the process's fair share of the memory it maps.
     public func proportionalSetSize(_ pid: pid_t) throws -> Int64 {
         try ProportionalSetSize.parse(readLines("\(pid)/smaps_rollup"))

@@ -38,10 +38,14 @@ public struct LaunchSpec: Sendable {
     public var user: LaunchUser?
     /// The working directory.
     public var workingDirectory: String
+    /// The child's `oom_score_adj`, written before it drops privileges (so a value below the daemon's own may be
+    /// set where the daemon may lower it); nil leaves the one it inherits from the daemon.
+    public var oomScoreAdjust: Int32?
 
     public init(
         program: String, arguments: [String], environment: [String], cgroupProcsFiles: [String],
-        standardOutput: FileDescriptor, standardError: FileDescriptor, user: LaunchUser?, workingDirectory: String
+        standardOutput: FileDescriptor, standardError: FileDescriptor, user: LaunchUser?, workingDirectory: String,
+        oomScoreAdjust: Int32? = nil
     ) {
         self.program = program
         self.arguments = arguments
@@ -51,6 +55,7 @@ public struct LaunchSpec: Sendable {
         self.standardError = standardError
         self.user = user
         self.workingDirectory = workingDirectory
+        self.oomScoreAdjust = oomScoreAdjust
     }
 }
 
@@ -145,6 +150,8 @@ public enum ProcessLauncher {
                             spec.workingDirectory.withCString { directory in
                                 launch.path = program
                                 launch.directory = directory
+                                launch.change_oom_score_adj = spec.oomScoreAdjust == nil ? 0 : 1
+                                launch.oom_score_adj = spec.oomScoreAdjust ?? 0
                                 return argv.withUnsafeBufferPointer { argvPointer in
                                     envp.withUnsafeBufferPointer { envpPointer in
                                         launch.argv = UnsafePointer(argvPointer.baseAddress)
@@ -234,12 +241,14 @@ struct LaunchSteps: Sendable {
     let uid: uid_t
     let gid: gid_t
     let workingDirectory: String
+    let oomScoreAdjust: Int32?
 
     init(_ spec: LaunchSpec) {
         program = spec.program
         uid = spec.user?.uid ?? 0
         gid = spec.user?.gid ?? 0
         workingDirectory = spec.workingDirectory
+        oomScoreAdjust = spec.oomScoreAdjust
     }
 
     func description(_ step: Int32) -> String {
@@ -254,6 +263,8 @@ struct LaunchSteps: Sendable {
         case BGTASK_LAUNCH_DIRECTORY.rawValue: "changing to \(workingDirectory)"
         case BGTASK_LAUNCH_EXEC.rawValue: "executing \(program)"
         case BGTASK_LAUNCH_DESCRIPTORS.rawValue: "marking the daemon's other descriptors close-on-exec"
+        case BGTASK_LAUNCH_OOM_SCORE_ADJ.rawValue:
+            "setting its oom_score_adj to \(oomScoreAdjust.map(String.init) ?? "the app's")"
         default: "starting \(program)"
         }
     }

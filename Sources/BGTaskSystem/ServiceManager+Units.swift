@@ -183,6 +183,14 @@ public struct JobRemovedSignal: Hashable, Sendable {
     public var unit: String
     /// How it ended.
     public var result: JobResult
+
+    /// A signal as the manager sends it (the connection reads them; a fake manager makes them).
+    public init(id: UInt32, job: BusObjectPath, unit: String, result: JobResult) {
+        self.id = id
+        self.job = job
+        self.unit = unit
+        self.result = result
+    }
 }
 
 /// `UnitRemoved(s unit, o path)`: the manager unloaded a unit (a transient one after it stopped, by its
@@ -202,6 +210,13 @@ public struct PropertiesChangedSignal: Hashable, Sendable {
     public var changed: [String: BusValue]
     /// Properties that changed without their values being sent.
     public var invalidated: [String]
+
+    /// A signal as the manager sends it (the connection reads them; a fake manager makes them).
+    public init(interface: String, changed: [String: BusValue], invalidated: [String] = []) {
+        self.interface = interface
+        self.changed = changed
+        self.invalidated = invalidated
+    }
 }
 
 extension ServiceManagerConnection {

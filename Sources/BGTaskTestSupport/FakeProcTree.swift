@@ -59,6 +59,12 @@ public final class FakeProcTree {
             atPath: directory.path + "/\(pid)/fdinfo", withIntermediateDirectories: true)
     }
 
+    /// Sets the process's `cgroup` file to the one line of a cgroup2 membership: `0::PATH`, `path` relative to the
+    /// hierarchy's root (starting with `/`).
+    public func setUnifiedCgroup(pid: Int32, path: String) throws {
+        try directory.write("\(pid)/cgroup", "0::\(path)\n")
+    }
+
     /// Removes a file of the tree (`"42/smaps_rollup"`), or a whole process (`"42"`).
     public func remove(_ relativePath: String) throws {
         try FileManager.default.removeItem(atPath: directory.path + "/" + relativePath)

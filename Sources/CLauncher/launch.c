@@ -89,6 +89,78 @@ static int close_others_on_exec(long open_file_limit) {
     return 0;
 }
 
+/// Writes `value` in decimal to the open /proc/self/oom_score_adj `fd`: 0, or -1 with errno set (EACCES: lower than
+/// the kernel lets this process go without CAP_SYS_RESOURCE).
+static int write_oom_score_adj(int fd, int value) {
+    char text[12];
+    int length = 0;
+    unsigned int magnitude = value < 0 ? 0U - (unsigned int)value : (unsigned int)value;
+    char digits[11];
+    int count = 0;
+    do {
+        digits[count++] = (char)('0' + magnitude % 10U);
+        magnitude /= 10U;
+    } while (magnitude != 0U && count < 10);
+    if (value < 0) text[length++] = '-';
+    while (count > 0) text[length++] = digits[--count];
+    long written = syscall(SYS_pwrite64, fd, text, (size_t)length, 0L);
+    if (written == length) return 0;
+    if (written >= 0) errno = EIO;
+    return -1;
+}
+
+/// Reads the open /proc/self/oom_score_adj `fd` into `*value`: 0, or -1 with errno set.
+static int read_oom_score_adj(int fd, int *value) {
+    char text[16];
+    long count = syscall(SYS_pread64, fd, text, sizeof text, 0L);
+    if (count <= 0) {
+        if (count == 0) errno = EIO;
+        return -1;
+    }
+    int index = 0, sign = 1, number = 0, digits = 0;
+    if (text[0] == '-') {
+        sign = -1;
+        index = 1;
+    }
+    for (; index < count && text[index] >= '0' && text[index] <= '9' && digits < 5; index++, digits++) {
+        number = number * 10 + (text[index] - '0');
+    }
+    if (digits == 0) {
+        errno = EIO;
+        return -1;
+    }
+    *value = sign * number;
+    return 0;
+}
+
+/// Sets /proc/self/oom_score_adj to `wanted`, or where the kernel refuses to lower it that far (EACCES: below the
+/// floor this process inherited, without CAP_SYS_RESOURCE) to the nearest value it accepts, found by halving the
+/// span between `wanted` and the value inherited (which is always accepted): at most 11 writes. 0, or -1 with errno
+/// set.
+static int set_oom_score_adj(int wanted) {
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/oom_score_adj", O_RDWR | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int result = write_oom_score_adj(fd, wanted);
+    if (result != 0 && (errno == EACCES || errno == EPERM)) {
+        int refused = wanted, accepted;
+        result = read_oom_score_adj(fd, &accepted);
+        while (result == 0 && accepted - refused > 1) {
+            int middle = refused + (accepted - refused) / 2;
+            if (write_oom_score_adj(fd, middle) == 0) {
+                accepted = middle;
+            } else if (errno == EACCES || errno == EPERM) {
+                refused = middle;
+            } else {
+                result = -1;
+            }
+        }
+    }
+    int saved = errno;
+    (void)syscall(SYS_close, fd);
+    errno = saved;
+    return result;
+}
+
 /// The child, from its clone to its exec; never returns. `open_file_limit` is the parent's RLIMIT_NOFILE.
 __attribute__((noreturn)) static void run_child(const struct bgtask_launch_spec *spec, long open_file_limit) {
     int error_pipe = spec->error_pipe;
@@ -120,6 +192,9 @@ __attribute__((noreturn)) static void run_child(const struct bgtask_launch_spec 
     for (int index = 0; index < spec->cgroup_count; index++) {
         if (syscall(SYS_write, spec->cgroup_procs[index], "0", 1) != 1) fail(error_pipe, BGTASK_LAUNCH_CGROUP);
     }
+    /* Before the privileges go: lowering it may need the daemon's. */
+    if (spec->change_oom_score_adj && set_oom_score_adj(spec->oom_score_adj) != 0)
+        fail(error_pipe, BGTASK_LAUNCH_OOM_SCORE_ADJ);
     if (spec->change_user) {
         if (syscall(SYS_setgroups, spec->group_count, spec->groups) != 0) fail(error_pipe, BGTASK_LAUNCH_GROUPS);
         if (syscall(SYS_setresgid, spec->gid, spec->gid, spec->gid) != 0) fail(error_pipe, BGTASK_LAUNCH_GID);

@@ -214,6 +214,24 @@ func idlReplyFields(of methodName: String) throws -> [String] {
         #expect(Rendering.appTable([]) == "no apps\n")
     }
 
+    @Test("VIA names how a unit's app was last frozen when the service manager did not freeze it")
+    func rendersUnitHandling() {
+        func app(_ name: String, _ method: SuspensionMethod?) -> AppInfo {
+            AppInfo(
+                name: name, state: .suspended, pid: 7, uid: 1000, managed: true, suspendedWith: method,
+                cgroup: "/sys/fs/cgroup/app.slice/app-bgtask-\(name)-1a2b3c4d.service",
+                unit: "app-bgtask-\(name)-1a2b3c4d.service")
+        }
+        let table = Rendering.appTable([
+            app("never", nil), app("manager", .unit), app("file", .cgroup2), app("stopped", .process),
+        ])
+        let via = table.split(separator: "\n").dropFirst().map { line in
+            line.split(separator: " ", omittingEmptySubsequences: true).dropFirst(6).dropLast().joined(separator: " ")
+        }
+        #expect(via == ["unit", "unit", "unit cgroup2", "unit signals"], "\(table)")
+        #expect(Rendering.app(app("manager", .unit)).contains("  suspended:  frozen by the service manager"))
+    }
+
     @Test func rendersOneApp() {
         let text = Rendering.app(Samples.backgroundApp)
         #expect(text.hasPrefix("org.example.photos\n  state:      background\n"))

@@ -405,3 +405,57 @@ func valuesOutsideTheirLimitsAreErrors(_ text: String, _ fragment: String) throw
     #expect(places(result) == ["\(mainPath):2: warning"])
     #expect(result.configuration.memory.appsMemoryMaxBytes == 0)
 }
+
+@Test func appFilesGiveTheAppAnOOMScoreAdjustOfItsOwn() {
+    let result = load([
+        "\(appsPath)/mail.conf": "[Launch]\nOOMScoreAdjust=-200\n",
+        "\(appsPath)/game.conf": "[Launch]\nOOMScoreAdjust=1000\n[Policy]\nBackgroundTimeSec=30s\n",
+        "\(appsPath)/plain.conf": "[Policy]\nBackgroundTimeSec=30s\n",
+        "\(appsPath)/reset.conf": "[Launch]\nOOMScoreAdjust=300\nOOMScoreAdjust=\n",
+    ])
+    #expect(result.diagnostics.isEmpty, "\(result.diagnostics)")
+    let launch = result.configuration.launch
+    #expect(launch.oomScoreAdjust(for: "mail") == -200)
+    #expect(launch.oomScoreAdjust(for: "game") == 1000)
+    // Unset, reset, or no file at all: the kernel's neutral 0, never the daemon's own.
+    #expect(launch.oomScoreAdjust(for: "plain") == 0)
+    #expect(launch.oomScoreAdjust(for: "reset") == 0)
+    #expect(launch.oomScoreAdjust(for: "unknown") == DaemonConfiguration.Launch.defaultOOMScoreAdjust)
+    #expect(launch.appOOMScoreAdjustments.keys.sorted() == ["game", "mail"])
+}
+
+@Test(arguments: [
+    ("1001", "1001 is out of range (expected -1000 to 1000)"),
+    ("-1001", "-1001 is out of range"),
+    ("99999999999", "99999999999 is out of range"),
+    ("abc", "\"abc\" is not a whole number"),
+    ("1.5", "\"1.5\" is not a whole number"),
+    ("-", "\"-\" is not a whole number"),
+    ("--5", "\"--5\" is not a whole number"),
+    ("5 0", "\"5 0\" is not a whole number"),
+    ("0x10", "\"0x10\" is not a whole number"),
+])
+func aBadOOMScoreAdjustIsAnErrorAndKeepsTheEarlierValue(value: String, message: String) throws {
+    let app = "\(appsPath)/mail.conf"
+    let result = load([app: "[Launch]\nOOMScoreAdjust=250\nOOMScoreAdjust=\(value)\n"])
+    #expect(places(result) == ["\(app):3: error"])
+    let diagnostic = try #require(result.diagnostics.first)
+    #expect(diagnostic.message.contains("OOMScoreAdjust: "), "\(diagnostic.message)")
+    #expect(diagnostic.message.contains(message), "\(diagnostic.message)")
+    #expect(diagnostic.message.hasSuffix("keeping OOMScoreAdjust=250"), "\(diagnostic.message)")
+    #expect(result.configuration.launch.oomScoreAdjust(for: "mail") == 250)
+}
+
+@Test func launchKeysBelongInAppFilesOnly() {
+    let app = "\(appsPath)/mail.conf"
+    let result = load([
+        mainPath: "[Launch]\nOOMScoreAdjust=100\n",
+        app: "[Launch]\nOOMScoreAdjust=+7\nNice=5\nOOMScoreAdjust=-7\n[Service]\nOOMScoreAdjust=9\n",
+    ])
+    #expect(places(result) == ["\(mainPath):1: warning", "\(app):3: warning", "\(app):4: warning", "\(app):5: error"])
+    #expect(result.diagnostics[0].message.contains("[Launch] belongs in apps.d/NAME.conf"))
+    #expect(result.diagnostics[1].message.contains("the only key there is OOMScoreAdjust="))
+    #expect(result.diagnostics[2].message.contains("already set on line 2"))
+    #expect(result.diagnostics[3].message.contains("[Policy], [Access] and [Launch]"))
+    #expect(result.configuration.launch.appOOMScoreAdjustments == ["mail": -7])
+}

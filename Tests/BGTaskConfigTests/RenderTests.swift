@@ -181,3 +181,15 @@ func valuesEndingInBackslashesSurviveDumpAndParse(value: String) {
     // The rejected block is dropped, not read as part of the main file.
     #expect(result.configuration.core.defaultAppPolicy.backgroundTime == .seconds(600))
 }
+
+@Test func anAppsOOMScoreAdjustSurvivesDumpAndParse() throws {
+    var configuration = DaemonConfiguration()
+    configuration.launch.appOOMScoreAdjustments = ["com.example.game": 700, "com.example.mail": -250]
+    configuration.access.appUsers = ["com.example.mail": "mail"]
+    let text = configuration.renderINI()
+    #expect(text.contains("\n# apps.d/com.example.game.conf\n[Policy]\n[Launch]\nOOMScoreAdjust=700\n"), "\(text)")
+    #expect(text.contains("[Access]\nUser=mail\n[Launch]\nOOMScoreAdjust=-250\n"), "\(text)")
+    let reparsed = DaemonConfiguration.parseRenderedINI(text, fileName: "dump")
+    #expect(reparsed.diagnostics.isEmpty, "\(reparsed.diagnostics)")
+    #expect(reparsed.configuration.launch == configuration.launch)
+}

@@ -154,4 +154,51 @@ struct LaunchTests {
             #expect(fixture.appCgroups.count == (fixture.memory == nil ? 1 : 2), "\(fixture.appCgroups)")
         }
     }
+
+    @Test("a forked app gets its own oom_score_adj (apps.d OOMScoreAdjust=, else 0), never the daemon's")
+    func ownOOMScoreAdjust() async throws {
+        try await withLaunchFixture(
+            files: [
+                "apps.d/org.example.spared.conf": "[Launch]\nOOMScoreAdjust=-200\n",
+                "apps.d/org.example.first.conf": "[Launch]\nOOMScoreAdjust=700\n",
+            ]
+        ) { fixture in
+            // The daemon's own, which its children inherit: raised here (the installed unit lowers it to -500,
+            // which needs CAP_SYS_RESOURCE, as lowering it again below the value inherited does).
+            let daemon = "/proc/\(fixture.daemon.pid)/oom_score_adj"
+            try "500".write(toFile: daemon, atomically: false, encoding: .utf8)
+            #expect(try String(contentsOfFile: daemon, encoding: .utf8) == "500\n")
+            let status = try String(contentsOfFile: "/proc/self/status", encoding: .utf8)
+            let capabilities =
+                status.split(separator: "\n").first { $0.hasPrefix("CapEff:") }
+                .flatMap { UInt64($0.dropFirst(7).trimmingCharacters(in: .whitespaces), radix: 16) } ?? 0
+            let mayLower = capabilities & (1 << 24) != 0  // CAP_SYS_RESOURCE
+            // Where the kernel will not go below the floor the daemon inherited (without CAP_SYS_RESOURCE), the
+            // nearest value it allows: above -200, and never the daemon's 500.
+            let cases: [(name: String, allowed: ClosedRange<Int>)] = [
+                ("org.example.plain", 0...0), ("org.example.first", 700...700),
+                ("org.example.spared", mayLower ? -200...(-200) : -199...499),
+            ]
+            for (name, allowed) in cases {
+                let report = fixture.logDirectory + "/\(name).sandbox"
+                let reply = try fixture.launch(name, ["--report-sandbox", report])
+                let pid = try #require(reply.parameters["app"]?.objectValue?["pid"]?.intValue, "\(reply)")
+                let text = try String(contentsOfFile: "/proc/\(pid)/oom_score_adj", encoding: .utf8)
+                let actual = try #require(Int(text.trimmingCharacters(in: .whitespacesAndNewlines)), "\(text)")
+                #expect(allowed.contains(actual), "\(name): \(actual)")
+                try fixture.waitForApp(name) { $0["state"] == "active" }
+                // Written just after registering.
+                let deadline = MonotonicClock.now() + Duration.seconds(20).nanosecondCount
+                while !FileManager.default.fileExists(atPath: report), MonotonicClock.now() < deadline {
+                    usleep(20_000)
+                }
+                let lines = try String(contentsOfFile: report, encoding: .utf8).split(separator: "\n")
+                #expect(lines.contains("oom_score_adj \(actual)"), "\(name): \(lines)")
+            }
+            // Below the floor it inherits, without CAP_SYS_RESOURCE: the app keeps what it inherits, said.
+            let note = "org.example.spared runs with oom_score_adj"
+            #expect(fixture.daemon.log.contains(note) == !mayLower, "\(fixture.daemon.log)")
+            #expect(!fixture.daemon.log.contains("org.example.plain runs with"), "\(fixture.daemon.log)")
+        }
+    }
 }

@@ -4,12 +4,13 @@
 import BGTaskBenchmarks
 import BGTaskConfig
 import BGTaskCore
-import BGTaskDaemon
 import BGTaskProtocol
 import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Glibc
+
+@testable import BGTaskDaemon
 
 /// A `Manager` run by the test itself: `ManagerClockMode.manual`, so the policy's deadlines, the memory monitor's
 /// samples and every other timer fire only when the test moves the clock; `/proc` read from a `FakeProcTree`, so
@@ -48,6 +49,8 @@ final class ManagerHarness {
     }
     private let configuration: DaemonConfiguration
     private let configurationPath: String
+    /// The service manager managed apps are launched through (a `FakeUnitManager`); nil: the manager forks them.
+    private let unitManager: UnitManagerEndpoint?
     /// The instant the manual clock started at.
     let start: MonotonicInstant
     private let logPath: String
@@ -57,9 +60,10 @@ final class ManagerHarness {
     private var isClosed = false
 
     /// A manager with `configuration` (bgtaskd.conf text; the defaults when empty) and `files` beside it (such as
-    /// `apps.d/NAME.conf`), its clock at `start`.
+    /// `apps.d/NAME.conf`), its clock at `start`; its managed apps launched as units of `unitManager` when given.
     init(
-        configuration: String = "", files: [String: String] = [:], start: MonotonicInstant = .seconds(1_000)
+        configuration: String = "", files: [String: String] = [:], start: MonotonicInstant = .seconds(1_000),
+        unitManager: UnitManagerEndpoint? = nil
     ) throws {
         directory = try ScratchDirectory(prefix: "bgtaskd-manager")
         socketPath = directory.path + "/io.bgtask.Lifecycle"
@@ -75,21 +79,22 @@ final class ManagerHarness {
         logPath = directory.path + "/bgtaskd.log"
         logFile = try FileDescriptor.open(logPath, .writeOnly, options: [.create, .append])
         self.start = start
+        self.unitManager = unitManager
         manager = try Self.startManager(
             configuration: loaded.configuration, configurationPath: configurationPath, socketPath: socketPath,
-            statePath: statePath, logFile: logFile, tree: tree, start: start)
+            statePath: statePath, logFile: logFile, tree: tree, start: start, unitManager: unitManager)
     }
 
     private static func startManager(
         configuration: DaemonConfiguration, configurationPath: String, socketPath: String, statePath: String,
-        logFile: FileDescriptor, tree: FakeProcTree, start: MonotonicInstant
+        logFile: FileDescriptor, tree: FakeProcTree, start: MonotonicInstant, unitManager: UnitManagerEndpoint?
     ) throws -> Manager {
         let manager = try Manager(
             configuration: configuration, configurationPath: configurationPath, socketPath: socketPath,
             statePath: statePath, logger: Logger(destination: .stream, threshold: .debug, stream: logFile),
             procFS: tree.procFS, clock: .manual(start: start))
         do {
-            try manager.start(handlesSignals: false)
+            try manager.start(handlesSignals: false, unitManager: unitManager.map(UnitManagerChoice.given))
         } catch {
             throw HarnessError("the manager did not start: \(error)")
         }
@@ -110,7 +115,7 @@ final class ManagerHarness {
         try whileDown()
         manager = try Self.startManager(
             configuration: configuration, configurationPath: configurationPath, socketPath: socketPath,
-            statePath: statePath, logFile: logFile, tree: tree, start: stoppedAt + downtime)
+            statePath: statePath, logFile: logFile, tree: tree, start: stoppedAt + downtime, unitManager: unitManager)
         try settle()
     }
 
@@ -220,13 +225,25 @@ final class ManagerHarness {
     /// Starts a stand-in process, puts it in the fake tree with `pssMiB` of memory, and registers it as `name`
     /// on its own connection (`state` as Register takes it).
     func register(_ name: String, pssMiB: Int64 = 10, state: String = "active") throws -> App {
+        try register(startStandIn(name, pssMiB: pssMiB), as: name, state: state)
+    }
+
+    /// Starts a stand-in process, connected to the manager but not registered, and puts it in the fake tree with
+    /// `pssMiB` of memory under `command`.
+    func startStandIn(_ command: String, pssMiB: Int64 = 10) throws -> AppStandIn {
         let launch = try AppStandIn.launch(
             executable: try Products.path("bgtask-bench"), socketPath: socketPath, lifetime: .seconds(300))
         let standIn = try launch.connected(timeout: .seconds(30))
         standIns.append(standIn)
         // Its group is the `timeout` wrapper's, as in the kernel; it started long before anything is accepted.
         try tree.addProcess(
-            pid: standIn.process.pid, group: standIn.wrapper.pid, startTime: 1, pssKiB: pssMiB * 1024, command: name)
+            pid: standIn.process.pid, group: standIn.wrapper.pid, startTime: 1, pssKiB: pssMiB * 1024,
+            command: command)
+        return standIn
+    }
+
+    /// Registers `standIn` as `name` on its connection (`state` as Register takes it).
+    func register(_ standIn: AppStandIn, as name: String, state: String = "active") throws -> App {
         let app = App(name: name, standIn: standIn, stream: RawVarlinkClient(connected: standIn.connection))
         try app.stream.send(
             "io.bgtask.Lifecycle.Register", ["name": .string(name), "state": .string(state)], more: true)

@@ -95,6 +95,7 @@ public enum Rendering {
         if let exit = exit(app) { lines.append("  exit:       \(exit)") }
         switch app.suspendedWith {
         // The cgroup's path is on a line of its own; these say which freezer held it.
+        case .unit: lines.append("  suspended:  frozen by the service manager through its unit (FreezeUnit)")
         case .cgroup2: lines.append("  suspended:  frozen through its cgroup (cgroup2)")
         case .cgroup1: lines.append("  suspended:  frozen through its cgroup (cgroup1 freezer)")
         case .group: lines.append("  suspended:  SIGSTOP to its process group")
@@ -126,10 +127,18 @@ public enum Rendering {
     }
 
     /// How the daemon handles an app, for the table: `unit` when the service manager started it as a unit of its
-    /// own (frozen, measured and killed through the unit's cgroup), `cgroup` when through a cgroup of its own,
-    /// `signals` when it is stopped and killed with signals and measured by its processes' PSS.
+    /// own (frozen by the manager, measured and killed through the unit's cgroup), followed by how it was last
+    /// frozen when the manager did not do it (`unit cgroup2`: through the unit's cgroup; `unit signals`: stopped
+    /// with SIGSTOP); `cgroup` when through a cgroup of its own, `signals` when it is stopped and killed with
+    /// signals and measured by its processes' PSS.
     static func handling(_ app: AppInfo) -> String {
-        if app.unit != nil { return "unit" }
+        if app.unit != nil {
+            switch app.suspendedWith {
+            case nil, .unit: return "unit"
+            case .cgroup2, .cgroup1: return "unit \(app.suspendedWith?.rawValue ?? "")"
+            case .group, .process: return "unit signals"
+            }
+        }
         return app.cgroup == nil ? "signals" : "cgroup"
     }
 

@@ -16,11 +16,12 @@ public struct Apps: Subcommand {
         abstract: "List the apps the daemon tracks",
         discussion: """
             Prints one line per app: its name, state, process id, open background tasks, background time left, \
-            memory, how the daemon handles it (VIA: unit when the service manager started the app as a unit of \
-            its own, frozen, measured and killed through the unit's cgroup; cgroup when it does so through a \
-            cgroup of the app's own; signals when it stops and kills the app with signals and measures its \
-            processes' memory), and exit reason. Terminated apps the daemon still remembers are left out unless \
-            --all is given or --state terminated asks for them.
+            memory, how the daemon handles it (VIA: unit when the service manager runs the app as a unit of its \
+            own and freezes it, unit cgroup2 or unit cgroup1 when the daemon last froze the unit through its \
+            cgroup, unit signals when it last stopped it with SIGSTOP; cgroup when it freezes, measures and kills \
+            the app through a cgroup of its own, signals when it stops and kills the app with signals and measures \
+            its processes' memory), and exit reason. Terminated apps the daemon still remembers are left out \
+            unless --all is given or --state terminated asks for them.
 
             With --json, prints the ListApps reply, filtered the same way.
             """,

@@ -96,7 +96,8 @@ protocol AppSupervisor: AnyObject {
     /// Whether `cgroups`, read back from the state file for the process `saved`, are ones this supervisor would
     /// have made or been given for an app: only then does a restarted daemon freeze, measure or kill through them.
     func trusts(_ cgroups: AppCgroups, of saved: SavedProcess) -> Bool
-    /// A restarted daemon took on `process` from its state file (a managed app it started before the restart).
+    /// The manager took on `process`: a managed app this supervisor just started, or one a restarted daemon read
+    /// back from its state file (started before the restart, maybe left frozen).
     func adopted(_ process: TrackedProcess)
     /// The app's process exited, but how (its exit status) comes a little later: runs `then` once it is known, or
     /// once it stopped waiting, and answers true; false when there is nothing to wait for (`ended` may run now).

@@ -356,8 +356,8 @@ final class ForkSupervisor: AppSupervisor {
         roots.made(cgroups)
     }
 
-    /// An app forked before a restart is no child of this daemon: nothing to take on but its cgroups, which the
-    /// manager keeps on the process.
+    /// Nothing to take on but the app's cgroups, which the manager keeps on the process (an app forked before a
+    /// restart is no child of this daemon).
     func adopted(_ process: TrackedProcess) {}
 
     /// A child's exit status is there to reap the moment its pidfd turns readable.

@@ -20,6 +20,21 @@ struct LaunchRequest: Sendable {
     let logDirectory: String?
     /// The daemon's socket, for the app's `BGTASK_SOCKET`.
     let socketPath: String
+    /// The app's own `oom_score_adj` (`OOMScoreAdjust=` of its `apps.d` file, else 0), never the daemon's.
+    let oomScoreAdjust: Int32
+}
+
+extension LaunchRequest {
+    /// What to tell the operator when the app launched as `pid` does not run with its `oomScoreAdjust`: the
+    /// kernel refuses to lower a process's `oom_score_adj` below the floor it inherited without CAP_SYS_RESOURCE,
+    /// and the launcher's child then takes the nearest value it allows (a user manager, as systemd does for
+    /// `OOMScoreAdjust=`, keeps its own): higher than asked, so the app is less shielded than asked, never more.
+    /// Nil when it runs with its own, or the value cannot be read.
+    func oomScoreAdjustNote(pid: pid_t, procFS: ProcFS) -> String? {
+        guard let actual = try? procFS.oomScoreAdjust(pid), actual != oomScoreAdjust else { return nil }
+        return "\(name) runs with oom_score_adj \(actual), not its OOMScoreAdjust=\(oomScoreAdjust): lowering it "
+            + "below the value it inherits needs CAP_SYS_RESOURCE"
+    }
 }
 
 /// A child cloned for a launch, not yet known to have exec'd: its handshake and what was made for it.
@@ -109,7 +124,7 @@ extension LaunchRequest {
         let spec = LaunchSpec(
             program: executable, arguments: argv, environment: environment(user: user, cgroups: cgroups),
             cgroupProcsFiles: cgroups?.all.map { $0.path + "/cgroup.procs" } ?? [], standardOutput: output,
-            standardError: output, user: user, workingDirectory: workingDirectory)
+            standardError: output, user: user, workingDirectory: workingDirectory, oomScoreAdjust: oomScoreAdjust)
         let handshake: LaunchHandshake
         do {
             handshake = try ProcessLauncher.start(spec)

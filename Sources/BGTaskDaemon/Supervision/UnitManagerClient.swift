@@ -22,6 +22,11 @@ protocol UnitManagerClient: AnyObject {
         completion: @escaping (Result<UnitProperties, ServiceManagerError>) -> Void)
     /// `KillUnit(name, "all", signal)`.
     func killUnit(_ name: String, signal: Signal, completion: @escaping (Result<Void, ServiceManagerError>) -> Void)
+    /// `FreezeUnit(name)`: completes once the unit's cgroup is frozen, or with the manager's refusal
+    /// (`NotSupported` where it cannot freeze units).
+    func freezeUnit(_ name: String, completion: @escaping (Result<Void, ServiceManagerError>) -> Void)
+    /// `ThawUnit(name)`.
+    func thawUnit(_ name: String, completion: @escaping (Result<Void, ServiceManagerError>) -> Void)
     /// Each `JobRemoved` of the manager.
     func watchJobs(_ handler: @escaping (JobRemovedSignal) -> Void) throws(ServiceManagerError)
         -> UnitSignalSubscription
@@ -33,6 +38,26 @@ protocol UnitManagerClient: AnyObject {
     func settle(timeout: Duration, until condition: () -> Bool)
     /// Closes the connection.
     func close()
+}
+
+/// A service manager to launch managed apps through, connected: its client, and what `UnitSupervisor` needs to know
+/// of it.
+struct UnitManagerEndpoint {
+    let client: UnitManagerClient
+    /// Which manager, for the report ("systemd 252 through /run/user/1000/systemd/private").
+    let description: String
+    /// Its major version (systemd 252 → 252), for properties and methods that came later.
+    let version: Int
+    /// Whether it is the system instance (apps then run as the caller's user, `User=`).
+    let isSystemInstance: Bool
+}
+
+/// Where the daemon's manager finds the service manager to launch managed apps through.
+enum UnitManagerChoice {
+    /// The instance of that scope, probed at start (the daemon).
+    case probe(ServiceManagerScope)
+    /// One already connected (a test's fake manager).
+    case given(UnitManagerEndpoint)
 }
 
 extension ServiceManagerConnection: UnitManagerClient {
@@ -52,6 +77,14 @@ extension ServiceManagerConnection: UnitManagerClient {
 
     func killUnit(_ name: String, signal: Signal, completion: @escaping (Result<Void, ServiceManagerError>) -> Void) {
         killUnit(name, whom: .all, signal: signal, completion: completion)
+    }
+
+    func freezeUnit(_ name: String, completion: @escaping (Result<Void, ServiceManagerError>) -> Void) {
+        freezeUnit(name, timeout: Self.defaultCallTimeout, completion: completion)
+    }
+
+    func thawUnit(_ name: String, completion: @escaping (Result<Void, ServiceManagerError>) -> Void) {
+        thawUnit(name, timeout: Self.defaultCallTimeout, completion: completion)
     }
 
     func watchJobs(_ handler: @escaping (JobRemovedSignal) -> Void) throws(ServiceManagerError)

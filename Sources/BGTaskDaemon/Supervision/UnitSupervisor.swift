@@ -1,6 +1,7 @@
 // Managed apps started by the service manager as transient units of their own (`app-bgtask-NAME-RANDOM.service` in
 // `app.slice`, as desktop environments name their apps): nothing of the daemon's sandbox, cgroup or restarts
-// reaches them, and they are frozen, measured and killed through their unit's cgroup.
+// reaches them, and they are frozen (through the manager where it can: `UnitFreezer`), measured and killed through
+// their unit and its cgroup.
 
 import BGTaskCore
 import BGTaskSystem
@@ -21,9 +22,6 @@ final class UnitSupervisor: AppSupervisor {
     static let exitReportWait: Duration = .seconds(2)
     /// The most `JobRemoved`s of unknown jobs remembered (a job's end may come before the answer that names it).
     static let unclaimedJobsMax = 256
-    /// Every app unit's `OOMScoreAdjust=`: the kernel's neutral 0, so that under the kernel's own OOM killer the
-    /// apps weigh as any process does (the daemon's unit keeps -500 for itself).
-    static let oomScoreAdjust: Int32 = 0
 
     /// The most launches held at once.
     let capacity: Int
@@ -43,6 +41,8 @@ final class UnitSupervisor: AppSupervisor {
     /// A cgroup2 cgroup below the root (the daemon's own), to learn what the kernel's cgroups have.
     private let probeCgroup: CgroupDirectory?
     private var jobSubscription: UnitSignalSubscription?
+    /// How the apps' units are frozen, thawed and killed.
+    let freezer: UnitFreezer
 
     /// One launch in flight.
     private final class Held {
@@ -94,6 +94,11 @@ final class UnitSupervisor: AppSupervisor {
         self.procFS = procFS
         self.hierarchies = hierarchies
         self.probeCgroup = probeCgroup
+        do {
+            freezer = try UnitFreezer(manager: manager, managerVersion: version, clock: clock, logger: logger)
+        } catch {
+            throw .system(error)
+        }
         jobSubscription = try manager.watchJobs { [unowned self] signal in self.jobRemoved(signal) }
         do {
             timer = try clock.makeTimer(name: "unit-supervisor", accuracy: .milliseconds(10)) { [unowned self] in
@@ -113,9 +118,12 @@ final class UnitSupervisor: AppSupervisor {
 
     var managedBackends: ManagedBackends {
         guard let unified = hierarchies.unified else { return ManagedBackends() }
-        var backends = ManagedBackends(freeze: "cgroup2", memory: nil, kill: "cgroup2")
+        // The manager's FreezeUnit until it refuses for good, then the unit's cgroup.freeze; cgroup.kill (or SIGKILL
+        // to each process), then the manager's KillUnit where the cgroup cannot be written.
+        var backends = ManagedBackends(
+            freeze: freezer.triesManager ? "unit" : "cgroup2", memory: nil, kill: "cgroup2+unit")
         // The root cgroup has no cgroup.kill: a cgroup below it (the daemon's own) says whether the kernel has one.
-        if probeCgroup?.has("cgroup.kill") == true { backends.kill = "cgroup.kill" }
+        if probeCgroup?.has("cgroup.kill") == true { backends.kill = "cgroup.kill+unit" }
         if let controllers = try? CgroupDirectory(path: unified).read("cgroup.controllers"),
             controllers.contains("memory")
         {
@@ -191,8 +199,9 @@ final class UnitSupervisor: AppSupervisor {
                     element: "(sasb)",
                     [ExecCommand(path: program, arguments: request.argv, ignoresFailure: false).busValue])),
             UnitProperty("Environment", .array(element: "s", environment.map { .string($0) })),
-            // The app's own, never the daemon's (which the daemon's unit lowers to outlive the apps).
-            UnitProperty("OOMScoreAdjust", .int32(Self.oomScoreAdjust)),
+            // The app's own (0 unless its apps.d file says), never the daemon's (which its unit lowers to outlive
+            // the apps).
+            UnitProperty("OOMScoreAdjust", .int32(request.oomScoreAdjust)),
             UnitProperty("SyslogIdentifier", .string(request.name)),
         ]
         if let directory = request.logDirectory {
@@ -381,9 +390,15 @@ final class UnitSupervisor: AppSupervisor {
         }
     }
 
+    /// An app of a unit (launched now, or adopted after a restart, maybe frozen) is frozen and killed through the
+    /// unit, and watched for how its program ends.
     func adopted(_ process: TrackedProcess) {
-        guard let unit = process.unit, units[unit] == nil else { return }
-        follow(unit)
+        guard let unit = process.unit else { return }
+        if let cgroup = process.cgroups?.control {
+            process.unitFreezer = freezer
+            freezer.adopt(unit, cgroup: cgroup, isFrozen: process.frozenCgroup == cgroup)
+        }
+        if units[unit] == nil { follow(unit) }
     }
 
     /// Starts watching `unit` for how its program ends.
@@ -412,6 +427,7 @@ final class UnitSupervisor: AppSupervisor {
         guard let unit = process.unit else { return nil }
         // The unit is the manager's: it ends with its program, and the manager collects it and its cgroup.
         process.cgroups = nil
+        freezer.forget(unit)
         guard let watched = units.removeValue(forKey: unit) else { return nil }
         watched.subscription?.cancel()
         return watched.exit
@@ -421,6 +437,7 @@ final class UnitSupervisor: AppSupervisor {
         try? started.pidFD.close()
         guard let unit = started.unit else { return }
         units.removeValue(forKey: unit)?.subscription?.cancel()
+        freezer.forget(unit)
         kill(unit, because: "bgtaskd does not take it on")
     }
 
@@ -451,6 +468,8 @@ final class UnitSupervisor: AppSupervisor {
         reservedNames = [:]
         launchOfJob = [:]
         if pending > 0 { manager.settle(timeout: .seconds(2)) { pending == 0 } }
+        // Nothing the manager froze stays frozen once the connection closes.
+        freezer.stop { condition in manager.settle(timeout: .seconds(2), until: condition) }
         jobSubscription?.cancel()
         for watched in units.values { watched.subscription?.cancel() }
         units = [:]

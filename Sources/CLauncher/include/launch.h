@@ -25,6 +25,12 @@ struct bgtask_launch_spec {
     int group_count;
     /// The working directory.
     const char *directory;
+    /// Non-zero: the child sets its `oom_score_adj` (/proc/self/oom_score_adj) to `oom_score_adj` before it drops
+    /// privileges. Where the kernel refuses to lower it that far (below the floor the child inherited, without
+    /// CAP_SYS_RESOURCE), the child takes the nearest value the kernel allows, between the one asked for and the
+    /// one it inherited, rather than keep the daemon's. Any other failure fails the launch.
+    int change_oom_score_adj;
+    int oom_score_adj;
     /// The write end of a close-on-exec pipe: on failure the child writes { step, errno } there and exits 127.
     int error_pipe;
 };
@@ -42,6 +48,8 @@ enum bgtask_launch_step {
     BGTASK_LAUNCH_EXEC = 9,
     /// Marking every descriptor but 0, 1 and 2 close-on-exec (close_range, or one by one where it fails).
     BGTASK_LAUNCH_DESCRIPTORS = 10,
+    /// Writing `oom_score_adj`.
+    BGTASK_LAUNCH_OOM_SCORE_ADJ = 11,
 };
 
 /// The system call that made the child, or failed to.
