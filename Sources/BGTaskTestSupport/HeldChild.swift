@@ -13,11 +13,15 @@ public struct HeldChild: Sendable {
 
     /// Whether the child holds a copy of `descriptor`, a socket or a pipe: one of its `/proc/PID/fd` entries names
     /// the same object (`socket:[inode]`, `pipe:[inode]`) as this process's.
+    ///
+    /// An entry may go between the listing and its reading: once the child has opened the first FIFO (and this
+    /// process's open of it has returned), glibc closes descriptor 0 before the second open, which then blocks.
+    /// Only 0 and 1 change so; every other descriptor stays as the child was cloned with it.
     public func holdsCopy(of descriptor: FileDescriptor) throws -> Bool {
         let files = FileManager.default
         let own = try files.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(descriptor.rawValue)")
         return try files.contentsOfDirectory(atPath: "/proc/\(pid)/fd").contains {
-            try files.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\($0)") == own
+            (try? files.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\($0)")) == own
         }
     }
 }
