@@ -29,7 +29,7 @@ public struct ForeignUser: Sendable {
         self.groups = groups
         tools = try ScratchDirectory(prefix: "bgtask-tools")
         for name in executables {
-            try FileManager.default.copyItem(atPath: try Products.path(name), toPath: tools.path + "/" + name)
+            try Products.copy(name, into: tools.path)
         }
     }
 

@@ -30,6 +30,16 @@ public enum Products {
         }
         return path
     }
+
+    /// Copies the built executable `name` into `directory`, to be run from there.
+    ///
+    /// `cp` writes the copy, not this process: a descriptor open for writing here would be inherited by every child
+    /// another test forks meanwhile and held until that child's exec, and while any process holds the file open for
+    /// writing the kernel refuses to exec it (ETXTBSY, "Text file busy").
+    public static func copy(_ name: String, into directory: String) throws {
+        let (status, output) = try runProgram(["/bin/cp", "--preserve=mode", try path(name), directory + "/" + name])
+        guard status == 0 else { throw HarnessError("cannot copy \(name) into \(directory): \(output)") }
+    }
 }
 
 /// A failure of the test harness itself, with a message saying what to do.

@@ -20,7 +20,7 @@ struct OtherUser {
         self.groups = groups
         tools = try ScratchDirectory(prefix: "bgtask-tools")
         for name in ["BGTaskRawCall", "BGTaskFixtureApp"] {
-            try FileManager.default.copyItem(atPath: try Products.path(name), toPath: tools.path + "/" + name)
+            try Products.copy(name, into: tools.path)
         }
     }
 

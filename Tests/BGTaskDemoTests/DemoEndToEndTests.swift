@@ -245,7 +245,7 @@ struct DemoEndToEndTests {
             // PermissionTests does.
             let tools = try ScratchDirectory(prefix: "bgtask-demo-tools")
             for name in ["bgtask", "bgtaskd", "bgtask-demo-app"] {
-                try FileManager.default.copyItem(atPath: try Products.path(name), toPath: tools.path + "/" + name)
+                try Products.copy(name, into: tools.path)
             }
             let run = try DemoRun(
                 bgtask: tools.path + "/bgtask",

@@ -10,7 +10,7 @@ struct DemoRefusalTests {
     func missingProducts() async throws {
         try await offThePool {
             let tools = try ScratchDirectory(prefix: "bgtask-demo-alone")
-            try FileManager.default.copyItem(atPath: try Products.path("bgtask"), toPath: tools.path + "/bgtask")
+            try Products.copy("bgtask", into: tools.path)
             let run = try DemoRun(bgtask: tools.path + "/bgtask")
             let (status, _) = try run.finish(timeout: .seconds(30))
             #expect(status == .exited(1))

@@ -298,7 +298,9 @@ struct LaunchedUnitTests {
                 eventually { (try? service.systemd.show(unit, ["ActiveState"])["ActiveState"]) != "active" },
                 "\(unit) still active")
             for name in ["org.example.light", "org.example.middle"] {
-                #expect(try service.appInfo(name)["state"] == "suspended", "\(name) was reclaimed too")
+                #expect(
+                    try service.appInfo(name)["state"] == "suspended",
+                    "\(name) was reclaimed too; the daemon's log:\n\(service.log)")
                 let survivor = try #require(units[name])
                 #expect(try service.systemd.show(survivor, ["ActiveState"])["ActiveState"] == "active")
             }
