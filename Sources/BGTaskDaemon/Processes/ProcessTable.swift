@@ -1,4 +1,4 @@
-// The daemon's processes: identifying a registering peer, watching its exit, and stopping, continuing and
+// The daemon's processes in one part: tracking each by its pidfd, watching its exit, and stopping, continuing and
 // killing it as the policy decides, after a file-lock check made off the loop.
 
 import BGTaskConfig

@@ -28,7 +28,8 @@ enum AppUnit {
 
     /// The transient unit's properties: the program as a `Type=exec` service in `app.slice`, collected once it ends,
     /// its output in the journal under the app's name (or a file under `--log-dir`), as the caller's user on the
-    /// system instance (`isSystemInstance`), with an `OOMScoreAdjust=` of its own and the environment an app needs to find the daemon.
+    /// system instance (`isSystemInstance`), with an `OOMScoreAdjust=` of its own and the environment an app needs
+    /// to find the daemon.
     static func properties(
         for request: LaunchRequest, unit: String, isSystemInstance: Bool, managerVersion: Int
     ) -> [UnitProperty] {

@@ -149,9 +149,9 @@ final class UnitSupervisor: AppSupervisor {
         launches[serial] = held
         reservedNames[request.name] = serial
         armTimer()
-        manager.startTransientUnit(unit, properties: AppUnit.properties(
-                for: request, unit: unit, isSystemInstance: isSystemInstance, managerVersion: managerVersion)) {
-            [weak self] result in
+        let properties = AppUnit.properties(
+            for: request, unit: unit, isSystemInstance: isSystemInstance, managerVersion: managerVersion)
+        manager.startTransientUnit(unit, properties: properties) { [weak self] result in
             self?.startAnswered(serial, unit: unit, result)
         }
         return true
