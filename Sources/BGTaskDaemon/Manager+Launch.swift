@@ -10,94 +10,6 @@ extension Manager {
     /// The most arguments, and bytes of them in all, a launch takes (the message itself is under MessageSizeMax).
     static let launchArgumentsMax = 1024
 
-    /// The most launches held at once (from the call to the program's exec, and children being ended): a few, since
-    /// a healthy launch takes milliseconds; more at once means starts are hanging, and each holds a child.
-    static let launchesInFlightMax = 4
-
-    /// Makes the supervisor of managed apps (`AppSupervisor`): the service manager that runs the daemon starts them
-    /// as units of their own where one answers (`unitManager`), unless `CgroupRoot=` asks for the daemon's own
-    /// cgroups; else the daemon forks them itself, into cgroups under `CgroupRoot=`, or into none.
-    func startSupervisor(unitManager: UnitManagerChoice?) throws(StartupError) {
-        if let unitManager, configuration.memory.cgroupRoot == nil,
-            let units = startUnitSupervisor(unitManager)
-        {
-            supervisor = units
-            return
-        }
-        let roots = LaunchCgroupRoots.resolve(configuration.memory, hierarchies: cgroupHierarchies)
-        for note in roots.notes { logger.warning("managed apps: \(note)") }
-        if let absence = roots.absence {
-            logger.info("managed apps run without cgroups (SIGSTOP and PSS): \(absence)")
-        }
-        do {
-            let fork = try ForkSupervisor(
-                capacity: Self.launchesInFlightMax, roots: roots, loop: loop, clock: clock, logger: logger,
-                procFS: procFS)
-            fork.onOutcome = { [unowned self] launch, outcome in self.launchEnded(launch, outcome) }
-            supervisor = fork
-        } catch {
-            throw StartupError(description: "cannot start the launcher thread: \(error)")
-        }
-    }
-
-    /// Follows the service manager `choice` names (probed, or given) with a `UnitSupervisor`; nil, logged, when
-    /// none answers or it cannot be followed.
-    private func startUnitSupervisor(_ choice: UnitManagerChoice) -> UnitSupervisor? {
-        let endpoint: UnitManagerEndpoint
-        switch choice {
-        case .given(let given): endpoint = given
-        case .probe(let scope):
-            guard let found = probeUnitManager(scope) else { return nil }
-            endpoint = found
-        }
-        do {
-            let units = try UnitSupervisor(
-                capacity: Self.launchesInFlightMax, manager: endpoint.client, description: endpoint.description,
-                version: endpoint.version, isSystemInstance: endpoint.isSystemInstance, clock: clock, logger: logger,
-                procFS: procFS, hierarchies: cgroupHierarchies, probeCgroup: daemonCgroup)
-            units.onOutcome = { [unowned self] launch, outcome in self.launchEnded(launch, outcome) }
-            logger.info("managed apps are launched as units: \(endpoint.description)")
-            return units
-        } catch {
-            endpoint.client.close()
-            logger.warning("managed apps: cannot follow the service manager: \(error); forking them instead")
-            return nil
-        }
-    }
-
-    /// Finds the service manager of `scope` (each place it may listen at, tried in turn, bounded) and connects to
-    /// it; nil, logged, when none answers. Runs at start, before anything is served: the loop is turned here until
-    /// the probe is over.
-    private func probeUnitManager(_ scope: ServiceManagerScope) -> UnitManagerEndpoint? {
-        var found: (connection: ServiceManagerConnection?, probe: ServiceManagerProbe)?
-        ServiceManagerConnection.probe(scope, loop: loop, timeout: .seconds(5)) { found = ($0, $1) }
-        while found == nil {
-            do {
-                try loop.runIteration(timeout: .seconds(1))
-            } catch {
-                logger.warning("managed apps: cannot look for the service manager: \(error); forking them instead")
-                return nil
-            }
-        }
-        guard let found, let connection = found.connection else {
-            logger.warning("managed apps: \(found?.probe.description ?? "no service manager"); forking them instead")
-            return nil
-        }
-        connection.onDisconnect = { [weak self] in
-            self?.logger.error(
-                "the service manager closed the connection: apps cannot be launched, nor their ends read, until "
-                    + "bgtaskd restarts")
-        }
-        connection.subscribe { [weak self] result in
-            if case .failure(let error) = result {
-                self?.logger.warning("the service manager refused Subscribe: \(error)")
-            }
-        }
-        return UnitManagerEndpoint(
-            client: connection, description: found.probe.description,
-            version: Int((found.probe.version ?? "").prefix { $0.isNumber }) ?? 0, isSystemInstance: scope == .system)
-    }
-
     /// `Launch`: checks the call, then starts `argv` as the managed app `name` off the loop (`AppSupervisor`). The
     /// reply waits until the program has started (`launchEnded`), and so do the calls after it on the connection;
     /// other connections are served meanwhile.
@@ -122,7 +34,7 @@ extension Manager {
             socketPath: socketPath, oomScoreAdjust: configuration.launch.oomScoreAdjust(for: name))
         let timeout = configuration.core.appPolicy(for: name).launchTimeout
         guard supervisor.submit(request, for: call, timeout: timeout) else {
-            throw VarlinkError.limitExceeded(limit: "LaunchesInFlightMax", max: Self.launchesInFlightMax)
+            throw VarlinkError.limitExceeded(limit: "LaunchesInFlightMax", max: ProcessTable.launchesInFlightMax)
         }
         call.connection.holdCalls()
         return CallOutcome()
@@ -196,22 +108,13 @@ extension Manager {
                 }
             return .failure(AdoptionRefusal(reason: reason, answer: error))
         }
-        let process = newTrackedProcess(pidFD: started.pidFD, uid: request.uid, startTime: started.startTime)
-        process.cgroups = started.cgroups
-        process.child = started.child
-        process.unit = started.unit
-        supervisor?.adopted(process)
-        guard watchExit(of: process, releasingOnFailure: false) else {
+        guard processTable.trackLaunched(started, uid: request.uid, as: launched.app) else {
             // Fail closed: an app whose exit cannot be watched is not kept.
             perform(core.processExited(launched.app, how: .exited, now: now))
             let reason = "its exit cannot be watched"
             return .failure(
                 AdoptionRefusal(reason: reason, answer: VarlinkError.launchFailed(app: name, reason: reason)))
         }
-        let app = launched.app
-        process.apps.insert(app)
-        processes[process.serial] = process
-        processOfApp[app] = process
         stateChanged()
         memoryMonitor?.appsChanged()
         logger.notice(

@@ -426,10 +426,9 @@ extension Manager {
             if let stop = trustedStop(of: saved, process: process), isStillStopped(stop, saved, process) {
                 process.adoptStop(stop)
             }
-            processes[process.serial] = process
+            processTable.insert(process)
             process.unit = saved.unit
             supervisor?.adopted(process)
-            for app in apps { processOfApp[app] = process }
             adopted += 1
         }
         // A registration the policy watches a process for that no saved process names: nothing vouches for it.

@@ -41,7 +41,8 @@ public final class Manager {
     lazy var isSupervised = notifier.isSupervised
     let codec = VarlinkCodec()
     let procFS: ProcFS
-    let inspector: ProcessInspector
+    /// The tracked processes and everything that acts on them (`ProcessTable`).
+    let processTable: ProcessTable
     let trail: AuditTrail
     let startedAt: MonotonicInstant
     /// Where the state is saved for the next daemon; nil keeps nothing across restarts.
@@ -92,24 +93,12 @@ public final class Manager {
     var storedStreamCount = 0
     var fileDescriptorStoreLimit = 0
     var isStoreFullLogged = false
-    /// The cgroup hierarchies of the host, and the daemon's own cgroup2 cgroup (never frozen); see
-    /// `Manager+Cgroups.swift`.
-    let cgroupHierarchies = CgroupHierarchies.probe()
-    var daemonCgroup: CgroupDirectory?
     /// Where launched apps' output goes instead of the journal: `NAME.log` files in it (`--log-dir`, for tests).
     public var logDirectory: String?
-    /// Freezes awaiting confirmation from `cgroup.events`, by process serial, with the moment SIGSTOP replaces them.
-    var freezeConfirmations: [Int: MonotonicInstant] = [:]
-    var freezeConfirmationTimer: ManagerTimer?
 
     let readBuffer = ReadBuffer()
     /// Made in `start()`: it needs the manager.
     var memoryMonitor: MemoryMonitor?
-    /// The thread that reads `/proc` for memory samples and lock checks; made in `start()`, after the signals
-    /// are blocked, so it inherits a mask that keeps them for the loop.
-    var worker: BackgroundWorker<InspectionJob, InspectionOutcome>?
-    /// Starts managed apps and owns what it made for them (`AppSupervisor`); made in `start()`.
-    var supervisor: AppSupervisor?
     var listeners: [IOSource] = []
     /// Why the listeners are off (descriptors exhausted), while they are.
     var listenersPausedReason: String?
@@ -126,22 +115,11 @@ public final class Manager {
     /// Connections with complete calls left after their turn's budget, served in order by `backlogSource`.
     var backlog: [ClientConnection] = []
     var backlogSource: EventSource?
-    /// Tracked processes by serial, and the process of each registration.
-    var processes: [Int: TrackedProcess] = [:]
-    var processOfApp: [AppID: TrackedProcess] = [:]
-    var nextProcessSerial = 1
-    /// Suspensions waiting for their lock check, by app, with the check's request number.
-    var pendingSuspensions: [AppID: Int] = [:]
-    var lockCheckRequests: [Int: AppID] = [:]
-    var nextLockCheckRequest = 1
     /// The connection carrying each registered app's event stream.
     var eventStreams: [AppID: ClientConnection] = [:]
     var watchers: [Int: ClientConnection] = [:]
     /// The gid of `ControllerGroup`, resolved at start and on reload.
     var controllerGroupID: gid_t?
-    /// The uid each pinned app name (`User=` in `apps.d`) belongs to; nil when the user cannot be resolved, which
-    /// pins the name to nobody (fail closed).
-    var pinnedUsers: [String: uid_t?] = [:]
     var isStopping = false
     /// The `STATUS=` text last sent, when, and the timer for a change held back by the rate limit.
     var sentStatus: String?
@@ -150,9 +128,6 @@ public final class Manager {
     var isStatusUpdatePending = false
     /// The least time between two `STATUS=` messages.
     static let statusInterval: Duration = .seconds(1)
-    /// Jobs that may wait for the inspection worker: a lock check per suspension and a memory sample. Far above
-    /// any real backlog (one check per app at most), yet a bound.
-    static let workerCapacity = 4096
 
     /// Inputs that arose while actions were being carried out, fed to the core once the current batch is done.
     ///
@@ -180,12 +155,13 @@ public final class Manager {
         self.socketPath = socketPath
         self.logger = logger
         self.procFS = procFS
-        inspector = ProcessInspector(procFS: procFS)
+        processTable = ProcessTable(loop: loop, clock: self.clock, logger: logger, procFS: procFS)
         trail = AuditTrail(capacity: configuration.core.historySize, logger: logger)
         startedAt = self.clock.freshNow
         stateStore = statePath.map(StateStore.init(path:))
         trail.gathersUnsaved = stateStore != nil
         bootID = StateStore.bootID(procFS: procFS)
+        processTable.host = self
     }
 
     /// The time of the current loop iteration (or the manual clock's), as the core's clock.
@@ -241,20 +217,7 @@ public final class Manager {
             throw StartupError(description: "cannot set up the event loop: \(error)")
         }
         do {
-            let worker = try BackgroundWorker<InspectionJob, InspectionOutcome>(
-                name: "bgtaskd-proc", capacity: Self.workerCapacity
-            ) { [inspector] job in
-                switch job {
-                case .memory(let processes):
-                    .memory(inspector.sampleMemory(processes, includesProcesses: !processes.isEmpty))
-                case .locks(let request, let process):
-                    .locks(request: request, inspector.checkLocks(process))
-                }
-            }
-            self.worker = worker
-            try loop.addIO(fd: worker.outcomesReady, events: .readable, name: "proc-worker") { [unowned self] _, _ in
-                self.inspectionsFinished()
-            }
+            try processTable.startWorker()
         } catch {
             throw StartupError(description: "cannot start the /proc worker thread: \(error)")
         }
@@ -273,9 +236,8 @@ public final class Manager {
             }
         }
         resolveAccessSettings()
-        let ownCgroups = try? cgroupHierarchies.cgroups(of: getpid(), procFS: procFS)
-        daemonCgroup = ownCgroups?.unified
-        try startSupervisor(unitManager: unitManager)
+        processTable.findDaemonCgroup()
+        try processTable.startSupervisor(memory: configuration.memory, unitManager: unitManager)
         memoryMonitor = MemoryMonitor(manager: self, settings: configuration.memory)
         fileDescriptorStoreLimit = notifier.fileDescriptorStoreLimit
         try takeListenedDescriptors()
@@ -297,8 +259,7 @@ public final class Manager {
     /// Runs the loop until a stop; returns the exit status.
     public func run() throws(Errno) -> Int32 {
         let code = try loop.run()
-        supervisor?.stop()
-        worker?.stop()
+        processTable.stopThreads()
         stateWriter?.stop(timeout: stateWriterStopTimeout)
         clock.cancelAll()
         loop.cancelAllSources()
@@ -379,9 +340,7 @@ public final class Manager {
         }
         // Saved with the processes continued, before they are let go: the next daemon adopts them again.
         saveFinalState()
-        for process in processes.values { process.release() }
-        processes = [:]
-        processOfApp = [:]
+        processTable.releaseAll()
     }
 
     /// SIGHUP: reads the configuration again. systemd hears `RELOADING=1` (with the time, as `Type=notify-reload`
@@ -416,24 +375,7 @@ public final class Manager {
                 }
             }
         }
-        pinnedUsers = [:]
-        for (app, user) in configuration.access.appUsers {
-            if let uid = uid_t(user) {
-                pinnedUsers[app] = .some(uid)
-                continue
-            }
-            do {
-                let uid = try UserDatabase.userID(named: user)
-                if uid == nil {
-                    logger.error("apps.d/\(app).conf: User=\(user): no such user; nobody may register \(app)")
-                }
-                pinnedUsers[app] = .some(uid)
-            } catch {
-                logger.error(
-                    "apps.d/\(app).conf: User=\(user): cannot look it up (\(error)); nobody may register \(app)")
-                pinnedUsers[app] = .some(nil)
-            }
-        }
+        processTable.resolvePinnedUsers(configuration.access.appUsers)
     }
 
     /// `STATUS=` for `systemctl status`: at most once per `statusInterval`, only when the text changed, and the
@@ -553,29 +495,5 @@ public final class Manager {
         } catch {
             logger.error("cannot encode a reply: \(error)")
         }
-    }
-
-    // MARK: The inspection worker
-
-    /// Submits a job to the worker; false (logged) when it is full, which bounds what the daemon queues.
-    func submit(_ job: InspectionJob) -> Bool {
-        guard let worker, worker.submit(job) else {
-            logger.warning("the /proc worker is busy (\(Self.workerCapacity) jobs waiting)")
-            return false
-        }
-        return true
-    }
-
-    private func inspectionsFinished() {
-        guard let worker else { return }
-        for outcome in worker.takeOutcomes() {
-            switch outcome {
-            case .memory(let sample):
-                memoryMonitor?.sampleArrived(sample)
-            case .locks(let request, let check):
-                lockCheckFinished(request: request, check)
-            }
-        }
-        updateStatus()
     }
 }

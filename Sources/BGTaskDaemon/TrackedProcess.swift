@@ -104,10 +104,10 @@ final class TrackedProcess {
     }
 
     /// Whether a cgroup of the app's own (not one the daemon made) may be frozen or killed whole for it: it has
-    /// no child cgroup, at most `Manager.ownCgroupProcessLimit` processes, and every one of them is wholly of the
+    /// no child cgroup, at most `ProcessTable.ownCgroupProcessLimit` processes, and every one of them is wholly of the
     /// app's uid (each one that is not is reported). False when it cannot be read.
     func mayActOnWhole(_ cgroup: CgroupDirectory) -> Bool {
-        guard !cgroup.hasChildCgroups, let pids = try? cgroup.processes(), pids.count <= Manager.ownCgroupProcessLimit
+        guard !cgroup.hasChildCgroups, let pids = try? cgroup.processes(), pids.count <= ProcessTable.ownCgroupProcessLimit
         else { return false }
         return signals.ownsAll(pids, in: cgroup.path)
     }

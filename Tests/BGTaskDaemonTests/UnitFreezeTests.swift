@@ -35,7 +35,7 @@ extension ManagerHarness {
 
     /// Moves the clock past one confirmation read of pending freezes (`cgroup.events`).
     func confirmFreezes() throws {
-        try advance(by: Manager.freezeConfirmationInterval)
+        try advance(by: ProcessTable.freezeConfirmationInterval)
     }
 }
 
@@ -142,7 +142,7 @@ struct UnitFreezeTests {
             let unit = launched.unit
             try harness.sendToBackground(launched.app)
             try harness.step(until: "FreezeUnit") { fake.count(.freezeUnit(unit)) == 1 }
-            try harness.advance(by: Manager.freezeConfirmationTimeout + Manager.freezeConfirmationInterval)
+            try harness.advance(by: ProcessTable.freezeConfirmationTimeout + ProcessTable.freezeConfirmationInterval)
             try harness.step(until: "SIGSTOP once the freeze did not come") {
                 harness.processState(launched.app) == .stopped
             }

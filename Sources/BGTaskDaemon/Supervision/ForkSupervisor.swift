@@ -27,11 +27,6 @@ struct LaunchJob: Sendable {
 /// (a failed exec, a deadline passed, a launch the manager cannot accept) are killed, reaped once their pidfd turns
 /// readable, and their cgroups removed.
 final class ForkSupervisor: AppSupervisor {
-    /// How long the supervisor keeps trying to remove an ended app's cgroups while something in them is still
-    /// exiting, and how often.
-    static let cgroupRemovalTimeout: Duration = .seconds(30)
-    static let cgroupRemovalInterval: Duration = .milliseconds(100)
-
     /// One launch in flight and how far it got.
     private final class Held {
         let attempt: LaunchAttempt
@@ -45,13 +40,6 @@ final class ForkSupervisor: AppSupervisor {
         case preparing
         /// Cloned: the handshake pipe is watched until the child execs or fails.
         case starting(StartedLaunch, IOSource)
-    }
-
-    /// A child no longer wanted: killed, and reaped once its pidfd turns readable.
-    private struct Ending {
-        let child: SpawnedProcess
-        let cgroups: AppCgroups?
-        let source: IOSource
     }
 
     /// The most launches and children being ended held at once.
@@ -69,13 +57,12 @@ final class ForkSupervisor: AppSupervisor {
     private var workerSource: IOSource?
     private var deadlineTimer: ManagerTimer?
     private var launches: [Int: Held] = [:]
-    /// Ended apps' cgroups not empty yet, with when to give up on each.
-    private var cgroupRemovals: [(AppCgroups, MonotonicInstant)] = []
-    private var cgroupRemovalTimer: ManagerTimer?
+    /// Ended apps' cgroups, removed once empty.
+    private let cgroupRemovals: CgroupRemovals
     /// The undecided launch of each name: a second `Launch` of it is refused meanwhile.
     private var reservedNames: [String: Int] = [:]
-    /// Children being ended, by pid (unique among the daemon's unreaped children).
-    private var endings: [pid_t: Ending] = [:]
+    /// Children no longer wanted, being ended.
+    private let endings: UnwantedChildren
     private var nextSerial = 1
     private var isStopped = false
 
@@ -88,6 +75,8 @@ final class ForkSupervisor: AppSupervisor {
         self.loop = loop
         self.clock = clock
         self.logger = logger
+        cgroupRemovals = CgroupRemovals(clock: clock, logger: logger)
+        endings = UnwantedChildren(loop: loop, logger: logger, cgroupRemovals: cgroupRemovals)
         let gate = self.gate
         let worker = try BackgroundWorker<LaunchJob, LaunchPreparation>(name: "bgtaskd-launch", capacity: capacity) {
             $0.request.prepare(serial: $0.serial, roots: roots, gate: gate, procFS: procFS)
@@ -271,57 +260,9 @@ final class ForkSupervisor: AppSupervisor {
         end(child, cgroups: started.cgroups)
     }
 
-    /// Kills a child no longer wanted and whatever is in its cgroups; it is reaped, and the cgroups removed, once its
-    /// pidfd turns readable.
+    /// Kills a child no longer wanted and whatever is in its cgroups (`UnwantedChildren`).
     private func end(_ child: SpawnedProcess, cgroups: AppCgroups?) {
-        do {
-            try child.pidFD.sendSignal(.kill)
-        } catch {
-            // Gone already (it failed before exec and exited): there is only the reaping left.
-            if error != .noSuchProcess { logger.error("cannot kill pid \(child.pid) of a launch: \(error)") }
-        }
-        cgroups?.killAll()
-        do {
-            let source = try loop.addIO(fd: child.pidFD.fileDescriptor, events: .readable, name: "launch-end") {
-                [unowned self] _, _ in
-                self.reapEnded(child.pid)
-            }
-            endings[child.pid] = Ending(child: child, cgroups: cgroups, source: source)
-        } catch {
-            logger.error("cannot watch pid \(child.pid) of a launch: \(error); waiting for it to exit")
-            Self.reap(child, cgroups: cgroups, within: .seconds(1), logger: logger)
-        }
-    }
-
-    private func reapEnded(_ pid: pid_t) {
-        guard let ending = endings[pid] else { return }
-        do {
-            // Readable means exited, so this reaps it; nil would only be a spurious wake-up.
-            guard try ending.child.exitStatusIfExited() != nil else { return }
-        } catch {
-            logger.error("cannot reap pid \(pid) of a launch: \(error)")
-        }
-        ending.source.cancel()
-        try? ending.child.pidFD.close()
-        endings[pid] = nil
-        if let cgroups = ending.cgroups { discard(cgroups) }
-    }
-
-    /// Waits (at most `timeout`) for a killed child to exit, reaps it, closes its pidfd and removes its cgroups.
-    private static func reap(_ child: SpawnedProcess, cgroups: AppCgroups?, within timeout: Duration, logger: Logger) {
-        do {
-            if try child.pidFD.waitForExit(timeout: timeout) {
-                _ = try child.exitStatusIfExited()
-            } else {
-                logger.error("pid \(child.pid) of a launch did not exit within \(timeout) of SIGKILL")
-            }
-        } catch {
-            logger.error("cannot reap pid \(child.pid) of a launch: \(error)")
-        }
-        try? child.pidFD.close()
-        if let cgroups, !cgroups.removeEmpty() {
-            logger.error("cannot remove \(cgroups.all.map(\.path).joined(separator: ", ")): not empty")
-        }
+        endings.end(child, cgroups: cgroups)
     }
 
     // MARK: What it made
@@ -382,43 +323,9 @@ final class ForkSupervisor: AppSupervisor {
         return exit
     }
 
-    /// Kills what is left in `cgroups` and removes them, now or once they are empty.
+    /// Kills what is left in `cgroups` and removes them, now or once they are empty (`CgroupRemovals`).
     func discard(_ cgroups: AppCgroups) {
-        if cgroups.isPopulated { cgroups.killAll() }
-        if cgroups.removeEmpty() { return }
-        cgroupRemovals.append((cgroups, clock.now + Self.cgroupRemovalTimeout))
-        armCgroupRemovalTimer()
-    }
-
-    private func armCgroupRemovalTimer() {
-        guard !cgroupRemovals.isEmpty else { return }
-        do {
-            if cgroupRemovalTimer == nil {
-                cgroupRemovalTimer = try clock.makeTimer(name: "cgroup-removal", accuracy: .milliseconds(20)) {
-                    [unowned self] in
-                    self.retryCgroupRemovals()
-                }
-            }
-            try cgroupRemovalTimer?.rearm(at: clock.now + Self.cgroupRemovalInterval)
-        } catch {
-            logger.error("cannot schedule removing ended apps' cgroups: \(error)")
-        }
-    }
-
-    private func retryCgroupRemovals() {
-        let current = clock.now
-        cgroupRemovals = cgroupRemovals.filter { cgroups, deadline in
-            if cgroups.removeEmpty() { return false }
-            if current >= deadline {
-                logger.error(
-                    "cannot remove \(cgroups.all.map(\.path).joined(separator: ", ")): still not empty after "
-                        + "\(Self.cgroupRemovalTimeout)")
-                return false
-            }
-            cgroups.killAll()
-            return true
-        }
-        armCgroupRemovalTimer()
+        cgroupRemovals.discard(cgroups)
     }
 
     // MARK: Stopping
@@ -446,19 +353,15 @@ final class ForkSupervisor: AppSupervisor {
             started.handshake.close()
             children.append((started.child, started.cgroups))
         }
-        for ending in endings.values {
-            ending.source.cancel()
-            children.append((ending.child, ending.cgroups))
-        }
+        children += endings.takeAll()
         launches = [:]
         reservedNames = [:]
-        endings = [:]
         for (child, cgroups) in children {
             try? child.pidFD.sendSignal(.kill)
             cgroups?.killAll()
         }
         for (child, cgroups) in children {
-            Self.reap(child, cgroups: cgroups, within: timeout, logger: logger)
+            UnwantedChildren.reap(child, cgroups: cgroups, within: timeout, logger: logger)
         }
         // A job stuck in a lookup is left behind (the process is exiting); the gate keeps it from cloning.
         worker?.stop(timeout: .seconds(1))

@@ -12,7 +12,7 @@ import Glibc
 /// tree at all), else by writing the unit cgroup's `cgroup.freeze`. The manager's refusal for good (`NotSupported`,
 /// as systemd 252 answers on a hybrid hierarchy, or `UnknownMethod` before 246) is remembered: every freeze after
 /// it writes the file at once. Any other failure falls back to the file for that freeze. Either way the freeze is
-/// confirmed from `cgroup.events` (`Manager.confirmFreeze`), and one that does not come in time falls back to SIGSTOP.
+/// confirmed from `cgroup.events` (`ProcessTable`), and one that does not come in time falls back to SIGSTOP.
 ///
 /// **Thaw.** Never skipped. A unit the manager froze (or may have: its freeze still unanswered, or adopted from a
 /// daemon before a restart) is thawed with `ThawUnit`, once any call for it before has been answered; when the
@@ -180,7 +180,7 @@ final class UnitFreezer {
                     try state.cgroup.requestFreeze(true)
                     state.isFileFrozen = true
                 } catch {
-                    // The freeze is not confirmed, and SIGSTOP replaces it (Manager.confirmFreeze).
+                    // The freeze is not confirmed, and SIGSTOP replaces it (ProcessTable.confirmFreeze).
                     logger.error("cannot freeze \(state.cgroup): \(error)")
                 }
             }

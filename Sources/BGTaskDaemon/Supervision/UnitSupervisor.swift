@@ -57,22 +57,14 @@ final class UnitSupervisor: AppSupervisor {
         }
     }
 
-    /// An app's unit, watched for how its program ends.
-    private final class WatchedUnit {
-        var subscription: UnitSignalSubscription?
-        /// How the program ended, once the manager said.
-        var exit: ProcessExit?
-        /// What waits for that (the manager's handling of the app's exit), with when it stops waiting.
-        var waiting: (deadline: MonotonicInstant, then: () -> Void)?
-    }
-
     private var launches: [Int: Held] = [:]
     private var reservedNames: [String: Int] = [:]
     /// Launches by their start job.
     private var launchOfJob: [BusObjectPath: Int] = [:]
     /// `JobRemoved`s of jobs no launch knows yet, in arrival order.
     private var unclaimedJobs: [(job: BusObjectPath, result: JobResult)] = []
-    private var units: [String: WatchedUnit] = [:]
+    /// The units of apps taken on, watched for how their programs end.
+    private let exits: UnitExits
     private var timer: ManagerTimer?
     private var nextSerial = 1
     private var isStopped = false
@@ -94,6 +86,7 @@ final class UnitSupervisor: AppSupervisor {
         self.procFS = procFS
         self.hierarchies = hierarchies
         self.probeCgroup = probeCgroup
+        exits = UnitExits(manager: manager, logger: logger)
         do {
             freezer = try UnitFreezer(manager: manager, managerVersion: version, clock: clock, logger: logger)
         } catch {
@@ -108,6 +101,7 @@ final class UnitSupervisor: AppSupervisor {
             jobSubscription?.cancel()
             throw .system(error)
         }
+        exits.onDeadlinesChanged = { [unowned self] in self.armTimer() }
     }
 
     // MARK: Report
@@ -149,85 +143,18 @@ final class UnitSupervisor: AppSupervisor {
         guard !isStopped, launches.count < capacity else { return false }
         let serial = nextSerial
         nextSerial += 1
-        let unit = Self.unitName(for: request.name)
+        let unit = AppUnit.name(for: request.name)
         let held = Held(
             LaunchAttempt(serial: serial, request: request, call: call, timeout: timeout, now: clock.now), unit: unit)
         launches[serial] = held
         reservedNames[request.name] = serial
         armTimer()
-        manager.startTransientUnit(unit, properties: properties(for: request, unit: unit)) {
-            [weak self] result in
+        let properties = AppUnit.properties(
+            for: request, unit: unit, isSystemInstance: isSystemInstance, managerVersion: managerVersion)
+        manager.startTransientUnit(unit, properties: properties) { [weak self] result in
             self?.startAnswered(serial, unit: unit, result)
         }
         return true
-    }
-
-    /// `app-bgtask-NAME-RANDOM.service`: the name reduced to the characters a unit name takes (48 at most), then 32
-    /// random bits, so a restarted daemon never meets a unit an adopted app still has.
-    static func unitName(for name: String) -> String {
-        let safe = String(
-            name.unicodeScalars.prefix(48).map { scalar -> Character in
-                switch scalar {
-                case "a"..."z", "A"..."Z", "0"..."9", ".", "_": Character(scalar)
-                default: "_"
-                }
-            })
-        let random = String(UInt32.random(in: 0...UInt32.max), radix: 16)
-        return "app-bgtask-\(safe)-\(String(repeating: "0", count: 8 - random.count))\(random).service"
-    }
-
-    /// Whether `unit` is named as `unitName(for:)` names units.
-    static func isAppUnitName(_ unit: String) -> Bool {
-        unit.hasPrefix("app-bgtask-") && unit.hasSuffix(".service") && !unit.contains("/") && unit.utf8.count <= 256
-    }
-
-    /// The transient unit's properties: the program as a `Type=exec` service in `app.slice`, collected once it ends,
-    /// its output in the journal under the app's name (or a file under `--log-dir`), as the caller's user on the
-    /// system instance, with an `OOMScoreAdjust=` of its own and the environment an app needs to find the daemon.
-    func properties(for request: LaunchRequest, unit: String) -> [UnitProperty] {
-        let program = request.argv.first ?? ""
-        var environment = ["BGTASK_SOCKET=" + request.socketPath, "BGTASK_APP_NAME=" + request.name]
-        if let language = ProcessInfoEnvironment.value("LANG") { environment.append("LANG=" + language) }
-        var properties: [UnitProperty] = [
-            UnitProperty("Description", .string("bgtask app \(request.name)")),
-            UnitProperty("Type", .string("exec")),
-            UnitProperty("Slice", .string("app.slice")),
-            UnitProperty("CollectMode", .string("inactive-or-failed")),
-            UnitProperty(
-                "ExecStart",
-                .array(
-                    element: "(sasb)",
-                    [ExecCommand(path: program, arguments: request.argv, ignoresFailure: false).busValue])),
-            UnitProperty("Environment", .array(element: "s", environment.map { .string($0) })),
-            // The app's own (0 unless its apps.d file says), never the daemon's (which its unit lowers to outlive
-            // the apps).
-            UnitProperty("OOMScoreAdjust", .int32(request.oomScoreAdjust)),
-            UnitProperty("SyslogIdentifier", .string(request.name)),
-        ]
-        if let directory = request.logDirectory {
-            let safe = String(request.name.unicodeScalars.map { $0 == "/" || $0.value < 0x20 ? "_" : Character($0) })
-            properties.append(UnitProperty("StandardOutput", .string("append:\(directory)/\(safe).log")))
-            properties.append(UnitProperty("StandardError", .string("inherit")))
-        } else {
-            properties.append(UnitProperty("StandardOutput", .string("journal")))
-            properties.append(UnitProperty("StandardError", .string("inherit")))
-        }
-        if isSystemInstance && request.changesUser {
-            properties.append(UnitProperty("User", .string(String(request.uid))))
-        }
-        if !program.contains("/"), managerVersion >= 250 {
-            // The program is found as the daemon would find it, not on the manager's own search path.
-            let path = ProcessInfoEnvironment.value("PATH") ?? ProcessLauncher.defaultSearchPath
-            let directories = path.split(separator: ":").filter { $0.hasPrefix("/") }.map {
-                BusValue.string(String($0))
-            }
-            properties.append(UnitProperty("ExecSearchPath", .array(element: "s", directories)))
-        }
-        if managerVersion >= 254 {
-            // systemd's memory pressure protocol on the app's own cgroup.
-            properties.append(UnitProperty("MemoryPressureWatch", .string("auto")))
-        }
-        return properties
     }
 
     private func startAnswered(_ serial: Int, unit: String, _ result: Result<BusObjectPath, ServiceManagerError>) {
@@ -254,7 +181,7 @@ final class UnitSupervisor: AppSupervisor {
             startJobEnded(held, signal.result)
             return
         }
-        guard Self.isAppUnitName(signal.unit), launches.values.contains(where: { $0.unit == signal.unit }) else {
+        guard AppUnit.isAppUnitName(signal.unit), launches.values.contains(where: { $0.unit == signal.unit }) else {
             return
         }
         // The end of a job whose path the manager's answer has not named yet.
@@ -310,7 +237,7 @@ final class UnitSupervisor: AppSupervisor {
             finish(held, .failed(reason: "pid \(pid) is not in \(unit)'s cgroup (it ended, or the unit is not its)"))
             return
         }
-        follow(unit)
+        exits.follow(unit)
         let started = StartedApp(
             pidFD: pidFD, startTime: stat.startTime,
             cgroups: AppCgroups(control: cgroup, isUnified: true, memory: nil), child: nil, unit: unit,
@@ -351,17 +278,12 @@ final class UnitSupervisor: AppSupervisor {
                 held,
                 .failed(reason: "\(held.unit) did not start within \(held.attempt.timeout) (LaunchTimeoutSec)"))
         }
-        for (unit, watched) in units {
-            guard let waiting = watched.waiting, waiting.deadline <= current else { continue }
-            watched.waiting = nil
-            logger.info("the service manager did not say how \(unit)'s program ended within \(Self.exitReportWait)")
-            waiting.then()
-        }
+        exits.expire(at: current, waited: Self.exitReportWait)
         armTimer()
     }
 
     private func armTimer() {
-        let deadlines = launches.values.map(\.attempt.deadline) + units.values.compactMap { $0.waiting?.deadline }
+        let deadlines = launches.values.map(\.attempt.deadline) + exits.deadlines
         guard let next = deadlines.min() else {
             timer?.disarm()
             return
@@ -376,20 +298,6 @@ final class UnitSupervisor: AppSupervisor {
 
     // MARK: Apps taken on
 
-    private func propertiesChanged(_ watched: WatchedUnit, _ signal: PropertiesChangedSignal) {
-        guard signal.interface == UnitInterface.service.rawValue else { return }
-        let changed = UnitProperties(signal.changed)
-        // The kernel's way of saying how a child ended (waitid's si_code): exited, killed, dumped core.
-        guard let code = changed.execMainCode, code != 0 else { return }
-        let status = changed.execMainStatus ?? 0
-        watched.exit = code == Int32(CLD_EXITED) ? .status(status) : .signal(status)
-        if let waiting = watched.waiting {
-            watched.waiting = nil
-            armTimer()
-            waiting.then()
-        }
-    }
-
     /// An app of a unit (launched now, or adopted after a restart, maybe frozen) is frozen and killed through the
     /// unit, and watched for how its program ends.
     func adopted(_ process: TrackedProcess) {
@@ -398,27 +306,12 @@ final class UnitSupervisor: AppSupervisor {
             process.unitFreezer = freezer
             freezer.adopt(unit, cgroup: cgroup, isFrozen: process.frozenCgroup == cgroup)
         }
-        if units[unit] == nil { follow(unit) }
-    }
-
-    /// Starts watching `unit` for how its program ends.
-    private func follow(_ unit: String) {
-        let watched = WatchedUnit()
-        do {
-            watched.subscription = try manager.watchProperties(of: unit) { [weak self, weak watched] signal in
-                guard let self, let watched else { return }
-                self.propertiesChanged(watched, signal)
-            }
-        } catch {
-            logger.warning("cannot follow \(unit): \(error); how its program ends will not be known")
-        }
-        units[unit] = watched
+        if !exits.isFollowing(unit) { exits.follow(unit) }
     }
 
     func awaitExit(of process: TrackedProcess, then: @escaping () -> Void) -> Bool {
-        guard let unit = process.unit, let watched = units[unit], watched.exit == nil, watched.subscription != nil
+        guard let unit = process.unit, exits.awaitExit(of: unit, until: clock.now + Self.exitReportWait, then: then)
         else { return false }
-        watched.waiting = (clock.now + Self.exitReportWait, then)
         armTimer()
         return true
     }
@@ -428,15 +321,13 @@ final class UnitSupervisor: AppSupervisor {
         // The unit is the manager's: it ends with its program, and the manager collects it and its cgroup.
         process.cgroups = nil
         freezer.forget(unit)
-        guard let watched = units.removeValue(forKey: unit) else { return nil }
-        watched.subscription?.cancel()
-        return watched.exit
+        return exits.forget(unit)
     }
 
     func end(_ started: StartedApp) {
         try? started.pidFD.close()
         guard let unit = started.unit else { return }
-        units.removeValue(forKey: unit)?.subscription?.cancel()
+        exits.forget(unit)
         freezer.forget(unit)
         kill(unit, because: "bgtaskd does not take it on")
     }
@@ -444,7 +335,7 @@ final class UnitSupervisor: AppSupervisor {
     /// Only an app unit's cgroup (as this supervisor names units) that the process is in right now, as the live
     /// check learns it from the manager and `/proc`.
     func trusts(_ cgroups: AppCgroups, of saved: SavedProcess) -> Bool {
-        guard let unit = saved.unit, Self.isAppUnitName(unit), cgroups.memory == nil, let control = cgroups.control,
+        guard let unit = saved.unit, AppUnit.isAppUnitName(unit), cgroups.memory == nil, let control = cgroups.control,
             let unified = hierarchies.unified, control.path.hasPrefix(unified + "/"),
             control.path.hasSuffix("/" + unit)
         else { return false }
@@ -471,8 +362,7 @@ final class UnitSupervisor: AppSupervisor {
         // Nothing the manager froze stays frozen once the connection closes.
         freezer.stop { condition in manager.settle(timeout: .seconds(2), until: condition) }
         jobSubscription?.cancel()
-        for watched in units.values { watched.subscription?.cancel() }
-        units = [:]
+        exits.stop()
         manager.close()
     }
 }

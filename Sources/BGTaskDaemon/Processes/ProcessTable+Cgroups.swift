@@ -5,7 +5,7 @@ import BGTaskCore
 import BGTaskSystem
 import Glibc
 
-extension Manager {
+extension ProcessTable {
     /// The most processes a cgroup may hold for the daemon to check that they are all the app's (each is two
     /// `/proc` reads on the loop); past it the app is stopped with signals.
     static let ownCgroupProcessLimit = 64
@@ -75,12 +75,38 @@ extension Manager {
         return names
     }
 
-    // MARK: Confirming freezes
+    // MARK: Stopping, and confirming freezes
+
+    /// Carries out the stop `process` has decided once the state saying so is saved (after a crash, that state is
+    /// what continues it: nothing is stranded), and has a freeze confirmed.
+    func sendStopOnceSaved(_ process: TrackedProcess) {
+        guard let host else { return }
+        host.stateChanged()
+        host.whenStateSaved { [weak self, weak process] in
+            guard let self, let process else { return }
+            // A freeze of a cgroup of the app's own waited for the save: what is in it may have changed meanwhile.
+            if let cgroup = process.pendingOwnCgroupFreeze, !process.mayActOnWhole(cgroup) {
+                self.fallBack(process, because: "\(cgroup) no longer holds only the app's processes")
+                return
+            }
+            do throws(Errno) {
+                try process.sendPendingStop()
+                if process.frozenCgroup != nil { self.confirmFreeze(of: process) }
+            } catch {
+                if error != .noSuchProcess {
+                    self.logger.error(
+                        "cannot suspend pid \(process.pid): \(error)", process.apps.map { .app(self.appName($0)) })
+                }
+                // Not stopped after all: the state must say so.
+                self.host?.stateChanged()
+            }
+        }
+    }
 
     /// A freeze was requested for `process`: `cgroup.events` must say `frozen 1` within
     /// `freezeConfirmationTimeout`, or the daemon thaws the cgroup and stops the process with SIGSTOP instead.
     func confirmFreeze(of process: TrackedProcess) {
-        freezeConfirmations[process.serial] = now + Self.freezeConfirmationTimeout
+        freezeConfirmations[process.serial] = clock.now + Self.freezeConfirmationTimeout
         armFreezeConfirmationTimer()
     }
 
@@ -97,7 +123,7 @@ extension Manager {
                     self.checkFreezes()
                 }
             }
-            try freezeConfirmationTimer?.rearm(at: now + Self.freezeConfirmationInterval)
+            try freezeConfirmationTimer?.rearm(at: clock.now + Self.freezeConfirmationInterval)
         } catch {
             logger.warning("cannot schedule confirming freezes: \(error); falling back to SIGSTOP")
             for serial in freezeConfirmations.keys { fallBack(processes[serial], because: "\(error)") }
@@ -107,7 +133,7 @@ extension Manager {
 
     /// Reads `cgroup.events` of every freeze awaiting confirmation.
     private func checkFreezes() {
-        let current = now
+        let current = clock.now
         for (serial, deadline) in freezeConfirmations {
             guard let process = processes[serial], let cgroup = process.frozenCgroup, !process.isStopPending else {
                 // Resumed, gone, or still waiting for the state write: nothing to confirm yet.
@@ -142,7 +168,7 @@ extension Manager {
             try process.fallBackToSignals()
         } catch {
             if error != .noSuchProcess { logger.error("cannot stop pid \(process.pid): \(error)") }
-            stateChanged()
+            host?.stateChanged()
             return
         }
         sendStopOnceSaved(process)
