@@ -276,7 +276,7 @@ public final class Manager {
         let ownCgroups = try? cgroupHierarchies.cgroups(of: getpid(), procFS: procFS)
         daemonCgroup = ownCgroups?.unified
         try startSupervisor(unitManager: unitManager)
-        memoryMonitor = MemoryMonitor(manager: self, settings: configuration.memory)
+        memoryMonitor = MemoryMonitor(host: self, settings: configuration.memory)
         fileDescriptorStoreLimit = notifier.fileDescriptorStoreLimit
         try takeListenedDescriptors()
         restoreState()
