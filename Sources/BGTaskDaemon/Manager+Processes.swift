@@ -176,10 +176,7 @@ extension Manager {
             pendingSuspensions[app] = nil
             let sinceKill = memoryMonitor?.victimExited(app)
             perform(core.processExited(app, how: how, exit: exit, sinceKill: sinceKill, now: now))
-            if let stream = eventStreams.removeValue(forKey: app) {
-                stream.stream = nil
-                stream.close(because: "the app's process exited")
-            }
+            connectionServer.detachEventStream(of: app)?.close(because: "the app's process exited")
         }
         process.apps = []
         memoryMonitor?.appsChanged()
