@@ -22,7 +22,7 @@ extension Manager {
             if descriptor.name.hasPrefix(Self.storedStreamPrefix) {
                 storedStreamDescriptors.append((descriptor.name, descriptor.fileDescriptor))
             } else {
-                listenedSockets.append(descriptor.fileDescriptor)
+                connectionServer.adoptListeningSocket(descriptor.fileDescriptor)
             }
         }
     }
@@ -77,10 +77,9 @@ extension Manager {
                 _ = try? notifier.removeStoredFileDescriptors(name: name)
                 continue
             }
-            connection.stream = .registration(app)
+            connectionServer.attachEventStream(connection, of: app)
             connection.storedName = name
             connection.shutsDownOnClose = true
-            eventStreams[app] = connection
             storedStreamCount += 1
             kept += 1
         }

@@ -201,8 +201,7 @@ extension Manager {
             previous.stream = nil
             previous.close(because: "replaced by a new registration of the same process")
         }
-        call.connection.stream = .registration(app)
-        eventStreams[app] = call.connection
+        connectionServer.attachEventStream(call.connection, of: app)
         if processOfApp[app] == nil {
             track(app, peer: peer, uid: credentials.uid)
         } else {
@@ -210,8 +209,7 @@ extension Manager {
         }
         guard processOfApp[app] != nil else {
             // Its exit could not be watched: the registration already ended.
-            eventStreams[app] = nil
-            call.connection.stream = nil
+            connectionServer.detachEventStream(of: app)
             call.connection.close(because: "the registering process cannot be watched")
             return CallOutcome()
         }
@@ -348,8 +346,7 @@ extension Manager {
 
     /// `Watch`: the connection streams audit entries from now on.
     func watch(_ parameters: WatchParameters, _ call: IncomingCall) -> CallOutcome<WatchReply> {
-        call.connection.stream = .watch
-        watchers[call.connection.serial] = call.connection
+        connectionServer.addWatcher(call.connection)
         return CallOutcome()
     }
 

@@ -110,10 +110,7 @@ extension Manager: ProcessTableHost {
     func appProcessExited(_ app: AppID, how: ProcessEnd, exit: ProcessExit?) {
         let sinceKill = memoryMonitor?.victimExited(app)
         perform(core.processExited(app, how: how, exit: exit, sinceKill: sinceKill, now: now))
-        if let stream = eventStreams.removeValue(forKey: app) {
-            stream.stream = nil
-            stream.close(because: "the app's process exited")
-        }
+        connectionServer.detachEventStream(of: app)?.close(because: "the app's process exited")
     }
 
     func trackedProcessesChanged() {

@@ -1,80 +1,14 @@
-// The daemon's IPC surface: Varlink calls decoded, authorized from peer credentials, and answered.
+// The daemon's IPC surface: calls authorized from peer credentials and answered (the connection server decodes them).
 
 import BGTaskCore
 import BGTaskProtocol
 import BGTaskSystem
 import Glibc
 
-/// One call being answered.
-struct IncomingCall {
-    /// The call, read once: its header, and its parameters, already typed for a lease call (`LeaseCallReader`),
-    /// else as a JSON tree the method's type is decoded from.
-    let decoded: DecodedCall
-    let connection: ClientConnection
-    /// Whether the method changes what the state file holds: its reply waits until that is saved.
-    var changesState = false
-    var header: VarlinkCallHeader { decoded.header }
-    var credentials: PeerCredentials { connection.credentials }
-}
-
 extension Manager {
     /// Longest app, task and notification name accepted, in UTF-8 bytes (names are used in logs, file names of
     /// per-app configuration and journal fields, and a suspended app's queue holds one per coalesced name).
     static let nameMaximumBytes = 255
-
-    /// Handles one complete message from a client. A message that is not a well-formed call gets
-    /// `InvalidMessage` and the connection stays usable: the NUL framing is intact, so the next call is still
-    /// found (only a framing error, an oversized message, closes it).
-    func handle(_ message: [UInt8], from connection: ClientConnection) {
-        let decoded: DecodedCall
-        do {
-            decoded = try codec.decodeCall(message)
-        } catch {
-            if connection.loggedLimits.insert("InvalidMessage").inserted {
-                logger.info(
-                    "invalid message from pid \(connection.credentials.pid) uid \(connection.credentials.uid): "
-                        + "\(error) (further ones from this connection are not logged)")
-            }
-            do {
-                transmit(
-                    try codec.encodeError(.invalidMessage(reason: error.description)), on: connection,
-                    reflectsChange: false)
-            } catch {
-                connection.close(because: "internal error encoding an error")
-            }
-            return
-        }
-        var call = IncomingCall(decoded: decoded, connection: connection)
-        let header = decoded.header
-        logger.debug(
-            "call \(header.method.qualified) from pid \(connection.credentials.pid) uid \(connection.credentials.uid)"
-                + " on connection \(connection.serial)")
-        guard !header.upgrade else {
-            fail(call, .methodNotImplemented(method: header.method.qualified))
-            return
-        }
-        guard let method = CallableMethod(header.method) else {
-            switch header.method.interface {
-            case VarlinkServiceInterface.name, LifecycleInterface.name:
-                fail(call, .methodNotFound(method: header.method.qualified))
-            default:
-                fail(call, .interfaceNotFound(interface: header.method.interface))
-            }
-            return
-        }
-        if method.requiresMore && !header.more {
-            fail(call, .expectedMore())
-            return
-        }
-        // Marked before the handler runs: its reply, and the events it causes, are held until the state they
-        // reflect is saved.
-        if !method.isReadOnly {
-            call.changesState = true
-            stateChanged()
-        }
-        method.handler.serve(self, call)
-        updateStatus()
-    }
 
     // MARK: Replies
 

@@ -39,7 +39,6 @@ public final class Manager {
     /// Whether a service manager listens, read once: `updateStatus()` asks after every call, and the environment
     /// does not change under a running daemon.
     lazy var isSupervised = notifier.isSupervised
-    let codec = VarlinkCodec()
     let procFS: ProcFS
     /// The tracked processes and everything that acts on them (`ProcessTable`).
     let processTable: ProcessTable
@@ -85,9 +84,8 @@ public final class Manager {
     /// a previous daemon's entries past the state it restored).
     var historyLinesInFile = 0
     var historyNeedsRewrite = true
-    /// The listening sockets systemd passed, and the apps' event streams a previous daemon kept in the fd store
-    /// (taken back while restoring); see `Manager+FileDescriptorStore.swift`.
-    var listenedSockets: [FileDescriptor] = []
+    /// The apps' event streams a previous daemon kept in the fd store (taken back while restoring); see
+    /// `Manager+FileDescriptorStore.swift`.
     var storedStreamDescriptors: [(name: String, descriptor: FileDescriptor)] = []
     /// How many event streams this daemon keeps in the fd store, out of `fileDescriptorStoreLimit` (0: none).
     var storedStreamCount = 0
@@ -96,28 +94,12 @@ public final class Manager {
     /// Where launched apps' output goes instead of the journal: `NAME.log` files in it (`--log-dir`, for tests).
     public var logDirectory: String?
 
-    let readBuffer = ReadBuffer()
     /// Made in `start()`: it needs the manager.
     var memoryMonitor: MemoryMonitor?
-    var listeners: [IOSource] = []
-    /// Why the listeners are off (descriptors exhausted), while they are.
-    var listenersPausedReason: String?
-    var acceptRetryTimer: ManagerTimer?
-    var ownsSocketFile = false
+    /// The clients: listening, admitting, framing, the backlog of pipelined calls, the streams.
+    let connectionServer: ConnectionServer
     /// The one timer of the policy, armed wherever the core asks (`.armTimer`).
     var policyTimer: ManagerTimer?
-    var connections: [Int: ClientConnection] = [:]
-    var connectionsPerUser: [uid_t: Int] = [:]
-    /// Uids whose refused connections were logged, until their count falls under the limit again.
-    var refusedConnectionsLogged: Set<uid_t> = []
-    var isTotalConnectionRefusalLogged = false
-    var nextConnectionSerial = 1
-    /// Connections with complete calls left after their turn's budget, served in order by `backlogSource`.
-    var backlog: [ClientConnection] = []
-    var backlogSource: EventSource?
-    /// The connection carrying each registered app's event stream.
-    var eventStreams: [AppID: ClientConnection] = [:]
-    var watchers: [Int: ClientConnection] = [:]
     /// The gid of `ControllerGroup`, resolved at start and on reload.
     var controllerGroupID: gid_t?
     var isStopping = false
@@ -154,6 +136,7 @@ public final class Manager {
         self.configurationPath = configurationPath
         self.socketPath = socketPath
         self.logger = logger
+        connectionServer = ConnectionServer(loop: loop, clock: self.clock, logger: logger, socketPath: socketPath)
         self.procFS = procFS
         processTable = ProcessTable(loop: loop, clock: self.clock, logger: logger, procFS: procFS)
         trail = AuditTrail(capacity: configuration.core.historySize, logger: logger)
@@ -162,6 +145,7 @@ public final class Manager {
         trail.gathersUnsaved = stateStore != nil
         bootID = StateStore.bootID(procFS: procFS)
         processTable.host = self
+        connectionServer.host = self
     }
 
     /// The time of the current loop iteration (or the manual clock's), as the core's clock.
@@ -209,9 +193,7 @@ public final class Manager {
             // turn of the loop per call; under a load that never lets the loop fall idle, every 64th dispatch.
             loop.whenIdle = { [unowned self] in self.saveChanges() }
             loop.afterDispatch = { [unowned self] in self.countDispatch() }
-            backlogSource = try loop.addRepeatingDefer(name: "call-backlog") { [unowned self] _ in
-                self.serveBacklog()
-            }
+            try connectionServer.makeBacklogSource()
             _ = try loop.enableWatchdog()
         } catch {
             throw StartupError(description: "cannot set up the event loop: \(error)")
@@ -238,7 +220,7 @@ public final class Manager {
         resolveAccessSettings()
         processTable.findDaemonCgroup()
         try processTable.startSupervisor(memory: configuration.memory, unitManager: unitManager)
-        memoryMonitor = MemoryMonitor(manager: self, settings: configuration.memory)
+        memoryMonitor = MemoryMonitor(host: self, settings: configuration.memory)
         fileDescriptorStoreLimit = notifier.fileDescriptorStoreLimit
         try takeListenedDescriptors()
         restoreState()
@@ -311,15 +293,8 @@ public final class Manager {
         isStopping = true
         logger.notice("stopping: \(reason)")
         _ = try? notifier.stopping()
-        for listener in listeners {
-            listener.cancel()
-            try? listener.fileDescriptor.close()
-        }
-        listeners = []
-        if ownsSocketFile { unlink(socketPath) }
         // The fd store's copies of the event streams stay open, for the next daemon to take them back.
-        for connection in connections.values { connection.shutsDownOnClose = false }
-        for connection in Array(connections.values) { connection.close(because: "the daemon is stopping") }
+        connectionServer.stop()
         // No half-launched child outlives the daemon: those whose program has not started yet are killed and reaped.
         supervisor?.stop()
         releaseAllApps()

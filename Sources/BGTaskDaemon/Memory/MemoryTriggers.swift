@@ -15,7 +15,9 @@ final class MemoryTriggers {
         var description: String
     }
 
-    private unowned let manager: Manager
+    private let logger: Logger
+    private let loop: EventLoop
+    private let clock: ManagerClock
     private let fired: (MonotonicInstant, String) -> Void
     private var threshold: Armed?
     private var thresholdBytes: UInt64?
@@ -26,9 +28,21 @@ final class MemoryTriggers {
     /// the whole system (widened to the 2 s window the kernel allows without CAP_SYS_RESOURCE).
     static let systemTrigger = MemoryPressureTrigger(kind: .some, stall: .milliseconds(100), window: .seconds(1))
 
-    init(manager: Manager, fired: @escaping (MonotonicInstant, String) -> Void) {
-        self.manager = manager
+    /// Triggers watched on `loop`, logging to `logger`, each firing `fired` with the time read from `clock`.
+    init(logger: Logger, loop: EventLoop, clock: ManagerClock, fired: @escaping (MonotonicInstant, String) -> Void) {
+        self.logger = logger
+        self.loop = loop
+        self.clock = clock
         self.fired = fired
+    }
+
+    /// The daemon's own `$MEMORY_PRESSURE_WATCH` and `$MEMORY_PRESSURE_WRITE`, as the service manager set them.
+    static func serviceManagerEnvironment() -> [String: String] {
+        var environment: [String: String] = [:]
+        for key in [MemoryPressureWatch.watchVariable, MemoryPressureWatch.writeVariable] {
+            if let value = ProcessInfoEnvironment.value(key) { environment[key] = value }
+        }
+        return environment
     }
 
     /// What wakes the monitor, for `GetStatus` (`memory.trigger`) and the startup log: each armed trigger, then
@@ -39,13 +53,13 @@ final class MemoryTriggers {
 
     /// Arms the pressure watch: what `$MEMORY_PRESSURE_WATCH` names when the service manager sets it (systemd's
     /// protocol; `/dev/null` turns it off), else a PSI trigger on `/proc/pressure/memory`, else on the managed
-    /// apps' cgroup2 root's `memory.pressure`. Logged either way; polling goes on beside it.
-    func armPressure(environment: [String: String]) {
+    /// apps' cgroup2 root's `memory.pressure` (`appsPressureFile`). Logged either way; polling goes on beside it.
+    func armPressure(environment: [String: String], appsPressureFile: String?) {
         var watch: MemoryPressureWatch?
         do {
             switch try MemoryPressureWatch.fromEnvironment(environment) {
             case .off?:
-                manager.logger.info("memory pressure watching is turned off by the service manager")
+                logger.info("memory pressure watching is turned off by the service manager")
                 return
             case .watching(let fromManager)?:
                 watch = fromManager
@@ -53,11 +67,11 @@ final class MemoryTriggers {
                 break
             }
         } catch {
-            manager.logger.warning("cannot watch what the service manager names: \(error); arming a trigger of my own")
+            logger.warning("cannot watch what the service manager names: \(error); arming a trigger of my own")
         }
         if watch == nil {
             var candidates = ["/proc/pressure/memory"]
-            if let file = manager.supervisor?.appsPressureFile { candidates.append(file) }
+            if let appsPressureFile { candidates.append(appsPressureFile) }
             var failures: [String] = []
             for path in candidates where watch == nil {
                 do {
@@ -67,22 +81,21 @@ final class MemoryTriggers {
                 }
             }
             if watch == nil {
-                manager.logger.info("no memory pressure trigger (\(failures.joined(separator: "; "))): polling alone")
+                logger.info("no memory pressure trigger (\(failures.joined(separator: "; "))): polling alone")
                 return
             }
         }
         guard let watch else { return }
         do {
-            let source = try manager.loop.addIO(fd: watch.fileDescriptor, events: watch.events, name: "memory-pressure")
-            {
-                [unowned self] source, events in
-                self.pressureReported(events)
+            let source = try loop.addIO(fd: watch.fileDescriptor, events: watch.events, name: "memory-pressure") {
+                [weak self] _, events in
+                self?.pressureReported(events)
             }
             pressure = Armed(descriptor: watch.fileDescriptor, source: source, description: "\(watch)")
             pressureWatch = watch
         } catch {
             try? watch.close()
-            manager.logger.warning("cannot watch \(watch): \(error); polling alone")
+            logger.warning("cannot watch \(watch): \(error); polling alone")
         }
     }
 
@@ -90,34 +103,36 @@ final class MemoryTriggers {
         guard let watch = pressureWatch else { return }
         switch (try? watch.acknowledge(events)) ?? .ended {
         case .pressure:
-            fired(manager.clock.freshNow, "memory pressure (\(watch))")
+            fired(clock.freshNow, "memory pressure (\(watch))")
         case .nothing:
             break
         case .ended:
-            manager.logger.warning("\(watch) can no longer report pressure: polling alone")
+            logger.warning("\(watch) can no longer report pressure: polling alone")
             disarm(&pressure)
             pressureWatch = nil
         }
     }
 
-    /// Arms (or moves, or removes) the usage threshold at `appsMemoryMax` on the managed apps' v1 memory cgroup:
-    /// the kernel then reports the crossing itself, in the allocation that makes it, instead of the next sample.
-    func update(appsMemoryMax: UInt64?) {
+    /// Arms (or moves, or removes) the usage threshold at `appsMemoryMax` on the managed apps' v1 memory cgroup
+    /// (`appsMemoryRoot`): the kernel then reports the crossing itself, in the allocation that makes it, instead
+    /// of the next sample.
+    func update(appsMemoryMax: UInt64?, appsMemoryRoot: CgroupDirectory?) {
         guard appsMemoryMax != thresholdBytes || (appsMemoryMax != nil && threshold == nil) else { return }
         disarm(&threshold)
         thresholdBytes = appsMemoryMax
-        guard let bytes = appsMemoryMax, let root = manager.supervisor?.appsMemoryRoot else { return }
+        guard let bytes = appsMemoryMax, let root = appsMemoryRoot else { return }
         do {
             let descriptor = try root.armUsageThreshold(bytes)
             let description = "usage-threshold(\(root.path)/memory.usage_in_bytes at \(bytes))"
-            let source = try manager.loop.addIO(fd: descriptor, events: .readable, name: "memory-threshold") {
-                [unowned self] _, _ in
-                self.drain(descriptor)
-                self.fired(self.manager.clock.freshNow, "the managed apps' memory crossed AppsMemoryMax")
+            let source = try loop.addIO(fd: descriptor, events: .readable, name: "memory-threshold") {
+                [weak self] _, _ in
+                guard let self else { return }
+                drain(descriptor)
+                fired(clock.freshNow, "the managed apps' memory crossed AppsMemoryMax")
             }
             threshold = Armed(descriptor: descriptor, source: source, description: description)
         } catch {
-            manager.logger.warning(
+            logger.warning(
                 "cannot arm a usage threshold on \(root.path): \(error); AppsMemoryMax is watched by polling alone")
         }
     }
@@ -133,12 +148,5 @@ final class MemoryTriggers {
         current.source.cancel()
         try? current.descriptor.close()
         armed = nil
-    }
-
-    /// Removes every trigger (the daemon stops).
-    func disarmAll() {
-        disarm(&threshold)
-        disarm(&pressure)
-        pressureWatch = nil
     }
 }

@@ -13,7 +13,7 @@ enum StreamRole: Equatable {
     case watch
 }
 
-/// The buffer a manager's connections read into. The loop is single-threaded and each read's bytes are
+/// The buffer a connection server's connections read into. The loop is single-threaded and each read's bytes are
 /// copied into the connection's decoder before the next read, so one buffer serves every connection.
 final class ReadBuffer {
     var bytes = [UInt8](repeating: 0, count: ClientConnection.readSize)
@@ -25,7 +25,7 @@ final class ReadBuffer {
 /// - input: one read per readiness, and no read while `MessageSizeMax` of unprocessed input is buffered, so a
 ///   connection holds at most one message and one read; while it streams (after `Register` or `Watch`), input
 ///   past `MessageSizeMax` closes it, since no call is read until the stream ends;
-/// - calls: at most `callsPerTurn` per loop turn; more complete calls wait for the manager's backlog source, so a
+/// - calls: at most `callsPerTurn` per loop turn; more complete calls wait for the server's backlog source, so a
 ///   pipelining client cannot hold the loop; while a call's reply is deferred (`Launch`, until its program has
 ///   started), the calls after it wait, so replies still come in order;
 /// - output: past `readPauseThreshold` unsent bytes the daemon reads and processes no more calls until the client
@@ -72,7 +72,7 @@ final class ClientConnection {
     var shutsDownOnClose = false
     /// Limits already logged for this peer, so a client hammering one is logged once.
     var loggedLimits: Set<String> = []
-    /// Whether the manager's backlog holds this connection (complete calls wait for a later turn).
+    /// Whether the server's backlog holds this connection (complete calls wait for a later turn).
     var isBacklogged = false
     /// Whether a call's reply is deferred (`holdCalls()`): the calls after it wait until `releaseCalls()`.
     private(set) var isAwaitingReply = false
@@ -88,11 +88,11 @@ final class ClientConnection {
     var onMessage: ((ClientConnection, [UInt8]) -> Void)?
     /// Called once when the connection closes, for whatever reason.
     var onClose: ((ClientConnection, String) -> Void)?
-    /// Called when complete calls remain after a turn's budget: the manager calls `processMessages()` again on a
+    /// Called when complete calls remain after a turn's budget: the server calls `processMessages()` again on a
     /// later turn.
     var onBacklog: ((ClientConnection) -> Void)?
 
-    /// Where reads land before they are copied into the decoder; shared by the manager's connections.
+    /// Where reads land before they are copied into the decoder; shared by the server's connections.
     private let readBuffer: ReadBuffer
 
     init(
@@ -217,7 +217,7 @@ final class ClientConnection {
         }
     }
 
-    /// Hands up to `callsPerTurn` complete messages to the manager, in order; asks for another turn when more may
+    /// Hands up to `callsPerTurn` complete messages to the server, in order; asks for another turn when more may
     /// wait. After the input ended, closes once every call is answered and flushed.
     func processMessages() {
         var processed = 0

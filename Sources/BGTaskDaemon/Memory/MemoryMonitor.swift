@@ -13,11 +13,18 @@ import BGTaskSystem
 /// the apps' memory is sampled only while `AppsMemoryMax` is set or memory is short (reclamation needs it then),
 /// and `MemAvailable` alone, seconds apart, when it is far above the warning threshold. Controllers asking for
 /// memory (`GetStatus`, `ListApps`, `GetApp`) get the last sample, refreshed in the background when it is old.
+///
+/// It reaches the daemon only through its host (`MemoryMonitorHost`), held weakly: the manager owns the monitor.
 final class MemoryMonitor {
     /// A sample older than this is refreshed (in the background) when a controller asks for memory figures.
     static let displayRefreshAge: Duration = .seconds(5)
 
-    private unowned let manager: Manager
+    private weak var host: (any MemoryMonitorHost)?
+    private let logger: Logger
+    private let loop: EventLoop
+    private let clock: ManagerClock
+    private let procFS: ProcFS
+    private let inspector: ProcessInspector
     private(set) var machine: MemoryPressureMachine
     private var timer: ManagerTimer?
     private(set) var isDryRun: Bool
@@ -30,12 +37,8 @@ final class MemoryMonitor {
     /// v1 freezer, which dies only once thawed). earlyoom and systemd-oomd bound their waits the same way.
     static let victimExitTimeout: Duration = .seconds(10)
 
-    /// Apps reclaimed whose processes have not exited yet, with when each was killed: no new victim until they
-    /// are gone, or until `victimExitTimeout` has passed since their kill.
-    private var pendingVictims: [AppID: MonotonicInstant] = [:]
-    /// Victims reclamation gave up waiting for, with when each was killed: their memory still counts in the apps'
-    /// total (it is not coming back), until their processes exit.
-    private var abandonedVictims: [AppID: MonotonicInstant] = [:]
+    /// Apps reclaimed, until their processes exit: no new victim while one is pending.
+    private var victims = ReclamationVictims()
     /// The last sample, and the last one that measured the apps.
     private(set) var lastSample: MemorySample?
     private(set) var lastProcessSample: MemorySample?
@@ -50,26 +53,35 @@ final class MemoryMonitor {
     /// When a trigger fired that the next decision has not seen yet: that decision is dated from it.
     private var firedAt: MonotonicInstant?
 
-    init(manager: Manager, settings: DaemonConfiguration.Memory) {
-        self.manager = manager
+    /// A monitor for `host`'s processes; `environment` is where the service manager's pressure watch is named
+    /// (`$MEMORY_PRESSURE_WATCH`, `$MEMORY_PRESSURE_WRITE`).
+    init(
+        host: any MemoryMonitorHost, settings: DaemonConfiguration.Memory,
+        environment: [String: String] = MemoryTriggers.serviceManagerEnvironment()
+    ) {
+        self.host = host
+        logger = host.logger
+        loop = host.loop
+        clock = host.clock
+        procFS = host.procFS
+        inspector = host.inspector
         machine = MemoryPressureMachine(thresholds: Self.thresholds(settings))
         isDryRun = settings.reclaimDryRun
-        triggers = MemoryTriggers(manager: manager) { [unowned self] instant, what in
-            self.triggerFired(at: instant, what)
+        triggers = MemoryTriggers(logger: logger, loop: loop, clock: clock) { [weak self] instant, what in
+            self?.triggerFired(at: instant, what)
         }
-        triggers.update(appsMemoryMax: settings.appsMemoryMaxBytes)
-        var environment: [String: String] = [:]
-        for key in [MemoryPressureWatch.watchVariable, MemoryPressureWatch.writeVariable] {
-            if let value = ProcessInfoEnvironment.value(key) { environment[key] = value }
-        }
-        triggers.armPressure(environment: environment)
+        triggers.update(appsMemoryMax: settings.appsMemoryMaxBytes, appsMemoryRoot: host.appsMemoryRoot)
+        triggers.armPressure(environment: environment, appsPressureFile: host.appsPressureFile)
     }
+
+    /// Whether the host tracks any process (none once the host is gone).
+    private var hasProcesses: Bool { host?.hasMonitoredProcesses ?? false }
 
     /// A trigger fired: sample now (apps included), and date the decision it leads to from this moment.
     private func triggerFired(at instant: MonotonicInstant, _ what: String) {
-        manager.logger.debug("memory trigger: \(what)")
+        logger.debug("memory trigger: \(what)")
         firedAt = min(firedAt ?? instant, instant)
-        guard !manager.processes.isEmpty else { return }
+        guard hasProcesses else { return }
         requestSample(includingProcesses: true)
     }
 
@@ -83,15 +95,14 @@ final class MemoryMonitor {
     func update(_ settings: DaemonConfiguration.Memory) {
         machine.thresholds = Self.thresholds(settings)
         isDryRun = settings.reclaimDryRun
-        triggers.update(appsMemoryMax: settings.appsMemoryMaxBytes)
-        if !manager.processes.isEmpty { schedule(after: .zero) }
+        triggers.update(appsMemoryMax: settings.appsMemoryMaxBytes, appsMemoryRoot: host?.appsMemoryRoot)
+        if hasProcesses { schedule(after: .zero) }
     }
 
     /// Makes sure a sample is scheduled while there are apps, and nothing runs without; call when apps come and go.
     func appsChanged() {
-        if manager.processes.isEmpty {
-            pendingVictims.removeAll()
-            abandonedVictims.removeAll()
+        if !hasProcesses {
+            victims.removeAll()
             timer?.disarm()
         } else if timer?.deadline == nil && !isSampling {
             schedule(after: .zero)
@@ -100,17 +111,19 @@ final class MemoryMonitor {
 
     /// An app's process is gone; if it was reclaimed, how long after its kill (from a clock read now).
     func victimExited(_ app: AppID) -> Duration? {
-        if let killedAt = abandonedVictims.removeValue(forKey: app) {
-            let sinceKill = manager.clock.freshNow - killedAt
-            manager.logger.notice(
-                "\(manager.appName(app))'s process exited at last, \(sinceKill) after its kill",
-                [.app(manager.appName(app))])
+        switch victims.exited(app) {
+        case .abandoned(let killedAt):
+            let sinceKill = clock.freshNow - killedAt
+            let name = host?.appName(app) ?? app.description
+            logger.notice("\(name)'s process exited at last, \(sinceKill) after its kill", [.app(name)])
             return sinceKill
+        case .pending(let killedAt):
+            // Whether that was enough is for a sample now to say, not the next tick.
+            if victims.pending.isEmpty && machine.isUnderPressure { schedule(after: .zero) }
+            return clock.freshNow - killedAt
+        case nil:
+            return nil
         }
-        guard let killedAt = pendingVictims.removeValue(forKey: app) else { return nil }
-        // Whether that was enough is for a sample now to say, not the next tick.
-        if pendingVictims.isEmpty && machine.isUnderPressure { schedule(after: .zero) }
-        return manager.clock.freshNow - killedAt
     }
 
     /// Whether samples must measure the apps: to judge `AppsMemoryMax`, or to rank victims while memory is short.
@@ -130,13 +143,14 @@ final class MemoryMonitor {
         do {
             if timer == nil {
                 // Fired at most 5 ms late: the shortest wait is 50 ms, and a crossing is seen that much later.
-                timer = try manager.clock.makeTimer(name: "memory", accuracy: .milliseconds(5)) { [unowned self] in
-                    self.requestSample(includingProcesses: self.needsProcessSamples)
+                timer = try clock.makeTimer(name: "memory", accuracy: .milliseconds(5)) { [weak self] in
+                    guard let self else { return }
+                    requestSample(includingProcesses: needsProcessSamples)
                 }
             }
-            try timer?.rearm(at: manager.now + delay)
+            try timer?.rearm(at: clock.now + delay)
         } catch {
-            manager.logger.error("cannot schedule the memory monitor: \(error); memory is not watched")
+            logger.error("cannot schedule the memory monitor: \(error); memory is not watched")
         }
     }
 
@@ -144,17 +158,17 @@ final class MemoryMonitor {
     /// whose cost does not grow with the apps: a worker round trip would cost more wake-ups than the reads), the
     /// apps' memory on the worker. While a sample is out, remembers that the next must include the apps.
     private func requestSample(includingProcesses: Bool) {
-        guard !manager.isStopping else { return }
+        guard let host, !host.isStopping else { return }
         guard !isSampling else {
             isProcessSampleWanted = isProcessSampleWanted || includingProcesses
             return
         }
         guard includingProcesses else {
-            sampleArrived(manager.inspector.sampleMemory([], includesProcesses: false))
+            sampleArrived(inspector.sampleMemory([], includesProcesses: false))
             return
         }
-        let processes = manager.processes.values.map(\.inspected)
-        guard manager.submit(.memory(processes: processes)) else {
+        let processes = host.monitoredProcesses.map(\.inspected)
+        guard host.submit(.memory(processes: processes)) else {
             schedule(after: .seconds(1))
             return
         }
@@ -165,9 +179,9 @@ final class MemoryMonitor {
     /// A controller wants memory figures: if the apps were last measured long ago (or never), measure them in the
     /// background. The caller answers from what is known now; the next call sees the new sample.
     func refreshForDisplay() {
-        guard !manager.processes.isEmpty else { return }
+        guard hasProcesses else { return }
         if let last = lastProcessSample,
-            manager.loop.now - last.finishedAt < Self.displayRefreshAge.nanosecondCount
+            loop.now - last.finishedAt < Self.displayRefreshAge.nanosecondCount
         {
             return
         }
@@ -182,22 +196,22 @@ final class MemoryMonitor {
             if !reportedUnreadableMemoryInfo {
                 reportedUnreadableMemoryInfo = true
                 let watched = machine.thresholds.appsMemoryMax == nil ? "nothing" : "only the apps' total"
-                manager.logger.error("\(failure); MemAvailable is not watched (\(watched) can trigger reclamation)")
+                logger.error("\(failure); MemAvailable is not watched (\(watched) can trigger reclamation)")
             }
         } else if reportedUnreadableMemoryInfo {
             reportedUnreadableMemoryInfo = false
-            manager.logger.notice("\(manager.procFS.root)/meminfo is readable again")
+            logger.notice("\(procFS.root)/meminfo is readable again")
         }
         if sample.includesProcesses {
             lastProcessSample = sample
             applyProcessReadings(sample)
         }
         defer {
-            if isProcessSampleWanted && !manager.processes.isEmpty {
+            if isProcessSampleWanted && hasProcesses {
                 requestSample(includingProcesses: true)
             }
         }
-        guard !manager.processes.isEmpty, !manager.isStopping else { return }
+        guard let host, host.hasMonitoredProcesses, !host.isStopping else { return }
         let system = systemReading(sample)
         if !sample.includesProcesses {
             // MemAvailable alone: if it calls for action, measure the apps before deciding anything.
@@ -214,20 +228,21 @@ final class MemoryMonitor {
     /// Stores each process's reading on its `TrackedProcess`; an unreadable one keeps its last reading (failing
     /// closed: it is never silently immune to reclamation) and is logged once.
     private func applyProcessReadings(_ sample: MemorySample) {
+        guard let host else { return }
         for (key, bytes) in sample.processBytes {
-            guard let process = manager.processes[key] else { continue }
+            guard let process = host.monitoredProcess(serial: key) else { continue }
             process.memoryBytes = bytes
             process.isMemoryReadingStale = false
             reportedUnreadable.remove(key)
         }
         for (key, reason) in sample.failures {
-            guard let process = manager.processes[key] else { continue }
+            guard let process = host.monitoredProcess(serial: key) else { continue }
             process.isMemoryReadingStale = true
             if reportedUnreadable.insert(key).inserted {
                 let last = process.memoryBytes.map { "keeping its last reading, \($0) bytes" } ?? "no reading yet"
-                manager.logger.warning(
+                logger.warning(
                     "cannot read the memory of pid \(process.pid) (\(reason)); \(last)",
-                    process.apps.map { .app(manager.appName($0)) })
+                    process.apps.map { .app(host.appName($0)) })
             }
         }
     }
@@ -235,10 +250,12 @@ final class MemoryMonitor {
     /// Each reclaimable app's memory, a process's reading given to one of its apps only (the oldest), so a
     /// process registered under two names is not counted twice.
     func readings() -> [AppID: UInt64] {
+        guard let host else { return [:] }
+        let core = host.core
         var readings: [AppID: UInt64] = [:]
-        for process in manager.processes.values {
+        for process in host.monitoredProcesses {
             guard let bytes = process.memoryBytes,
-                let app = process.apps.sorted().first(where: { manager.core.reclamationBand(of: $0) != nil })
+                let app = process.apps.sorted().first(where: { core.reclamationBand(of: $0) != nil })
             else { continue }
             readings[app] = bytes
         }
@@ -251,75 +268,54 @@ final class MemoryMonitor {
             totalBytes: sample.memoryInfo.map { UInt64(max(0, $0.totalBytes)) })
     }
 
-    /// Stops waiting for victims killed more than `victimExitTimeout` ago, each logged with its own message id:
-    /// reclamation then goes on with the next victim instead of stalling for the rest of the episode.
-    private func abandonOverdueVictims() {
-        let current = manager.clock.freshNow
-        // One whose process the daemon no longer tracks is nothing to count.
-        abandonedVictims = abandonedVictims.filter { manager.processOfApp[$0.key] != nil }
-        for (app, killedAt) in pendingVictims where current - killedAt >= Self.victimExitTimeout {
-            pendingVictims[app] = nil
-            abandonedVictims[app] = killedAt
-            let name = manager.appName(app)
-            let pid = manager.processOfApp[app].map { " (pid \($0.pid))" } ?? ""
-            manager.logger.warning(
-                "\(name)'s process\(pid) has not exited \(current - killedAt) after it was killed to reclaim memory "
-                    + "(its kill was refused, or it is stuck in the kernel): no longer waiting for it; its memory "
-                    + "still counts, and reclamation goes on with the next victim",
-                [.app(name), .messageID(MessageID.reclaimVictimStuck)])
-        }
-    }
-
     /// The memory of the processes of victims reclamation gave up waiting for, each process once.
-    private var abandonedBytes: UInt64 {
-        var counted = Set<Int>()
-        var total: UInt64 = 0
-        for app in abandonedVictims.keys {
-            guard let process = manager.processOfApp[app], counted.insert(process.serial).inserted else { continue }
-            total += process.memoryBytes ?? 0
-        }
-        return total
-    }
+    private var abandonedBytes: UInt64 { victims.abandonedBytes(host: host) }
 
     private func decide(on sample: MemorySample) {
-        abandonOverdueVictims()
+        guard let host else { return }
+        // Reclamation goes on with the next victim instead of stalling for the rest of the episode.
+        victims.abandonOverdue(now: clock.freshNow, host: host, logger: logger)
         let apps = readings()
         let current = systemReading(sample, appsBytes: apps.values.reduce(0, +) + abandonedBytes)
         // Dated from the trigger that led to this sample, if one did (the threshold fires in the allocation that
         // crosses the limit; the sample and its decision come a little later).
-        let now = firedAt ?? manager.now
+        let now = firedAt ?? clock.now
         firedAt = nil
         let wasUnderPressure = machine.isUnderPressure
-        let (decision, assessment) = machine.observe(current, victimsPending: !pendingVictims.isEmpty, now: now)
+        let (decision, assessment) = machine.observe(current, victimsPending: !victims.pending.isEmpty, now: now)
         switch decision {
         case .none:
             if wasUnderPressure && !machine.isUnderPressure {
-                manager.logger.notice("memory is back within its limits")
+                logger.notice("memory is back within its limits")
                 reportedNothingToReclaim = false
             }
         case .warn(let bytesToFree):
-            manager.logger.notice("memory warning: \(assessment.trigger); asking apps to free \(bytesToFree) bytes")
-            manager.perform(manager.core.memoryWarning(readings: apps, bytesToFree: bytesToFree, now: now))
+            logger.notice("memory warning: \(assessment.trigger); asking apps to free \(bytesToFree) bytes")
+            host.feedMemoryInput { core in core.memoryWarning(readings: apps, bytesToFree: bytesToFree, now: now) }
             // Re-measure when the grace is up (at once with no grace), not at the next tick.
             schedule(after: min(machine.thresholds.warningGrace, pollingInterval(after: current)))
             return
         case .reclaim(let bytesToFree, let triggeredAt):
-            reclaim(bytesToFree: bytesToFree, readings: apps, triggeredAt: triggeredAt, trigger: assessment.trigger)
+            reclaim(
+                bytesToFree: bytesToFree, readings: apps, triggeredAt: triggeredAt, trigger: assessment.trigger,
+                host: host)
         }
         schedule(after: pollingInterval(after: current))
     }
 
     /// Reclaims in the core's order until `bytesToFree` is covered, re-checking the trigger before each kill
     /// against a fresh `MemAvailable` and the apps still reclaimable.
-    private func reclaim(bytesToFree: UInt64, readings: [AppID: UInt64], triggeredAt: MonotonicInstant, trigger: String)
-    {
-        let order = manager.core.reclamationOrder(readings: readings)
-        let victims = Reclamation.victims(in: order, toFree: bytesToFree)
-        guard !victims.isEmpty else {
+    private func reclaim(
+        bytesToFree: UInt64, readings: [AppID: UInt64], triggeredAt: MonotonicInstant, trigger: String,
+        host: any MemoryMonitorHost
+    ) {
+        let order = host.core.reclamationOrder(readings: readings)
+        let chosen = Reclamation.victims(in: order, toFree: bytesToFree)
+        guard !chosen.isEmpty else {
             if !reportedNothingToReclaim {
-                manager.logger.warning(
+                logger.warning(
                     "memory is short (\(trigger)) but no app can be reclaimed"
-                        + (manager.core.policy.reclaimForeground ? "" : " (ReclaimForeground=no)"))
+                        + (host.core.policy.reclaimForeground ? "" : " (ReclaimForeground=no)"))
                 reportedNothingToReclaim = true
             }
             return
@@ -327,41 +323,45 @@ final class MemoryMonitor {
         // The ranking the kills come from, so that the journal explains each choice: the apps in order with their
         // bands, pids and the bytes each was last measured at (victims come from the front; a dozen is enough).
         let shown = order.prefix(12).map { candidate in
-            let pid = manager.processOfApp[candidate.app].map { "pid \($0.pid), " } ?? ""
+            let pid = host.monitoredProcess(of: candidate.app).map { "pid \($0.pid), " } ?? ""
             return "\(candidate.name) (\(candidate.band.name), \(pid)\(candidate.memoryBytes) bytes)"
         }
         let more = order.count > shown.count ? ", and \(order.count - shown.count) more" : ""
-        manager.logger.notice(
+        logger.notice(
             "reclaiming \(bytesToFree) bytes (\(trigger)); apps in reclamation order: "
                 + shown.joined(separator: ", ") + more)
-        for victim in victims {
+        for victim in chosen {
             // Re-check just before each kill: memory may have come back since the sample, and a victim already
             // chosen no longer counts (it is being terminated).
+            let core = host.core
             let remaining =
-                readings.filter { manager.core.reclamationBand(of: $0.key) != nil }.values.reduce(0, +) + abandonedBytes
-            let info = try? manager.procFS.memoryInfo()
+                readings.filter { core.reclamationBand(of: $0.key) != nil }.values.reduce(0, +) + abandonedBytes
+            let info = try? procFS.memoryInfo()
             let reading = MemoryReading(
                 appsBytes: remaining, availableBytes: info.map { UInt64(max(0, $0.availableBytes)) },
                 totalBytes: info.map { UInt64(max(0, $0.totalBytes)) })
             guard machine.assess(reading).level > .normal else {
-                manager.logger.notice("memory recovered before reclaiming \(victim.name): nothing killed")
+                logger.notice("memory recovered before reclaiming \(victim.name): nothing killed")
                 return
             }
             if isDryRun {
-                manager.logger.notice(
+                logger.notice(
                     "ReclaimDryRun: would reclaim \(victim.name) (band \(victim.band.name), "
                         + "\(victim.memoryBytes) bytes; \(trigger))", [.app(victim.name)])
                 continue
             }
             do {
-                let decidedAt = manager.clock.freshNow
-                let actions = try manager.core.reclaim(
-                    victim.app, memoryBytes: victim.memoryBytes, triggeredAt: triggeredAt, trigger: trigger,
-                    now: decidedAt)
-                pendingVictims[victim.app] = decidedAt
-                manager.perform(actions)
+                let decidedAt = clock.freshNow
+                try host.feedMemoryInput { core throws(LifecycleError) in
+                    let actions = try core.reclaim(
+                        victim.app, memoryBytes: victim.memoryBytes, triggeredAt: triggeredAt, trigger: trigger,
+                        now: decidedAt)
+                    // A victim from the moment the core decided it, before its actions are carried out.
+                    victims.killed(victim.app, at: decidedAt)
+                    return actions
+                }
             } catch {
-                manager.logger.warning("cannot reclaim \(victim.name): \(error)")
+                logger.warning("cannot reclaim \(victim.name): \(error)")
             }
         }
     }
