@@ -44,46 +44,9 @@ public final class Manager {
     let inspector: ProcessInspector
     let trail: AuditTrail
     let startedAt: MonotonicInstant
-    /// Where the state is saved for the next daemon; nil keeps nothing across restarts.
-    let stateStore: StateStore?
-    /// The kernel's boot id, which the state file must match.
-    let bootID: String
-    /// The state changed since it was last handed to the writer; a save is scheduled (`stateSaveSource`).
-    var isStateDirty = false
-    var stateSaveSource: EventSource?
-    /// Dispatches since the state last changed with the change unsaved (`countDispatch()`).
-    var dispatchesSinceChange = 0
-    /// The thread that encodes and writes snapshots of the state, one at a time (see `compactJournal()`).
-    var stateWriter: BackgroundWorker<StateWrite, StateWriteOutcome>?
-    var isSnapshotInFlight = false
-    /// The journal changes are appended to; nil before the first snapshot, and after a failed append until a
-    /// snapshot is saved again.
-    var journal: StateJournal?
-    /// The newest generation used: the journal's, or that of the snapshot written without one.
-    var journalGeneration = 0
-    let journalEncoder = JournalEncoder()
-    /// What the journal holds of each process, by serial, and the processes changed since it was last written.
-    var journaledProcesses: [Int: SavedProcess] = [:]
-    let processChanges = ProcessChangeLog()
-    /// The size of the last snapshot written: the journal is compacted once it outgrows it (see
-    /// `journalCompactionSize`).
-    var lastSnapshotSize = 0
-    /// The least journal size compacted (tests lower it to compact at every record).
-    var journalCompactionFloor = 1 << 20
-    /// How long a stop waits for a snapshot the writer thread is writing before saving the final state beside it
-    /// (a disk that slow is failing; systemd's stop timeout is 90 s by default). Tests shorten it.
-    var stateWriterStopTimeout: Duration = .seconds(10)
-    var isStateSaveFailureLogged = false
-    var isFinalStateSaved = false
-    /// Counts changes of the saved state, and the change the last finished write covers: output and stops of a
-    /// newer change wait in `heldUntilSaved` (see `whenStateSaved`).
-    var stateGeneration = 0
-    var savedGeneration = 0
-    var heldUntilSaved: [(generation: Int, output: HeldOutput)] = []
-    /// Lines in the history file, and whether it must be rewritten whole at the next write (at first: it may hold
-    /// a previous daemon's entries past the state it restored).
-    var historyLinesInFile = 0
-    var historyNeedsRewrite = true
+    /// The state saved for the next daemon: the journal, its snapshots, the history file, and the output held
+    /// until the state it reflects is saved (`Persistence/`).
+    let persistence: StatePersistence
     /// The listening sockets systemd passed, and the apps' event streams a previous daemon kept in the fd store
     /// (taken back while restoring); see `Manager+FileDescriptorStore.swift`.
     var listenedSockets: [FileDescriptor] = []
@@ -183,9 +146,11 @@ public final class Manager {
         inspector = ProcessInspector(procFS: procFS)
         trail = AuditTrail(capacity: configuration.core.historySize, logger: logger)
         startedAt = self.clock.freshNow
-        stateStore = statePath.map(StateStore.init(path:))
-        trail.gathersUnsaved = stateStore != nil
-        bootID = StateStore.bootID(procFS: procFS)
+        persistence = StatePersistence(
+            store: statePath.map(StateStore.init(path:)), bootID: StateStore.bootID(procFS: procFS), loop: loop,
+            logger: logger)
+        trail.gathersUnsaved = persistence.isEnabled
+        persistence.source = self
     }
 
     /// The time of the current loop iteration (or the manual clock's), as the core's clock.
@@ -231,8 +196,8 @@ public final class Manager {
             // What the handlers changed is saved once the loop has served everything ready (one journal record
             // per wake-up, however many calls it served), and the replies waiting on it go out, with no extra
             // turn of the loop per call; under a load that never lets the loop fall idle, every 64th dispatch.
-            loop.whenIdle = { [unowned self] in self.saveChanges() }
-            loop.afterDispatch = { [unowned self] in self.countDispatch() }
+            loop.whenIdle = { [persistence] in persistence.saveChanges() }
+            loop.afterDispatch = { [persistence] in persistence.countDispatch() }
             backlogSource = try loop.addRepeatingDefer(name: "call-backlog") { [unowned self] _ in
                 self.serveBacklog()
             }
@@ -258,20 +223,7 @@ public final class Manager {
         } catch {
             throw StartupError(description: "cannot start the /proc worker thread: \(error)")
         }
-        if stateStore != nil {
-            do {
-                let writer = try BackgroundWorker<StateWrite, StateWriteOutcome>(name: "bgtaskd-state", capacity: 2) {
-                    Manager.perform($0)
-                }
-                stateWriter = writer
-                try loop.addIO(fd: writer.outcomesReady, events: .readable, name: "state-writer") {
-                    [unowned self] _, _ in
-                    self.stateWritesFinished()
-                }
-            } catch {
-                throw StartupError(description: "cannot start the state writer thread: \(error)")
-            }
-        }
+        try persistence.startWriter()
         resolveAccessSettings()
         let ownCgroups = try? cgroupHierarchies.cgroups(of: getpid(), procFS: procFS)
         daemonCgroup = ownCgroups?.unified
@@ -299,7 +251,7 @@ public final class Manager {
         let code = try loop.run()
         supervisor?.stop()
         worker?.stop()
-        stateWriter?.stop(timeout: stateWriterStopTimeout)
+        persistence.stopWriter()
         clock.cancelAll()
         loop.cancelAllSources()
         return code
@@ -378,7 +330,7 @@ public final class Manager {
             }
         }
         // Saved with the processes continued, before they are let go: the next daemon adopts them again.
-        saveFinalState()
+        persistence.saveFinalState()
         for process in processes.values { process.release() }
         processes = [:]
         processOfApp = [:]
