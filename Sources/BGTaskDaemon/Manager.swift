@@ -35,10 +35,8 @@ public final class Manager {
     /// The socket path when the daemon created the socket itself (removed again on stop).
     let socketPath: String
     let logger: Logger
-    let notifier = ServiceNotifier()
-    /// Whether a service manager listens, read once: `updateStatus()` asks after every call, and the environment
-    /// does not change under a running daemon.
-    lazy var isSupervised = notifier.isSupervised
+    /// The `STATUS=` line for `systemctl status`, rate-limited (`Service/StatusReporter.swift`).
+    let statusReporter: StatusReporter
     let codec = VarlinkCodec()
     let procFS: ProcFS
     let inspector: ProcessInspector
@@ -50,11 +48,7 @@ public final class Manager {
     /// The listening sockets systemd passed, and the apps' event streams a previous daemon kept in the fd store
     /// (taken back while restoring); see `Manager+FileDescriptorStore.swift`.
     var listenedSockets: [FileDescriptor] = []
-    var storedStreamDescriptors: [(name: String, descriptor: FileDescriptor)] = []
-    /// How many event streams this daemon keeps in the fd store, out of `fileDescriptorStoreLimit` (0: none).
-    var storedStreamCount = 0
-    var fileDescriptorStoreLimit = 0
-    var isStoreFullLogged = false
+    let streamStore: StreamStore
     /// The cgroup hierarchies of the host, and the daemon's own cgroup2 cgroup (never frozen); see
     /// `Manager+Cgroups.swift`.
     let cgroupHierarchies = CgroupHierarchies.probe()
@@ -106,13 +100,6 @@ public final class Manager {
     /// pins the name to nobody (fail closed).
     var pinnedUsers: [String: uid_t?] = [:]
     var isStopping = false
-    /// The `STATUS=` text last sent, when, and the timer for a change held back by the rate limit.
-    var sentStatus: String?
-    var lastStatusTime: MonotonicInstant?
-    var statusTimer: ManagerTimer?
-    var isStatusUpdatePending = false
-    /// The least time between two `STATUS=` messages.
-    static let statusInterval: Duration = .seconds(1)
     /// Jobs that may wait for the inspection worker: a lock check per suspension and a memory sample. Far above
     /// any real backlog (one check per app at most), yet a bound.
     static let workerCapacity = 4096
@@ -150,7 +137,10 @@ public final class Manager {
             store: statePath.map(StateStore.init(path:)), bootID: StateStore.bootID(procFS: procFS), loop: loop,
             logger: logger)
         trail.gathersUnsaved = persistence.isEnabled
+        statusReporter = StatusReporter(sink: ServiceNotifier(), clock: self.clock, logger: logger)
+        streamStore = StreamStore(backend: ServiceNotifier(), logger: logger)
         persistence.source = self
+        statusReporter.source = self
     }
 
     /// The time of the current loop iteration (or the manual clock's), as the core's clock.
@@ -229,7 +219,7 @@ public final class Manager {
         daemonCgroup = ownCgroups?.unified
         try startSupervisor(unitManager: unitManager)
         memoryMonitor = MemoryMonitor(manager: self, settings: configuration.memory)
-        fileDescriptorStoreLimit = notifier.fileDescriptorStoreLimit
+        streamStore.readLimit()
         try takeListenedDescriptors()
         restoreState()
         startJournal()
@@ -386,38 +376,6 @@ public final class Manager {
                 pinnedUsers[app] = .some(nil)
             }
         }
-    }
-
-    /// `STATUS=` for `systemctl status`: at most once per `statusInterval`, only when the text changed, and the
-    /// last change always sent when the interval ends. A burst of calls must not flood the service manager
-    /// (a full queue would block `sd_notify`), and building the text counts apps, so it happens only when a
-    /// message may go out, not on every call.
-    func updateStatus() {
-        guard isSupervised, !isStatusUpdatePending else { return }
-        let current = now
-        if let lastStatusTime, current - lastStatusTime < Self.statusInterval {
-            do {
-                if statusTimer == nil {
-                    statusTimer = try clock.makeTimer(name: "status", accuracy: .milliseconds(1)) {
-                        [unowned self] in
-                        self.isStatusUpdatePending = false
-                        self.updateStatus()
-                    }
-                }
-                try statusTimer?.rearm(at: lastStatusTime + Self.statusInterval)
-                isStatusUpdatePending = true
-            } catch {
-                logger.warning("cannot schedule a status update: \(error)")
-            }
-            return
-        }
-        let text =
-            "\(core.liveAppCount) apps, \(core.suspendedAppCount) suspended, \(core.openTaskCount) tasks, "
-            + "\(connections.count) clients"
-        guard text != sentStatus else { return }
-        lastStatusTime = current
-        sentStatus = text
-        _ = try? notifier.status(text)
     }
 
     func appName(_ app: AppID) -> String {
