@@ -6,31 +6,6 @@ import BGTaskCore
 import BGTaskSystem
 import Glibc
 
-/// What the persistence reads of the rest of the daemon to save the state: the policy's state and changes, the
-/// tracked processes, and the history. Implemented by the `Manager`; tests give a fake.
-protocol PersistedStateSource: AnyObject {
-    /// The policy's whole state, for a snapshot.
-    var savedLifecycle: SavedLifecycle { get }
-    /// What changed in the policy since the last call, for a journal record (an empty change set when the
-    /// policy does not track changes).
-    func takeLifecycleChanges() -> LifecycleChanges
-    /// The tracked processes, as saved, by serial.
-    var savedProcesses: [SavedProcess] { get }
-    /// A tracked process as saved; nil once it is no longer tracked.
-    func savedProcess(serial: Int) -> SavedProcess?
-    /// The serial of the newest history entry.
-    var lastHistorySerial: Int { get }
-    /// The history entries added since the last call, to append to the history file.
-    func takeUnsavedHistory() -> [SavedHistoryEntry]
-    /// Every history entry kept, to rewrite the history file with, and how many are kept at most.
-    var keptHistory: [SavedHistoryEntry] { get }
-    var historyCapacity: Int { get }
-    /// The time a save is stamped with (`CLOCK_MONOTONIC`, read when asked).
-    var freshNow: MonotonicInstant { get }
-    /// Whether the daemon is stopping: nothing more is saved but the final state (`saveFinalState()`).
-    var isStopping: Bool { get }
-}
-
 /// What came of a snapshot: its journal generation, and why it failed, if it did.
 struct StateWriteOutcome: Sendable {
     let journal: Int?
@@ -60,7 +35,7 @@ final class StatePersistence {
     var stateWriterStopTimeout: Duration = .seconds(10)
 
     private let loop: EventLoop
-    private let logger: Logger
+    let logger: Logger
     /// The state changed since it was last handed to the writer; a save is scheduled (`saveSource`).
     private(set) var isDirty = false
     private var saveSource: EventSource?
@@ -391,49 +366,9 @@ final class StatePersistence {
         releaseHeld()
     }
 
-    // MARK: Restoring
-
-    /// The state the last daemon saved, its journals applied, to restore; nil when there is none, or when it
-    /// cannot be used (then it is set aside and logged). The next snapshot's generation goes on from its journals.
-    func loadSavedState(now: MonotonicInstant) -> DaemonState? {
-        guard let store else { return nil }
-        switch store.load(bootID: bootID, now: now) {
-        case .none:
-            return nil
-        case .unusable(let reason):
-            setAside(because: reason)
-            return nil
-        case .state(let loaded):
-            journalGeneration = loaded.lastGeneration
-            if loaded.tornLines > 0 {
-                logger.notice("the journal's last record was cut short (never acknowledged); restoring the rest")
-            }
-            return loaded.state
-        }
-    }
-
-    /// The saved history entries up to `serial` (the restored state's `historySerial`); unreadable lines are
-    /// skipped and logged.
-    func loadHistory(upTo serial: Int) -> [SavedHistoryEntry] {
-        guard let store else { return [] }
-        let history = store.loadHistory(upTo: serial)
-        if history.skipped > 0 {
-            logger.warning(
-                "skipped \(history.skipped) unreadable lines of \(store.historyPath); the rest of the history "
-                    + "is restored")
-        }
-        return history.entries
-    }
-
-    /// Moves saved state that cannot be used out of the way (or removes it, where that fails), logged.
-    func setAside(because reason: String) {
-        guard let store else { return }
-        let destination = store.setAside()
-        logger.warning(
-            "not restoring \(store.path): \(reason); "
-                + (destination.map { "set aside as \($0)" } ?? "removing it")
-                + ", starting with no apps")
-        if destination == nil { store.remove() }
+    /// Goes on from the journals a restored state was read up to: the next snapshot's generation is above them.
+    func continueAfterRestoring(generation: Int) {
+        journalGeneration = generation
     }
 }
 
