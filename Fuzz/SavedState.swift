@@ -12,6 +12,8 @@
 import BGTaskCore
 import BGTaskProtocol
 
+@testable import BGTaskDaemon
+
 private let decoder = JSONValueDecoder()
 private let encoder = JSONTextEncoder(sortsKeys: true, writesAbsentOptionals: false)
 

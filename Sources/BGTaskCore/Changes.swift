@@ -64,11 +64,11 @@ extension NamedChange: Equatable where Value: Equatable {}
 /// The leases an app began and ended since the last record, when nothing else of it changed: a lease call's
 /// record carries these few bytes instead of the whole app.
 public struct AppTaskChanges: Sendable, Codable {
-    var app: AppID
+    package var app: AppID
     /// Leases begun, in order.
-    var began: [OpenTask] = []
+    package var began: [OpenTask] = []
     /// Leases ended that were open at the last record, in order.
-    var ended: [TaskID] = []
+    package var ended: [TaskID] = []
 
     var isEmpty: Bool { began.isEmpty && ended.isEmpty }
 }
@@ -79,22 +79,22 @@ public struct AppTaskChanges: Sendable, Codable {
 /// give the state as it is now.
 public struct LifecycleChanges: Sendable, Codable {
     /// Registrations made or changed, as they are now.
-    var apps: [TrackedApp] = []
+    package var apps: [TrackedApp] = []
     /// Registrations forgotten (their slots may hold one of `apps` already).
-    var forgotten: [AppID] = []
+    package var forgotten: [AppID] = []
     /// Leases begun and ended by registrations not in `apps` (absent in records written before there were these).
-    var tasks: [AppTaskChanges]?
-    var liveNames: [NamedChange<AppID>] = []
-    var detachedNames: [NamedChange<AppID>] = []
-    var endedNames: [NamedChange<AppID>] = []
-    var ledgers: [NamedChange<UsageLedger>] = []
+    package var tasks: [AppTaskChanges]?
+    package var liveNames: [NamedChange<AppID>] = []
+    package var detachedNames: [NamedChange<AppID>] = []
+    package var endedNames: [NamedChange<AppID>] = []
+    package var ledgers: [NamedChange<UsageLedger>] = []
     /// The orders whole, when they changed.
-    var endedOrder: [AppID]?
-    var detachedOrder: [AppID]?
-    var nextSerial: Int64
-    var nextTaskID: Int64
-    var nextEventID: Int64
-    var nextSequence: UInt64
+    package var endedOrder: [AppID]?
+    package var detachedOrder: [AppID]?
+    package var nextSerial: Int64
+    package var nextTaskID: Int64
+    package var nextEventID: Int64
+    package var nextSequence: UInt64
 
     /// How many registrations it carries.
     public var appCount: Int { apps.count }

@@ -12,7 +12,7 @@ struct QueuedEvent: Sendable, Codable {
 /// each held post count alike, so a poster cannot grow a suspended app's queue by varying names. Past the bound
 /// the oldest entry is dropped and counted. Coalescing finds an event's pending entry through an index by kind
 /// and name, so a post costs the same whether the queue is empty or full.
-struct EventQueue: Sendable, Codable {
+package struct EventQueue: Sendable, Codable {
     /// What coalescing merges on: the event's kind and, for notifications, its name.
     private struct CoalescingKey: Hashable, Sendable {
         var kind: EventKind
@@ -30,10 +30,10 @@ struct EventQueue: Sendable, Codable {
     private var coalescingIndex: [CoalescingKey: Int] = [:]
 
     /// The number of events waiting.
-    var count: Int { storage.count - head }
+    package var count: Int { storage.count - head }
 
     /// Whether nothing is waiting.
-    var isEmpty: Bool { count == 0 }
+    package var isEmpty: Bool { count == 0 }
 
     /// The waiting entries, oldest first.
     var entries: ArraySlice<QueuedEvent> { storage[head...] }
@@ -108,11 +108,11 @@ struct EventQueue: Sendable, Codable {
 
 extension EventQueue {
     /// Saved as its waiting entries, oldest first; the coalescing index is rebuilt on decoding.
-    init(from decoder: any Decoder) throws {
+    package init(from decoder: any Decoder) throws {
         self.init(restoring: try [QueuedEvent](from: decoder), limit: .max)
     }
 
-    func encode(to encoder: any Encoder) throws {
+    package func encode(to encoder: any Encoder) throws {
         try Array(entries).encode(to: encoder)
     }
 }

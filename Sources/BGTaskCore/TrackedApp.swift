@@ -1,7 +1,7 @@
 // The policy's private bookkeeping for one registration, and the rolling ledger behind the daily budget.
 
 /// The deadlines an app can have pending. When several fall due at once they are handled in this order.
-enum DeadlineKind: Int, CaseIterable, Codable {
+package enum DeadlineKind: Int, CaseIterable, Codable {
     /// A launched managed app must register by now (`LaunchTimeoutSec`).
     case launch
     /// SIGKILL after `willTerminate` (`WillTerminateGraceSec`).
@@ -17,7 +17,7 @@ enum DeadlineKind: Int, CaseIterable, Codable {
 }
 
 /// The pending deadlines of one app, one slot per kind, stored inline (no allocation per app).
-struct PendingDeadlines: Sendable, Codable {
+package struct PendingDeadlines: Sendable, Codable {
     private var launch: DeadlineOrder?
     private var kill: DeadlineOrder?
     private var acknowledgement: DeadlineOrder?
@@ -25,7 +25,7 @@ struct PendingDeadlines: Sendable, Codable {
     private var expirationWarning: DeadlineOrder?
     private var budget: DeadlineOrder?
 
-    subscript(kind: DeadlineKind) -> DeadlineOrder? {
+    package subscript(kind: DeadlineKind) -> DeadlineOrder? {
         get {
             switch kind {
             case .launch: launch
@@ -65,54 +65,54 @@ struct PendingDeadlines: Sendable, Codable {
 
 /// One open lease. Leases live in their tracked app: every request naming a lease also names its app, and
 /// an app holds at most `TasksPerAppMax`, so no daemon-wide table (and no cache miss into one) is needed.
-struct OpenTask: Sendable, Codable {
-    var id: TaskID
-    var name: String?
-    var began: MonotonicInstant
+package struct OpenTask: Sendable, Codable {
+    package var id: TaskID
+    package var name: String?
+    package var began: MonotonicInstant
 }
 
 /// Everything the policy tracks about one registration.
-struct TrackedApp: Sendable, Codable {
-    let id: AppID
-    let name: String
-    var pid: Int32
-    var uid: UInt32
-    let isManaged: Bool
+package struct TrackedApp: Sendable, Codable {
+    package let id: AppID
+    package let name: String
+    package var pid: Int32
+    package var uid: UInt32
+    package let isManaged: Bool
     /// Resolved once at registration: defaults, the app's override file, then the registration's own request.
-    let policy: AppPolicy
-    var state: AppState
+    package let policy: AppPolicy
+    package var state: AppState
     /// An event stream is attached (false while a launched app has not registered, and after it closed).
-    var isRegistered: Bool
+    package var isRegistered: Bool
     /// The shell reported the process gone.
-    var isProcessGone = false
+    package var isProcessGone = false
     /// Open leases, ascending by id (ids only grow, so appending keeps the order).
-    var openTasks: [OpenTask] = []
+    package var openTasks: [OpenTask] = []
     /// When the shared background budget ends; set while in background or suspended.
-    var budgetEnd: MonotonicInstant?
+    package var budgetEnd: MonotonicInstant?
     /// Start of the current stretch of running in background, for the daily ledger.
-    var runningInBackgroundSince: MonotonicInstant?
+    package var runningInBackgroundSince: MonotonicInstant?
     /// The event whose acknowledgement is awaited (`didEnterBackground` or a wake-up).
-    var pendingAcknowledgement: EventID?
+    package var pendingAcknowledgement: EventID?
     /// Whether the awaited acknowledgement is for a wake-up (a timeout then suspends again, not terminates).
-    var acknowledgementIsForWake = false
+    package var acknowledgementIsForWake = false
     /// `backgroundTaskExpiring` was sent in this background stretch.
-    var expirationWarned = false
+    package var expirationWarned = false
     /// Suspension was refused because of a file lock and the grace is running.
-    var lockGraceActive = false
+    package var lockGraceActive = false
     /// The last `.suspend` was the one after the lock grace: another refusal terminates.
-    var suspensionIsFinalAttempt = false
+    package var suspensionIsFinalAttempt = false
     /// Events waiting while suspended, oldest first, bounded by `QueuedEventsPerAppMax`.
-    var queue = EventQueue()
+    package var queue = EventQueue()
     /// Queued events dropped (oldest first) because the queue was full, over the registration's life.
-    var droppedEventCount = 0
+    package var droppedEventCount = 0
     /// Whether a drop was already recorded in the current suspension (one audit record per suspension).
-    var hasRecordedDropThisSuspension = false
-    var deadlines = PendingDeadlines()
-    var exitReason: TerminationReason?
+    package var hasRecordedDropThisSuspension = false
+    package var deadlines = PendingDeadlines()
+    package var exitReason: TerminationReason?
     /// How its process ended, when the daemon launched it and reaped it.
-    var processExit: ProcessExit?
+    package var processExit: ProcessExit?
     /// When it was last in the foreground (registration counts): the reclamation tie-break, oldest first.
-    var lastForeground: MonotonicInstant
+    package var lastForeground: MonotonicInstant
 
     /// The ids of the open leases, ascending.
     var openTaskIDs: [TaskID] { openTasks.map(\.id) }
@@ -129,7 +129,7 @@ struct TrackedApp: Sendable, Codable {
 }
 
 /// Background time an app has used over the last 24 hours, by app name (a relaunch must not reset it).
-struct UsageLedger: Sendable, Codable {
+package struct UsageLedger: Sendable, Codable {
     /// The rolling window of `BackgroundBudgetPerDaySec`.
     static let window: Duration = .seconds(24 * 60 * 60)
 

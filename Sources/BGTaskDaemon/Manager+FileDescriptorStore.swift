@@ -1,14 +1,11 @@
-// Apps' event streams kept in systemd's fd store, so a daemon restarted after a crash or a watchdog abort picks
-// them up where the last one left them: the apps do not even see the restart.
+// The manager's side of the fd store (`Service/StreamStore.swift`): which app a kept event stream is, and taking
+// the streams the last daemon kept back on start.
 
 import BGTaskCore
 import BGTaskSystem
 import Glibc
 
 extension Manager {
-    /// The prefix of an event stream's name in the fd store; the app's identity follows.
-    static let storedStreamPrefix = "app-"
-
     /// Takes the descriptors systemd passed: listening sockets for `openListeners()`, and the event streams a
     /// previous daemon stored, for `adoptStoredStreams()`.
     func takeListenedDescriptors() throws(StartupError) {
@@ -19,8 +16,8 @@ extension Manager {
             throw StartupError(description: "cannot read the sockets passed by systemd: \(error)")
         }
         for descriptor in passed {
-            if descriptor.name.hasPrefix(Self.storedStreamPrefix) {
-                storedStreamDescriptors.append((descriptor.name, descriptor.fileDescriptor))
+            if StreamStore.isStreamName(descriptor.name) {
+                streamStore.handOver(descriptor.fileDescriptor, name: descriptor.name)
             } else {
                 connectionServer.adoptListeningSocket(descriptor.fileDescriptor)
             }
@@ -29,35 +26,18 @@ extension Manager {
 
     /// Keeps an app's new event stream in the fd store, named after the app, when the service has one.
     func storeStream(_ connection: ClientConnection, of app: AppID) {
-        guard fileDescriptorStoreLimit > 0, connection.storedName == nil, !isStopping else { return }
-        guard storedStreamCount < fileDescriptorStoreLimit else {
-            if !isStoreFullLogged {
-                isStoreFullLogged = true
-                logger.warning(
-                    "the fd store is full (FDSTORE=\(fileDescriptorStoreLimit)): further event streams re-attach "
-                        + "after a restart instead of being kept")
-            }
-            return
-        }
-        let name = Self.storedStreamPrefix + String(app.rawValue)
-        do {
-            guard try notifier.storeFileDescriptors([connection.descriptor], name: name) else { return }
-        } catch {
-            logger.warning("cannot keep the event stream of \(appName(app)) in the fd store: \(error)")
-            return
-        }
+        guard connection.storedName == nil, !isStopping,
+            let name = streamStore.store(connection.descriptor, of: app, appName: appName(app))
+        else { return }
         connection.storedName = name
         connection.shutsDownOnClose = true
-        storedStreamCount += 1
     }
 
     /// A stored stream's connection closed while the daemon runs: systemd lets go of its copy too.
     func unstoreStream(_ connection: ClientConnection) {
         guard let name = connection.storedName else { return }
         connection.storedName = nil
-        storedStreamCount -= 1
-        guard !isStopping else { return }
-        _ = try? notifier.removeStoredFileDescriptors(name: name)
+        streamStore.release(name: name, isStopping: isStopping)
     }
 
     /// Takes back the event streams the last daemon kept in the fd store, each only for a restored app whose
@@ -65,22 +45,21 @@ extension Manager {
     /// store. Called while restoring, before the policy catches up, so events of deadlines that passed meanwhile
     /// reach the apps.
     func adoptStoredStreams() {
-        let stored = storedStreamDescriptors
-        storedStreamDescriptors = []
+        let stored = streamStore.takeHandedOver()
         var kept = 0
         for (name, descriptor) in stored {
             guard let app = storedStreamApp(name, descriptor) else {
-                dropStoredStream(name, descriptor)
+                streamStore.drop(descriptor, name: name)
                 continue
             }
             guard let connection = admit(descriptor) else {
-                _ = try? notifier.removeStoredFileDescriptors(name: name)
+                streamStore.remove(name: name)
                 continue
             }
             connectionServer.attachEventStream(connection, of: app)
             connection.storedName = name
             connection.shutsDownOnClose = true
-            storedStreamCount += 1
+            streamStore.adopted()
             kept += 1
         }
         if !stored.isEmpty {
@@ -91,26 +70,16 @@ extension Manager {
 
     /// Shuts and drops stored streams nothing restored claims (there was no usable state).
     func discardStoredStreams() {
-        guard !storedStreamDescriptors.isEmpty else { return }
-        logger.notice(
-            "dropping \(storedStreamDescriptors.count) event streams from the fd store: no saved state claims them")
-        for (name, descriptor) in storedStreamDescriptors { dropStoredStream(name, descriptor) }
-        storedStreamDescriptors = []
-    }
-
-    /// Ends a stored stream no app takes back: shut for both ends (the client sees it closed, and systemd's copy
-    /// reports a hang-up), closed, and removed from the store.
-    private func dropStoredStream(_ name: String, _ descriptor: FileDescriptor) {
-        _ = Glibc.shutdown(descriptor.rawValue, Int32(SHUT_RDWR))
-        try? descriptor.close()
-        _ = try? notifier.removeStoredFileDescriptors(name: name)
+        let left = streamStore.takeHandedOver()
+        guard !left.isEmpty else { return }
+        logger.notice("dropping \(left.count) event streams from the fd store: no saved state claims them")
+        for (name, descriptor) in left { streamStore.drop(descriptor, name: name) }
     }
 
     /// The restored app a stored stream belongs to: named after it, with no stream yet, its process adopted and
     /// the stream's peer.
     private func storedStreamApp(_ name: String, _ descriptor: FileDescriptor) -> AppID? {
-        guard let raw = Int64(name.dropFirst(Self.storedStreamPrefix.count)), raw > 0 else { return nil }
-        let app = AppID(rawValue: raw)
+        guard let app = StreamStore.app(named: name) else { return nil }
         guard eventStreams[app] == nil, let process = processOfApp[app],
             let credentials = try? UnixSocket.peerCredentials(of: descriptor),
             credentials.pid == process.pid, credentials.uid == process.uid

@@ -35,62 +35,19 @@ public final class Manager {
     /// The socket path when the daemon created the socket itself (removed again on stop).
     let socketPath: String
     let logger: Logger
-    let notifier = ServiceNotifier()
-    /// Whether a service manager listens, read once: `updateStatus()` asks after every call, and the environment
-    /// does not change under a running daemon.
-    lazy var isSupervised = notifier.isSupervised
+    /// The `STATUS=` line for `systemctl status`, rate-limited (`Service/StatusReporter.swift`).
+    let statusReporter: StatusReporter
     let procFS: ProcFS
     /// The tracked processes and everything that acts on them (`ProcessTable`).
     let processTable: ProcessTable
     let trail: AuditTrail
     let startedAt: MonotonicInstant
-    /// Where the state is saved for the next daemon; nil keeps nothing across restarts.
-    let stateStore: StateStore?
-    /// The kernel's boot id, which the state file must match.
-    let bootID: String
-    /// The state changed since it was last handed to the writer; a save is scheduled (`stateSaveSource`).
-    var isStateDirty = false
-    var stateSaveSource: EventSource?
-    /// Dispatches since the state last changed with the change unsaved (`countDispatch()`).
-    var dispatchesSinceChange = 0
-    /// The thread that encodes and writes snapshots of the state, one at a time (see `compactJournal()`).
-    var stateWriter: BackgroundWorker<StateWrite, StateWriteOutcome>?
-    var isSnapshotInFlight = false
-    /// The journal changes are appended to; nil before the first snapshot, and after a failed append until a
-    /// snapshot is saved again.
-    var journal: StateJournal?
-    /// The newest generation used: the journal's, or that of the snapshot written without one.
-    var journalGeneration = 0
-    let journalEncoder = JournalEncoder()
-    /// What the journal holds of each process, by serial, and the processes changed since it was last written.
-    var journaledProcesses: [Int: SavedProcess] = [:]
-    let processChanges = ProcessChangeLog()
-    /// The size of the last snapshot written: the journal is compacted once it outgrows it (see
-    /// `journalCompactionSize`).
-    var lastSnapshotSize = 0
-    /// The least journal size compacted (tests lower it to compact at every record).
-    var journalCompactionFloor = 1 << 20
-    /// How long a stop waits for a snapshot the writer thread is writing before saving the final state beside it
-    /// (a disk that slow is failing; systemd's stop timeout is 90 s by default). Tests shorten it.
-    var stateWriterStopTimeout: Duration = .seconds(10)
-    var isStateSaveFailureLogged = false
-    var isFinalStateSaved = false
-    /// Counts changes of the saved state, and the change the last finished write covers: output and stops of a
-    /// newer change wait in `heldUntilSaved` (see `whenStateSaved`).
-    var stateGeneration = 0
-    var savedGeneration = 0
-    var heldUntilSaved: [(generation: Int, output: HeldOutput)] = []
-    /// Lines in the history file, and whether it must be rewritten whole at the next write (at first: it may hold
-    /// a previous daemon's entries past the state it restored).
-    var historyLinesInFile = 0
-    var historyNeedsRewrite = true
+    /// The state saved for the next daemon: the journal, its snapshots, the history file, and the output held
+    /// until the state it reflects is saved (`Persistence/`).
+    let persistence: StatePersistence
     /// The apps' event streams a previous daemon kept in the fd store (taken back while restoring); see
     /// `Manager+FileDescriptorStore.swift`.
-    var storedStreamDescriptors: [(name: String, descriptor: FileDescriptor)] = []
-    /// How many event streams this daemon keeps in the fd store, out of `fileDescriptorStoreLimit` (0: none).
-    var storedStreamCount = 0
-    var fileDescriptorStoreLimit = 0
-    var isStoreFullLogged = false
+    let streamStore: StreamStore
     /// Where launched apps' output goes instead of the journal: `NAME.log` files in it (`--log-dir`, for tests).
     public var logDirectory: String?
 
@@ -103,13 +60,6 @@ public final class Manager {
     /// The gid of `ControllerGroup`, resolved at start and on reload.
     var controllerGroupID: gid_t?
     var isStopping = false
-    /// The `STATUS=` text last sent, when, and the timer for a change held back by the rate limit.
-    var sentStatus: String?
-    var lastStatusTime: MonotonicInstant?
-    var statusTimer: ManagerTimer?
-    var isStatusUpdatePending = false
-    /// The least time between two `STATUS=` messages.
-    static let statusInterval: Duration = .seconds(1)
 
     /// Inputs that arose while actions were being carried out, fed to the core once the current batch is done.
     ///
@@ -141,9 +91,14 @@ public final class Manager {
         processTable = ProcessTable(loop: loop, clock: self.clock, logger: logger, procFS: procFS)
         trail = AuditTrail(capacity: configuration.core.historySize, logger: logger)
         startedAt = self.clock.freshNow
-        stateStore = statePath.map(StateStore.init(path:))
-        trail.gathersUnsaved = stateStore != nil
-        bootID = StateStore.bootID(procFS: procFS)
+        persistence = StatePersistence(
+            store: statePath.map(StateStore.init(path:)), bootID: StateStore.bootID(procFS: procFS), loop: loop,
+            logger: logger)
+        trail.gathersUnsaved = persistence.isEnabled
+        statusReporter = StatusReporter(sink: ServiceNotifier(), clock: self.clock, logger: logger)
+        streamStore = StreamStore(backend: ServiceNotifier(), logger: logger)
+        persistence.source = self
+        statusReporter.source = self
         processTable.host = self
         connectionServer.host = self
     }
@@ -191,8 +146,8 @@ public final class Manager {
             // What the handlers changed is saved once the loop has served everything ready (one journal record
             // per wake-up, however many calls it served), and the replies waiting on it go out, with no extra
             // turn of the loop per call; under a load that never lets the loop fall idle, every 64th dispatch.
-            loop.whenIdle = { [unowned self] in self.saveChanges() }
-            loop.afterDispatch = { [unowned self] in self.countDispatch() }
+            loop.whenIdle = { [persistence] in persistence.saveChanges() }
+            loop.afterDispatch = { [persistence] in persistence.countDispatch() }
             try connectionServer.makeBacklogSource()
             _ = try loop.enableWatchdog()
         } catch {
@@ -203,25 +158,12 @@ public final class Manager {
         } catch {
             throw StartupError(description: "cannot start the /proc worker thread: \(error)")
         }
-        if stateStore != nil {
-            do {
-                let writer = try BackgroundWorker<StateWrite, StateWriteOutcome>(name: "bgtaskd-state", capacity: 2) {
-                    Manager.perform($0)
-                }
-                stateWriter = writer
-                try loop.addIO(fd: writer.outcomesReady, events: .readable, name: "state-writer") {
-                    [unowned self] _, _ in
-                    self.stateWritesFinished()
-                }
-            } catch {
-                throw StartupError(description: "cannot start the state writer thread: \(error)")
-            }
-        }
+        try persistence.startWriter()
         resolveAccessSettings()
         processTable.findDaemonCgroup()
         try processTable.startSupervisor(memory: configuration.memory, unitManager: unitManager)
         memoryMonitor = MemoryMonitor(host: self, settings: configuration.memory)
-        fileDescriptorStoreLimit = notifier.fileDescriptorStoreLimit
+        streamStore.readLimit()
         try takeListenedDescriptors()
         restoreState()
         startJournal()
@@ -242,7 +184,7 @@ public final class Manager {
     public func run() throws(Errno) -> Int32 {
         let code = try loop.run()
         processTable.stopThreads()
-        stateWriter?.stop(timeout: stateWriterStopTimeout)
+        persistence.stopWriter()
         clock.cancelAll()
         loop.cancelAllSources()
         return code
@@ -314,7 +256,7 @@ public final class Manager {
             }
         }
         // Saved with the processes continued, before they are let go: the next daemon adopts them again.
-        saveFinalState()
+        persistence.saveFinalState()
         processTable.releaseAll()
     }
 
@@ -351,38 +293,6 @@ public final class Manager {
             }
         }
         processTable.resolvePinnedUsers(configuration.access.appUsers)
-    }
-
-    /// `STATUS=` for `systemctl status`: at most once per `statusInterval`, only when the text changed, and the
-    /// last change always sent when the interval ends. A burst of calls must not flood the service manager
-    /// (a full queue would block `sd_notify`), and building the text counts apps, so it happens only when a
-    /// message may go out, not on every call.
-    func updateStatus() {
-        guard isSupervised, !isStatusUpdatePending else { return }
-        let current = now
-        if let lastStatusTime, current - lastStatusTime < Self.statusInterval {
-            do {
-                if statusTimer == nil {
-                    statusTimer = try clock.makeTimer(name: "status", accuracy: .milliseconds(1)) {
-                        [unowned self] in
-                        self.isStatusUpdatePending = false
-                        self.updateStatus()
-                    }
-                }
-                try statusTimer?.rearm(at: lastStatusTime + Self.statusInterval)
-                isStatusUpdatePending = true
-            } catch {
-                logger.warning("cannot schedule a status update: \(error)")
-            }
-            return
-        }
-        let text =
-            "\(core.liveAppCount) apps, \(core.suspendedAppCount) suspended, \(core.openTaskCount) tasks, "
-            + "\(connections.count) clients"
-        guard text != sentStatus else { return }
-        lastStatusTime = current
-        sentStatus = text
-        _ = try? notifier.status(text)
     }
 
     func appName(_ app: AppID) -> String {

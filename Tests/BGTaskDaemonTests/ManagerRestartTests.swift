@@ -318,10 +318,10 @@ struct ManagerRestartTests {
             defer { harness.close() }
             var apps: [ManagerHarness.App] = []
             for name in ["a", "b", "c"] { apps.append(try harness.register(name)) }
-            let store = try #require(harness.manager.stateStore)
+            let store = try #require(harness.manager.persistence.store)
             func matches(_ step: String) throws {
                 try harness.settle()
-                let state = harness.manager.currentState(journal: 1)
+                let state = try #require(harness.manager.persistence.currentState(journal: 1))
                 // The writer's encoder, cache and all, against a plain encoding of the same state.
                 let cached = try JSONSerialization.jsonObject(with: Data(store.encoder.encode(state))) as? NSDictionary
                 let plain = try JSONSerialization.jsonObject(with: JSONEncoder().encode(state)) as? NSDictionary

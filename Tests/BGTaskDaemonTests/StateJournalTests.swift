@@ -87,7 +87,7 @@ struct StateJournalTests {
         try await offThePool {
             let harness = try ManagerHarness()
             defer { harness.close() }
-            harness.manager.journalCompactionFloor = 1
+            harness.manager.persistence.journalCompactionFloor = 1
             let apps = try ["a", "b", "c"].map { try harness.register($0) }
             defer { withExtendedLifetime(apps) {} }
             var taken: [(files: [String: Data], apps: [String: Int])] = []
@@ -205,21 +205,22 @@ struct HeldStateWriterTests {
         try await offThePool {
             let harness = try ManagerHarness()
             defer { harness.close() }
-            harness.manager.stateWriterStopTimeout = .seconds(1)
+            harness.manager.persistence.stateWriterStopTimeout = .seconds(1)
             let mail = try harness.register("mail")
             defer { withExtendedLifetime(mail) {} }
             try harness.settle()
             // The next compaction writes the snapshot of the next generation; its temporary file is a FIFO, and so
             // is the name a single temporary file would have, so the writer is held whichever it opens.
-            let generation = harness.manager.journalGeneration + 1
+            let generation = harness.manager.persistence.journalGeneration + 1
             let held = try HeldWriterRelease(
                 fifos: [harness.statePath + ".tmp-\(generation)", harness.statePath + ".tmp"], fallback: .seconds(20))
             defer { _ = held.releaseAndWait() }
-            harness.manager.journalCompactionFloor = 1
+            harness.manager.persistence.journalCompactionFloor = 1
             #expect(try harness.call("BeginBackgroundTask", ["app": "mail", "name": "first"]).errorName == nil)
             // The compaction is on the writer thread (taken from its queue), which blocks in open(2) on the FIFO.
             try harness.step(until: "the writer to take the snapshot") {
-                harness.manager.isSnapshotInFlight && harness.manager.stateWriter?.pendingJobCount == 0
+                harness.manager.persistence.isSnapshotInFlight
+                    && harness.manager.persistence.stateWriter?.pendingJobCount == 0
             }
             #expect(try harness.call("BeginBackgroundTask", ["app": "mail", "name": "second"]).errorName == nil)
             // Stopped with the snapshot still on the writer thread.

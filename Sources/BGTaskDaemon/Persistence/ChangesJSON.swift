@@ -1,12 +1,14 @@
 // The journal's record of changes written as JSON by hand: the same JSON the synthesized `Encodable` conformances
 // give (a decoder reads either), in a fraction of the time, since one is written for every saved lease call.
 
+import BGTaskCore
+
 /// Writes values a record of changes holds straight into bytes. What is rare (a queued event, a ledger, how a
 /// process ended) goes through `fallback`, the caller's JSON encoder; an app's policy, which never changes, is
 /// encoded by it once per distinct policy and kept.
-public struct ChangesJSONWriter {
+struct ChangesJSONWriter {
     /// Encodes a value as `Encodable` would, for the rare parts.
-    public typealias Fallback = (any Encodable) throws -> [UInt8]
+    typealias Fallback = (any Encodable) throws -> [UInt8]
 
     private let fallback: Fallback
     private var policies: [AppPolicy: [UInt8]] = [:]
@@ -14,12 +16,12 @@ public struct ChangesJSONWriter {
     private var lastPolicy: (policy: AppPolicy, bytes: [UInt8])?
 
     /// A writer using `fallback` for the rare parts.
-    public init(fallback: @escaping Fallback) {
+    init(fallback: @escaping Fallback) {
         self.fallback = fallback
     }
 
     /// Writes `changes` as one JSON object.
-    public mutating func write(_ changes: LifecycleChanges, to out: inout [UInt8]) throws {
+    mutating func write(_ changes: LifecycleChanges, to out: inout [UInt8]) throws {
         var object = ObjectWriter(&out)
         object.key("apps", &out)
         out.append(UInt8(ascii: "["))
@@ -236,35 +238,35 @@ public struct ChangesJSONWriter {
     }
 
     /// Appends a literal's bytes, with no allocation.
-    public static func appendLiteral(_ literal: StaticString, to out: inout [UInt8]) {
+    static func appendLiteral(_ literal: StaticString, to out: inout [UInt8]) {
         literal.withUTF8Buffer { out.append(contentsOf: $0) }
     }
 
     /// An integer in decimal, exactly, written digit by digit (no `String` made). The concrete overloads below are
     /// the ones the journal uses: generic arithmetic through witness tables cost more than the digits.
-    public static func writeInteger<Integer: BinaryInteger>(_ value: Integer, to out: inout [UInt8]) {
+    static func writeInteger<Integer: BinaryInteger>(_ value: Integer, to out: inout [UInt8]) {
         if value < 0 { out.append(UInt8(ascii: "-")) }
         writeDigits(UInt64(value.magnitude), to: &out)
     }
 
     /// `value` in decimal.
-    public static func writeInteger(_ value: Int64, to out: inout [UInt8]) {
+    static func writeInteger(_ value: Int64, to out: inout [UInt8]) {
         if value < 0 { out.append(UInt8(ascii: "-")) }
         writeDigits(value.magnitude, to: &out)
     }
 
     /// `value` in decimal.
-    public static func writeInteger(_ value: Int, to out: inout [UInt8]) {
+    static func writeInteger(_ value: Int, to out: inout [UInt8]) {
         writeInteger(Int64(value), to: &out)
     }
 
     /// `value` in decimal.
-    public static func writeInteger(_ value: UInt64, to out: inout [UInt8]) {
+    static func writeInteger(_ value: UInt64, to out: inout [UInt8]) {
         writeDigits(value, to: &out)
     }
 
     /// `value` in decimal.
-    public static func writeInteger(_ value: UInt32, to out: inout [UInt8]) {
+    static func writeInteger(_ value: UInt32, to out: inout [UInt8]) {
         writeDigits(UInt64(value), to: &out)
     }
 
