@@ -1,7 +1,7 @@
 // The manager's clients: listening, admitting within the connection limits, and serving pipelined calls fairly.
 
 import BGTaskCore
-import BGTaskSystem
+import BGTaskPOSIX
 import Glibc
 
 extension Manager {

@@ -2,7 +2,7 @@
 // killing it as the policy decides, after a file-lock check made off the loop.
 
 import BGTaskCore
-import BGTaskSystem
+import BGTaskPOSIX
 import Glibc
 
 /// A registering peer's process, identified beyond its pid: a pidfd and the start time /proc reads are checked by.

@@ -2,6 +2,8 @@
 // budget and strands no app (docs/SERVICE.md, Restarts lose nothing).
 
 import BGTaskCore
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskProtocol
 import BGTaskSystem
 import Glibc

@@ -1,8 +1,8 @@
 // The daemon's IPC surface: Varlink calls decoded, authorized from peer credentials, and answered.
 
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import Glibc
 
 /// One call being answered.

@@ -1,8 +1,9 @@
 // The daemon's saved state: one JSON file in the runtime directory, written atomically, read back tolerantly.
 
 import BGTaskCore
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import Glibc
 import Synchronization
 

@@ -1,5 +1,7 @@
 // The kernel's cgroup tools for freezing, measuring and killing whole apps: which hierarchies this host has, found
 // by looking, and the operations on one cgroup directory, each confirmed rather than assumed.
+import BGTaskPOSIX
+import CPOSIX
 import CSystemd
 import Glibc
 

@@ -1,5 +1,6 @@
 // A connection to a systemd service manager over sd-bus, driven by the daemon's sd-event loop: asynchronous method
 // calls, signal subscriptions, and one report when the manager goes away.
+import BGTaskPOSIX
 import BGTaskVocabulary
 import CSystemd
 import Glibc

@@ -2,8 +2,8 @@
 // requests, and every kind of usage error with its exact message, the usage that follows, and exit status 64.
 import BGTaskArguments
 import BGTaskCLI
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import Testing
 
 /// A command line the parser must accept, and a check of what it built.

@@ -1,8 +1,9 @@
 // bgtask's own kinds of value for options and arguments: durations, signals, JSON payloads, behaviours, states.
 import BGTaskArguments
 import BGTaskConfig
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import Foundation
 
 extension ValueType {
