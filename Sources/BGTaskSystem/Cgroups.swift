@@ -174,12 +174,6 @@ public struct CgroupDirectory: Hashable, Sendable, CustomStringConvertible {
         try write("cgroup.kill", "1")
     }
 
-    /// Its memory use in bytes (`memory.current`); nil where the memory controller is not enabled for it.
-    public func memoryCurrent() throws -> UInt64? {
-        guard has("memory.current") else { return nil }
-        return try CgroupNumber.parse(read("memory.current"), file: "memory.current")
-    }
-
     /// Arms a PSI trigger on its `memory.pressure`: the returned descriptor reports `POLLPRI` when some task of it
     /// stalled on memory for `stall` within a `window` (unprivileged, the kernel takes only windows that are whole
     /// multiples of 2 s here). The trigger lives as long as the descriptor. Exactly as asked, or an error;
