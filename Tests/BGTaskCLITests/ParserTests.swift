@@ -261,6 +261,15 @@ let usageErrorRows: [UsageErrorRow] = [
         ["post", "n", "--payload", ""],
         #"invalid JSON '' for '--payload': "# + invalidJSONReason,
         command: "post"),
+    // What the daemon's parser refuses, the command line refuses too: a repeated key, a lone surrogate.
+    UsageErrorRow(
+        ["post", "n", "--payload", #"{"a":1,"a":2}"#],
+        #"invalid JSON '{"a":1,"a":2}' for '--payload': "# + invalidJSONReason,
+        command: "post"),
+    UsageErrorRow(
+        ["post", "n", "--payload", #"{"a":"\ud800"}"#],
+        #"invalid JSON '{"a":"\\ud800"}' for '--payload': "# + invalidJSONReason,
+        command: "post"),
     UsageErrorRow(
         ["post", "n", "--payload", #"{"a":1} trailing"#],
         #"invalid JSON '{"a":1} trailing' for '--payload': "# + invalidJSONReason,
