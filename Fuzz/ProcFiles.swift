@@ -9,6 +9,7 @@
 // fed the input in chunks whose sizes come from the input, yields exactly the input's lines or refuses it. The
 // cgroup files (`/proc/PID/cgroup`, whose paths hold names a user may choose, `cgroup.events`, `cgroup.procs`, a
 // number, `freezer.state`) parse to values the kernel could print, and those written back parse the same.
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 

@@ -10,6 +10,7 @@
 // hand as the journal writes them and read back, turn the state it restored into the state it holds. Read and
 // written as the daemon reads and writes its files: `JSONParser` and `JSONValueDecoder`, `JSONTextEncoder`.
 import BGTaskCore
+import BGTaskJSON
 import BGTaskProtocol
 
 @testable import BGTaskDaemon

@@ -9,6 +9,7 @@
 // message that decodes to the same value (calls, replies and error replies alike); that a typed error read from
 // an error reply converts back to the same wire error; and that every error the server would answer with can be
 // encoded.
+import BGTaskJSON
 import BGTaskProtocol
 
 /// One codec for every input, as a connection reuses one.

@@ -1,6 +1,6 @@
 // The stand-in process behind each benchmark or test app: the one the daemon suspends, measures and watches for exit.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import Glibc
 
 /// The process a benchmark app registers from, while the app's logic runs on the benchmark's threads.

@@ -1,5 +1,6 @@
 // A cgroup a benchmark makes under its own, for the daemon it starts to make apps' cgroups in; removed after.
 
+import BGTaskPOSIX
 import BGTaskSystem
 import Foundation
 import Glibc

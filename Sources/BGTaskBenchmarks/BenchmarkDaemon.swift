@@ -1,7 +1,7 @@
 // A private bgtaskd for a benchmark: its own socket and configuration, under timeout(1), ready on READY=1.
 
+import BGTaskPOSIX
 import BGTaskSupervision
-import BGTaskSystem
 import Foundation
 import Glibc
 

@@ -1,7 +1,7 @@
 // Ctrl-C, SIGTERM and SIGHUP during a benchmark that owns cgroups or processes: noted by a handler, acted on
 // between steps.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import Glibc
 import Synchronization
 

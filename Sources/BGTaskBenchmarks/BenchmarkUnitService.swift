@@ -2,6 +2,7 @@
 // daemon for apps launched as transient units.
 
 import BGTaskContainedSystemd
+import BGTaskPOSIX
 import BGTaskSystem
 import Foundation
 import Glibc

@@ -1,8 +1,8 @@
 // One benchmark app churning through the lifecycle: background, lease, expiration warning, suspension, foreground.
 
 import BGTaskClient
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import Foundation
 import Synchronization
 

@@ -2,8 +2,9 @@
 
 import BGTaskClient
 import BGTaskConfig
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import Dispatch
 import Foundation
 import Glibc

@@ -1,6 +1,6 @@
 // Hands one open descriptor to another process over a Unix socket (SCM_RIGHTS), with a few bytes beside it.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import Glibc
 
 /// Sending and receiving a descriptor as `SCM_RIGHTS` ancillary data, which `BGTaskSystem` does not offer.

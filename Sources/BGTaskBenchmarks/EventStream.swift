@@ -1,7 +1,7 @@
 // One benchmark app's event stream: registers, then reads every event on its own thread, stamped as it is read.
 
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import Dispatch
 import Foundation
 import Synchronization

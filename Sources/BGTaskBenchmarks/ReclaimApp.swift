@@ -1,8 +1,8 @@
 // The launched apps of the reclaim benchmark: a suspended victim of known size, and the foreground app that grows.
 
 import BGTaskClient
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import Foundation
 import Glibc
 

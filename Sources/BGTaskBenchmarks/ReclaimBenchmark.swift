@@ -1,6 +1,7 @@
 // `bgtask-bench reclaim`: how soon a suspended app is killed, and its memory back, once the apps cross AppsMemoryMax.
 
 import BGTaskClient
+import BGTaskPOSIX
 import BGTaskProtocol
 import BGTaskSystem
 import Dispatch

@@ -1,7 +1,7 @@
 // Status calls from another user during the deadline benchmark: GetStatus, ListApps and History in a loop.
 
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import Foundation
 import Glibc
 

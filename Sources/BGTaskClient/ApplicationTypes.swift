@@ -1,4 +1,5 @@
 // The vocabulary of BackgroundApplication: states, task identifiers, the delegate, and what observers are told.
+import BGTaskJSON
 import FoundationEssentials
 
 /// Where the app stands, as `UIApplication.State` says it.

@@ -1,6 +1,6 @@
 // BackgroundApplication's event thread: reading the Register stream, reconnecting, and carrying leases over.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import Dispatch
 import FoundationEssentials
 import Synchronization

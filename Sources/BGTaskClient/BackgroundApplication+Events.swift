@@ -1,6 +1,7 @@
 // How BackgroundApplication handles each event: observers, delegate, expiration handlers, then the acknowledgement.
 
-import BGTaskSystem
+import BGTaskJSON
+import BGTaskPOSIX
 import Dispatch
 import FoundationEssentials
 import Synchronization

@@ -1,5 +1,5 @@
 // The UIApplication-shaped API apps use: registration, lifecycle callbacks, background tasks, remaining time.
-import BGTaskSystem
+import BGTaskPOSIX
 import Dispatch
 import FoundationEssentials
 import Synchronization

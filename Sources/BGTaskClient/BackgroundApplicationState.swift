@@ -1,6 +1,6 @@
 // The state BackgroundApplication keeps under its lock: leases, the connection link, and a weak reference type.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import Dispatch
 import FoundationEssentials
 import Synchronization

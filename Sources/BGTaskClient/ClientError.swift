@@ -1,6 +1,7 @@
 // Every way a call to bgtaskd can fail, typed, with a description a person can act on.
+@_exported import BGTaskJSON
+import BGTaskPOSIX
 @_exported import BGTaskProtocol
-import BGTaskSystem
 import Glibc
 
 // `@_exported`: the client's API speaks the interface's own types (`AppInfo`, `EventInfo`, `JSONValue`,

@@ -1,5 +1,6 @@
 // Typed calls of io.bgtask.Lifecycle and org.varlink.service, one method each, for bgtask and for apps.
-import BGTaskSystem
+import BGTaskJSON
+import BGTaskPOSIX
 import Synchronization
 
 /// A client of bgtaskd: one method per call of `io.bgtask.Lifecycle` and `org.varlink.service`, usable from any

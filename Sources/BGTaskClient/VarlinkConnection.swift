@@ -1,5 +1,5 @@
 // A blocking Varlink client over one Unix socket: plain, streaming (`more`) and oneway calls, with timeouts.
-import BGTaskSystem
+import BGTaskPOSIX
 import FoundationEssentials
 import Synchronization
 

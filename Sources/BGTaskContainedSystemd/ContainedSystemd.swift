@@ -1,7 +1,7 @@
 // A real systemd user manager of the caller's own, contained so that it can touch nothing else on the machine:
 // shared by the service tests and `bgtask-soak --systemd`.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import Glibc
 
 /// Why a contained systemd manager could not be started or driven.

@@ -1,6 +1,7 @@
 // Signals the daemon sends on an app's behalf, each to one process of the app's uid through a pidfd checked just
 // before: never to a process of another uid in the app's group or cgroup (a setuid child is not the app's to stop).
 
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 

@@ -1,6 +1,7 @@
 // What the daemon tells people about apps: the journal, the bounded history, and live Watch streams.
 
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskProtocol
 import BGTaskSystem
 

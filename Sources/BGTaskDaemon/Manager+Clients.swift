@@ -3,8 +3,10 @@
 
 import BGTaskConfig
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskProtocol
 import BGTaskSystem
+import Glibc
 
 extension Manager: ConnectionServerHost {
     var connectionLimits: DaemonConfiguration.Limits { configuration.limits }

@@ -2,6 +2,7 @@
 // the streams the last daemon kept back on start.
 
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 

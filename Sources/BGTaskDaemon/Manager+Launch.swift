@@ -2,6 +2,7 @@
 // once its program has started.
 
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskProtocol
 import BGTaskSystem
 import Glibc

@@ -2,6 +2,7 @@
 // generic function.
 
 import BGTaskCore
+import BGTaskJSON
 import BGTaskProtocol
 import BGTaskSystem
 

@@ -2,6 +2,7 @@
 // and the policy's inputs and the neighbours' news the table reports back.
 
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 

@@ -3,6 +3,8 @@
 // Restarts lose nothing).
 
 import BGTaskCore
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskProtocol
 import BGTaskSystem
 import Glibc

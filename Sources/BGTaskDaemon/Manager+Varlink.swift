@@ -1,8 +1,8 @@
 // The daemon's IPC surface: calls authorized from peer credentials and answered (the connection server decodes them).
 
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import Glibc
 
 extension Manager {

@@ -1,6 +1,7 @@
 // The manager's time and timers: the loop's monotonic clock in the daemon, or a clock a test moves by hand.
 
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskSystem
 
 /// Where the manager's time comes from.

@@ -1,5 +1,6 @@
 // What the worker thread reads from /proc for the daemon: apps' memory, file locks, and the identity behind both.
 
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 

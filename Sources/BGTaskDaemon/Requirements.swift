@@ -1,5 +1,6 @@
 // What the host must provide for bgtaskd to run, checked at start with messages that say what to do.
 
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 

@@ -2,6 +2,7 @@
 // daemon had stopped, even after the daemon itself was killed outright.
 
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 

@@ -1,6 +1,7 @@
 // A process behind one or more registrations: its pidfd, and stopping, continuing and killing it or its group.
 
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 

@@ -4,8 +4,9 @@
 // here converts a word: it only assembles the interface's structures.
 
 import BGTaskCore
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 
 extension AppInfo {
     /// The wire form of a snapshot; `memoryBytes` is measured by the shell.

@@ -1,5 +1,6 @@
 // The cgroups the demo makes, as root, for the apps its daemon launches: given to it as CgroupRoot= and
 // MemoryCgroupRoot=, emptied and removed at the end.
+import BGTaskPOSIX
 import BGTaskSystem
 import Foundation
 import Glibc

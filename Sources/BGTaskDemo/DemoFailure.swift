@@ -2,7 +2,7 @@
 import BGTaskArguments
 import BGTaskCLI
 import BGTaskClient
-import BGTaskSystem
+import BGTaskPOSIX
 
 /// Why the demo stopped before its end.
 struct DemoFailure: Error, CustomStringConvertible {

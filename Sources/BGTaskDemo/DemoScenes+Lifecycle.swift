@@ -1,7 +1,7 @@
 // Scenes 1–3: apps register and one leaves the foreground; a lease ends in time; a task overruns its time.
 import BGTaskCLI
 import BGTaskClient
-import BGTaskSystem
+import BGTaskPOSIX
 
 /// The apps started in the first scene.
 struct DemoCast {

@@ -1,7 +1,7 @@
 // Scenes 4–5: notifications queued for a suspended app and coalesced; memory warnings, then reclamation.
 import BGTaskCLI
 import BGTaskClient
-import BGTaskSystem
+import BGTaskPOSIX
 
 extension DemoScenes {
     /// Scene 4: three posts to the suspended uploader become one notification with count 3, delivered on resume.

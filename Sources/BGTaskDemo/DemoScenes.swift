@@ -1,7 +1,7 @@
 // The demo's scenes in order, and what they share: calls to the daemon narrated with their replies, and /proc.
 import BGTaskCLI
 import BGTaskClient
-import BGTaskSystem
+import BGTaskPOSIX
 import Foundation
 
 /// The scenes of the demo, each narrated with real data: the daemon's replies, its audit trail, the apps' own

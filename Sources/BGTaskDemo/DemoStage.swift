@@ -2,7 +2,7 @@
 // the apps.
 import BGTaskCLI
 import BGTaskClient
-import BGTaskSystem
+import BGTaskPOSIX
 import Foundation
 import Glibc
 

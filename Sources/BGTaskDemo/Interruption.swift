@@ -1,5 +1,5 @@
 // Ctrl-C, SIGTERM and SIGHUP during the demo: noted by a handler, acted on by the demo's next wait, which cleans up.
-import BGTaskSystem
+import BGTaskPOSIX
 import Glibc
 import Synchronization
 

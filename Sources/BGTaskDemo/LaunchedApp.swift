@@ -1,5 +1,6 @@
 // A sample app the daemon started for the demo (Launch): its output followed in the daemon's log file, its end.
 import BGTaskClient
+import BGTaskPOSIX
 import BGTaskSystem
 import Foundation
 import Glibc

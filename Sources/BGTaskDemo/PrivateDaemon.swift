@@ -1,6 +1,6 @@
 // The demo's own bgtaskd: started under timeout(1) on a private socket, ready when it says READY=1, stopped at the end.
+import BGTaskPOSIX
 import BGTaskSupervision
-import BGTaskSystem
 import Foundation
 import Glibc
 

@@ -1,5 +1,5 @@
 // One sample app process of the demo: started by the demo, its output quoted line by line, ended by the demo.
-import BGTaskSystem
+import BGTaskPOSIX
 import Foundation
 import Glibc
 

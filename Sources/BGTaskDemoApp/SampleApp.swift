@@ -1,5 +1,6 @@
 // The sample app of `bgtask demo`: a BackgroundApplication written the way an iOS developer writes a UIApplication.
 import BGTaskClient
+import BGTaskJSON
 import Dispatch
 import Foundation
 import Glibc

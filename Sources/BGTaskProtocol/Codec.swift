@@ -1,4 +1,5 @@
 // Encoding and decoding of Varlink calls and replies, with typed errors for every way a message can be wrong.
+import BGTaskJSON
 
 /// A method name split into its interface and its member: `io.bgtask.Lifecycle` and `Register`.
 public struct VarlinkMethodName: Hashable, Sendable, CustomStringConvertible {

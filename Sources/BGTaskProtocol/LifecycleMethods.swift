@@ -3,6 +3,7 @@
 // Plain Codable structs: the codec decodes them from the message's tree, naming a wrongly typed parameter
 // (`org.varlink.service.InvalidParameter`), ignoring parameters they do not know, and writes every optional field
 // of a reply, as `null` when absent.
+import BGTaskJSON
 
 /// A method call's parameters, tied to the method's fully qualified name and its reply type.
 ///

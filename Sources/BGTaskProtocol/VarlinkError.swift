@@ -1,4 +1,5 @@
 // Varlink errors: the generic wire form, and typed forms for the errors of both interfaces bgtaskd serves.
+import BGTaskJSON
 
 /// A Varlink error reply: a fully qualified error name and its parameters.
 ///

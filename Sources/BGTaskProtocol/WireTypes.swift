@@ -5,6 +5,7 @@
 
 // The words (states, kinds, reasons, behaviours, bands) are BGTaskVocabulary's, shared with the policy core and
 // re-exported here so that every user of the interface has them.
+import BGTaskJSON
 @_exported import BGTaskVocabulary
 
 /// An open background-task lease (`Task` in the interface).

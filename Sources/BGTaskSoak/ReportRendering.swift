@@ -1,5 +1,6 @@
 // A soak report written for people (Markdown) and for scripts (JSON through the protocol's own encoder).
 
+import BGTaskJSON
 import BGTaskProtocol
 
 extension SoakReport {

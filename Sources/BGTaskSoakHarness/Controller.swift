@@ -2,8 +2,8 @@
 // daemon restart.
 
 import BGTaskClient
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import Glibc
 
 /// Calls to the daemon as a controller, each counted under its kind as done or refused.

@@ -1,7 +1,7 @@
 // The soak's hostile peer (`bgtask-soak hostile ...`): bounded floods and malformed input, in seeded order.
 
+import BGTaskPOSIX
 import BGTaskSeededRandom
-import BGTaskSystem
 import Glibc
 
 /// Garbage, an oversized message, a pipelined flood it never reads the replies of, a connection burst and a

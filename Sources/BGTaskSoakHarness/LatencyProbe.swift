@@ -2,7 +2,7 @@
 // 100 ms and timing each call.
 
 import BGTaskClient
-import BGTaskSystem
+import BGTaskPOSIX
 import Glibc
 import Synchronization
 

@@ -1,6 +1,6 @@
 // The daemon run by the harness without systemd: the harness plays the service manager, watchdog included.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import Glibc
 import Synchronization
 

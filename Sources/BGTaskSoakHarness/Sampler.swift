@@ -1,8 +1,8 @@
 // What the harness sees for itself: the apps' processes in /proc and cgroupfs, their memory, the daemon's resources.
 
+import BGTaskPOSIX
 import BGTaskProtocol
 import BGTaskSoak
-import BGTaskSystem
 import Glibc
 
 /// Reads `/proc` and `cgroup.events` directly, never through the daemon.

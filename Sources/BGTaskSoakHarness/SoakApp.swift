@@ -1,9 +1,9 @@
 // The soak's synthetic app (`bgtask-soak app ...`): a BackgroundApplication with seeded random behaviour.
 
 import BGTaskClient
+import BGTaskPOSIX
 import BGTaskProtocol
 import BGTaskSeededRandom
-import BGTaskSystem
 import Dispatch
 import Glibc
 import Synchronization

@@ -1,6 +1,7 @@
 // The cgroups a soak run makes under its own: the daemon's `CgroupRoot=` for launched apps, and a scope per
 // self-registered scoped app. Removed, with anything left in them, when the run ends.
 
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 

@@ -1,8 +1,8 @@
 // The apps of a soak run: started in their slots (launched, scoped or plain), reaped, and replaced when they end.
 
 import BGTaskClient
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import Glibc
 
 /// The app alive in a slot: its process as the harness holds it.

@@ -1,9 +1,9 @@
 // The schedule's operations carried out: controller calls, and the faults with their evidence.
 
 import BGTaskClient
+import BGTaskPOSIX
 import BGTaskProtocol
 import BGTaskSoak
-import BGTaskSystem
 import Glibc
 
 extension SoakRun {

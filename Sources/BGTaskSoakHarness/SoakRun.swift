@@ -1,6 +1,7 @@
 // A soak run: set up the daemon, the apps and the evidence, follow the schedule, tear down, judge.
 
 import BGTaskClient
+import BGTaskPOSIX
 import BGTaskProtocol
 import BGTaskSoak
 import BGTaskSystem

@@ -1,6 +1,7 @@
 // What a soak run did and how the daemon fared: the checker's verdicts with the run's own figures, in Markdown
 // and JSON.
 
+import BGTaskJSON
 import BGTaskProtocol
 import BGTaskSoak
 

@@ -1,7 +1,7 @@
 // The daemon under soak, behind one interface: run privately with the harness as its service manager, or as the
 // installed units under a contained systemd manager.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import Glibc
 
 /// A failure of the harness itself (not a violation by the daemon), with what went wrong.

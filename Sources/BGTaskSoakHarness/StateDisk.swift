@@ -1,6 +1,6 @@
 // A small disk for the daemon's state that the harness can fill: a size-limited tmpfs in a private mount namespace.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import Glibc
 
 /// A tmpfs of `sizeBytes` mounted over `directory` inside a mount namespace of its own, held by a `sleep` under

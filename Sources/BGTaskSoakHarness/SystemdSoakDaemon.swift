@@ -2,7 +2,7 @@
 // kill, its watchdog aborts a hung one, and `systemctl restart` restarts it in order.
 
 import BGTaskContainedSystemd
-import BGTaskSystem
+import BGTaskPOSIX
 import Glibc
 
 /// `scripts/install --prefix` of the built binaries, the user units linked into a `ContainedSystemd` with a

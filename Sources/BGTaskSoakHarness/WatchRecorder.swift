@@ -1,9 +1,9 @@
 // The daemon's audit trail as the harness receives it: `Watch()` stamped on arrival, `History()` filling gaps.
 
 import BGTaskClient
+import BGTaskPOSIX
 import BGTaskProtocol
 import BGTaskSoak
-import BGTaskSystem
 import Glibc
 import Synchronization
 

@@ -1,6 +1,6 @@
 // A service started for the caller alone: under timeout(1), its log in a file, ready when it says READY=1.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import Glibc
 
 /// Why a private service did not become ready.

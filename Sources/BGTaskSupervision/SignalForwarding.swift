@@ -1,5 +1,5 @@
 // Passes termination signals sent to `bgtask run` on to its command, so bgtask outlives CMD and reports its status.
-import BGTaskSystem
+import BGTaskPOSIX
 import Glibc
 import Synchronization
 

@@ -1,5 +1,5 @@
 // A command run the way `timeout(1)` runs one: in the supervisor's process group, signals forwarded, status reported.
-import BGTaskSystem
+import BGTaskPOSIX
 import Glibc
 
 /// Why a command could not be started.

@@ -1,4 +1,5 @@
 // Writing `BusValue`s into an sd-bus message, and reading typed values back out of a received one.
+import BGTaskPOSIX
 import CSystemd
 import Glibc
 

@@ -97,16 +97,6 @@ public indirect enum BusValue: Hashable, Sendable, CustomStringConvertible {
         if case .string(let value) = self { value } else { nil }
     }
 
-    /// The path of an `.objectPath`, else nil.
-    public var objectPathValue: BusObjectPath? {
-        if case .objectPath(let value) = self { value } else { nil }
-    }
-
-    /// The boolean of a `.boolean`, else nil.
-    public var booleanValue: Bool? {
-        if case .boolean(let value) = self { value } else { nil }
-    }
-
     /// The number of an `.int32`, else nil.
     public var int32Value: Int32? {
         if case .int32(let value) = self { value } else { nil }
@@ -115,11 +105,6 @@ public indirect enum BusValue: Hashable, Sendable, CustomStringConvertible {
     /// The number of a `.uint32`, else nil.
     public var uint32Value: UInt32? {
         if case .uint32(let value) = self { value } else { nil }
-    }
-
-    /// The number of an `.int64`, else nil.
-    public var int64Value: Int64? {
-        if case .int64(let value) = self { value } else { nil }
     }
 
     /// The number of a `.uint64`, else nil.

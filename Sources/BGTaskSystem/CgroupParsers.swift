@@ -1,6 +1,7 @@
 // Parsers of the cgroup files the daemon reads: /proc/PID/cgroup, cgroup.events, cgroup.procs, single values and
 // the v1 freezer's state. Cgroup names are chosen by whoever may create them (a user in a delegated subtree), so
 // every parser here takes hostile text and fails closed with a `ProcParseError`.
+import BGTaskPOSIX
 import Glibc
 
 /// One line of `/proc/PID/cgroup`: a hierarchy the process belongs to, and its cgroup's path there.

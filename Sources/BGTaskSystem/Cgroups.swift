@@ -1,5 +1,7 @@
 // The kernel's cgroup tools for freezing, measuring and killing whole apps: which hierarchies this host has, found
 // by looking, and the operations on one cgroup directory, each confirmed rather than assumed.
+import BGTaskPOSIX
+import CPOSIX
 import CSystemd
 import Glibc
 
@@ -170,12 +172,6 @@ public struct CgroupDirectory: Hashable, Sendable, CustomStringConvertible {
     /// Kills every process of it and its children at once (`cgroup.kill`, Linux 5.14).
     public func killAll() throws(Errno) {
         try write("cgroup.kill", "1")
-    }
-
-    /// Its memory use in bytes (`memory.current`); nil where the memory controller is not enabled for it.
-    public func memoryCurrent() throws -> UInt64? {
-        guard has("memory.current") else { return nil }
-        return try CgroupNumber.parse(read("memory.current"), file: "memory.current")
     }
 
     /// Arms a PSI trigger on its `memory.pressure`: the returned descriptor reports `POLLPRI` when some task of it

@@ -1,4 +1,5 @@
 // A single-threaded event loop over systemd's sd-event: descriptors, one re-armable timer, signals, defers.
+import BGTaskPOSIX
 import BGTaskVocabulary
 import CSystemd
 import Glibc

@@ -1,4 +1,5 @@
 // Structured log lines: to the journal with fields when under systemd, else one readable line on stderr.
+import BGTaskPOSIX
 import CSystemd
 import Glibc
 

@@ -1,6 +1,8 @@
 // Memory pressure as the kernel and systemd signal it: PSI triggers, systemd's $MEMORY_PRESSURE_WATCH protocol
 // (https://systemd.io/MEMORY_PRESSURE/), the base64 it carries its trigger in, and the pair a launched app gets.
+import BGTaskPOSIX
 import BGTaskVocabulary
+import CPOSIX
 import CSystemd
 import Glibc
 

@@ -1,4 +1,5 @@
 // Starts a managed app: in a new session, inside cgroups, as a given user, with a pidfd from clone3 (or clone) itself.
+import BGTaskPOSIX
 import CLauncher
 import CSystemd
 import Glibc

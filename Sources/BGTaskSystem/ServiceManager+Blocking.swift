@@ -1,5 +1,6 @@
 // Bounded blocking waits on a service manager connection, for tests and command-line tools: never for the daemon,
 // whose loop must keep turning while the manager answers.
+import BGTaskPOSIX
 import BGTaskVocabulary
 import Glibc
 

@@ -1,5 +1,6 @@
 // The typed calls and signals of systemd's `org.freedesktop.systemd1.Manager` the daemon needs to run apps as
 // transient units: start, find, read, signal, stop, freeze and thaw them, and hear when their jobs and units end.
+import BGTaskPOSIX
 import Glibc
 
 /// How the manager queues a job for a unit (`mode` of `StartTransientUnit`, `StopUnit`).

@@ -1,5 +1,6 @@
 // A connection to a systemd service manager over sd-bus, driven by the daemon's sd-event loop: asynchronous method
 // calls, signal subscriptions, and one report when the manager goes away.
+import BGTaskPOSIX
 import BGTaskVocabulary
 import CSystemd
 import Glibc
@@ -11,12 +12,6 @@ public enum ServiceManagerScope: Hashable, Sendable {
     /// A user's instance, found in that user's runtime directory (`$XDG_RUNTIME_DIR`): `DIR/systemd/private`, else
     /// the user's bus `DIR/bus`.
     case user(runtimeDirectory: String)
-
-    /// The calling user's instance, from `XDG_RUNTIME_DIR`; nil when that is not set (the user is not logged in).
-    public static var currentUser: ServiceManagerScope? {
-        guard let directory = ProcessEnvironment.current()["XDG_RUNTIME_DIR"], !directory.isEmpty else { return nil }
-        return .user(runtimeDirectory: directory)
-    }
 }
 
 /// A socket a service manager can be reached through, and whether it is the manager's own or a bus.

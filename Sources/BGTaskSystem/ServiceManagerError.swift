@@ -1,5 +1,6 @@
 // How a call to the service manager over sd-bus fails: locally (an errno), by the manager's answer (a D-Bus error
 // name and message), or because the connection is gone.
+import BGTaskPOSIX
 
 /// The name of a D-Bus error (`sd_bus_error.name`), such as `org.freedesktop.systemd1.NoSuchUnit`: what a caller
 /// switches on. The well-known ones are constants.

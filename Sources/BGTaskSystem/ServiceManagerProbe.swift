@@ -1,4 +1,5 @@
 // Finding the service manager at start: each place tried in order, on the loop, and what each gave, for the log.
+import BGTaskPOSIX
 import BGTaskVocabulary
 import Glibc
 

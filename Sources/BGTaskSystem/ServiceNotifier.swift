@@ -1,4 +1,5 @@
 // Talks to the service manager: sd_notify state changes, the watchdog, the fd store and socket activation.
+import BGTaskPOSIX
 import CSystemd
 import Glibc
 

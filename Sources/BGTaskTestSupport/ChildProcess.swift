@@ -1,7 +1,7 @@
 // A child process driven by lines on its stdin and read by lines from its stdout, with bounded waits.
 
 import BGTaskCore
-import BGTaskSystem
+import BGTaskPOSIX
 import Foundation
 import Glibc
 

@@ -1,7 +1,7 @@
 // Starts the real bgtaskd for a test: private socket and configuration, readiness from a real NOTIFY_SOCKET.
 
 import BGTaskCore
-import BGTaskSystem
+import BGTaskPOSIX
 import Foundation
 import Glibc
 

@@ -1,6 +1,6 @@
 // A fake /proc tree in a scratch directory, for testing the daemon's /proc readers without real processes.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import Foundation
 
 /// A directory laid out like the parts of `/proc` the daemon reads: `PID/stat`, `PID/status`, `PID/smaps_rollup`,

@@ -1,6 +1,6 @@
 // Running this package's executables as another user, for tests of what an unprivileged peer can do.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import Foundation
 
 /// Another user to run this package's executables as.

@@ -1,6 +1,6 @@
 // A child of this process held between its clone and its exec, where a child another test spawns passes a moment.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import Foundation
 import Glibc
 import Synchronization

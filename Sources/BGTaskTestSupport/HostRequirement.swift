@@ -1,6 +1,6 @@
 // What a test needs of the host, as a trait: where the host lacks it, the test is reported skipped with the reason.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import Foundation
 import Glibc
 import Testing

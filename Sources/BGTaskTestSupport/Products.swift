@@ -1,6 +1,6 @@
 // Finding the executables this package built, and scratch directories for tests.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import Foundation
 import Glibc
 

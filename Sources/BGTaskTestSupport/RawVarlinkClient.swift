@@ -1,8 +1,9 @@
 // A deliberately low-level Varlink client for tests: raw bytes out, parsed replies in, every wait bounded.
 
 import BGTaskCore
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import Foundation
 
 /// A blocking connection to a Varlink socket that sends exactly what a test gives it (including garbage)

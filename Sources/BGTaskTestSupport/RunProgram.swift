@@ -1,6 +1,6 @@
 // Running a program to completion and collecting what it printed.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import Foundation
 
 /// Runs a program to completion (with `environment` added to the test's), its standard output and error together;

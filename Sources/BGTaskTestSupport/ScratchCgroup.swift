@@ -1,5 +1,6 @@
 // A cgroup a test makes for processes it started, in one hierarchy, removed with everything in it afterwards.
 
+import BGTaskPOSIX
 import BGTaskSystem
 import Foundation
 import Glibc

@@ -1,6 +1,6 @@
 // A socket file nobody listens on any more, as a crashed daemon leaves it.
 
-import BGTaskSystem
+import BGTaskPOSIX
 
 /// Leaves a socket file at `path` whose listener is gone: listened on, shut down, then closed.
 ///

@@ -1,7 +1,7 @@
 // `bgtask-bench all`: core, ipc (pinned and unpinned), scale and reclaim in one run, then one comparison table.
 
 import BGTaskBenchmarks
-import BGTaskSystem
+import BGTaskPOSIX
 import Foundation
 
 /// Runs every mode in turn, in process, printing each mode's own lines as it goes, then the summary: each headline

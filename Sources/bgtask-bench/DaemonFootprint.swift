@@ -1,6 +1,6 @@
 // What a running bgtaskd holds, read from /proc: its resident memory and its open descriptors.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import Glibc
 
 /// The daemon's resident memory and open descriptors at one moment, and the most memory it held so far.

@@ -1,6 +1,7 @@
 // `bgtask-bench ipc`: lease round trips through the real daemon, next to a raw Unix-socket ping-pong.
 
 import BGTaskBenchmarks
+import BGTaskPOSIX
 import BGTaskSystem
 import Foundation
 import Glibc

@@ -2,7 +2,7 @@
 // and then onto one.
 
 import BGTaskBenchmarks
-import BGTaskSystem
+import BGTaskPOSIX
 import Foundation
 import Glibc
 

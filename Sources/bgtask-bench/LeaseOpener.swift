@@ -2,7 +2,7 @@
 // after.
 
 import BGTaskBenchmarks
-import BGTaskSystem
+import BGTaskPOSIX
 
 /// Opens leases in bulk: `BeginBackgroundTask` calls pipelined over `connectionCount` connections, `window` in
 /// flight on each, every reply checked.

@@ -2,7 +2,7 @@
 // leases.
 
 import BGTaskBenchmarks
-import BGTaskSystem
+import BGTaskPOSIX
 import Foundation
 import Glibc
 

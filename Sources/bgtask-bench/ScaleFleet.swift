@@ -1,7 +1,7 @@
 // The apps of `bgtask-bench scale`: one registration connection each, held open, their event streams drained.
 
 import BGTaskBenchmarks
-import BGTaskSystem
+import BGTaskPOSIX
 import Dispatch
 import Foundation
 import Glibc

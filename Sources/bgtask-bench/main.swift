@@ -1,7 +1,7 @@
 // bgtask-bench: measures bgtaskd's costs. Build with `swift run -c release bgtask-bench MODE`.
 
 import BGTaskBenchmarks
-import BGTaskSystem
+import BGTaskPOSIX
 import Foundation
 import Glibc
 

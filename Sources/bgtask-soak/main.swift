@@ -1,8 +1,8 @@
 // bgtask-soak: a soak test of bgtaskd: synthetic apps, faults, evidence gathered outside the daemon, invariants.
 // Re-runs itself as the apps (`bgtask-soak app ...`) and the hostile client (`bgtask-soak hostile ...`).
 
+import BGTaskPOSIX
 import BGTaskSoakHarness
-import BGTaskSystem
 import Glibc
 
 /// Prints `message` on standard error and exits with `status`.

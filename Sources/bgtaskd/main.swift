@@ -2,6 +2,7 @@
 
 import BGTaskConfig
 import BGTaskDaemon
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 

@@ -144,8 +144,8 @@ struct ModuleGraphTests {
         // uses neither, and an app linking BGTaskClient gets FoundationEssentials at most.
         let foundations: Set<String> = ["Foundation", "FoundationEssentials", "FoundationNetworking", "FoundationXML"]
         let daemon = [
-            "BGTaskVocabulary", "BGTaskCore", "BGTaskSystem", "BGTaskConfig", "BGTaskArguments", "BGTaskProtocol",
-            "BGTaskDaemon", "bgtaskd",
+            "BGTaskVocabulary", "BGTaskCore", "BGTaskPOSIX", "BGTaskSystem", "BGTaskConfig", "BGTaskArguments",
+            "BGTaskJSON", "BGTaskProtocol", "BGTaskDaemon", "bgtaskd",
         ]
         var offenders: [String] = []
         for module in daemon {

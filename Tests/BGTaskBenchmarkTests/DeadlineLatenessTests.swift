@@ -1,7 +1,7 @@
 // Expiration warnings stay on time while a hundred apps churn and another user floods status calls.
 
 import BGTaskBenchmarks
-import BGTaskSystem
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Foundation
 import Glibc

@@ -1,6 +1,7 @@
 // `bgtask-bench ipc --pin` runs end to end against the debug build and prints a row and a verdict per placement.
 
-import BGTaskSystem
+import BGTaskBenchmarks
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Foundation
 import Testing
@@ -18,7 +19,7 @@ struct IPCPlacementBenchmarkTests {
     func printsBothPlacements() async throws {
         let scratch = try ScratchDirectory(prefix: "bgtask-ipc-pin-smoke")
         // Alone: it pins threads to CPUs, and other tests' processes would only slow its rounds.
-        let (status, output) = try await offThePool(alone: true) { () throws -> (BGTaskSystem.ExitStatus, [String]) in
+        let (status, output) = try await offThePool(alone: true) { () throws -> (BGTaskPOSIX.ExitStatus, [String]) in
             let errors = try FileDescriptor.open(
                 scratch.path + "/stderr", .writeOnly, options: [.create, .truncate], permissions: 0o644)
             defer { try? errors.close() }

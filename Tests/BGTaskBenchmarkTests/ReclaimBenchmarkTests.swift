@@ -1,6 +1,7 @@
 // `bgtask-bench reclaim`, and `reclaim --systemd`, run end to end against the debug build and leave no cgroup or
 // process behind.
 
+import BGTaskPOSIX
 import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
@@ -52,11 +53,11 @@ struct ReclaimBenchmarkTests {
     /// and other tests' processes would only slow the rounds); its status, its output lines, the transcript with
     /// its standard error, and its pid.
     static func runBench(_ arguments: [String]) async throws -> (
-        status: BGTaskSystem.ExitStatus, output: [String], transcript: String, pid: pid_t
+        status: BGTaskPOSIX.ExitStatus, output: [String], transcript: String, pid: pid_t
     ) {
         let scratch = try ScratchDirectory(prefix: "bgtask-reclaim-smoke")
         let (status, output, pid) = try await offThePool(alone: true) {
-            () throws -> (BGTaskSystem.ExitStatus, [String], pid_t) in
+            () throws -> (BGTaskPOSIX.ExitStatus, [String], pid_t) in
             let errors = try FileDescriptor.open(
                 scratch.path + "/stderr", .writeOnly, options: [.create, .truncate], permissions: 0o644)
             defer { try? errors.close() }

@@ -1,7 +1,7 @@
 // `bgtask-bench scale` runs end to end against the debug build, grows the daemon to every app and lease asked for,
 // prints its table, and leaves nothing behind.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Foundation
 import Testing
@@ -27,7 +27,7 @@ struct ScaleBenchmarkTests {
         var environment = ProcessInfo.processInfo.environment
         environment["TMPDIR"] = temporary
         environment["XDG_RUNTIME_DIR"] = runtime
-        let (status, output) = try await offThePool { () throws -> (BGTaskSystem.ExitStatus, [String]) in
+        let (status, output) = try await offThePool { () throws -> (BGTaskPOSIX.ExitStatus, [String]) in
             let errors = try FileDescriptor.open(
                 scratch.path + "/stderr", .writeOnly, options: [.create, .truncate], permissions: 0o644)
             defer { try? errors.close() }

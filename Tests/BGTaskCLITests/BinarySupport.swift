@@ -1,11 +1,11 @@
 // Runs the real bgtask executable as a child process with pipes, for tests against a server.
-import BGTaskSystem
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Foundation
 import Testing
 
 /// How a child process ended; named apart from Swift Testing's own `ExitStatus`.
-typealias ProcessStatus = BGTaskSystem.ExitStatus
+typealias ProcessStatus = BGTaskPOSIX.ExitStatus
 
 /// A running bgtask: its pidfd and the read ends of its standard output and error.
 final class BGTaskProcess {

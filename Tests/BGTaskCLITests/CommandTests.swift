@@ -2,7 +2,7 @@
 // the demo hook, run in-process against real sockets.
 import BGTaskArguments
 import BGTaskCLI
-import BGTaskSystem
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Foundation
 import Synchronization

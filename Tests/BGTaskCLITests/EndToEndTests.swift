@@ -2,8 +2,8 @@
 // itself as the app under control, the real expiration warning forwarded to CMD, joining, watching, --user.
 import BGTaskArguments
 import BGTaskCLI
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Testing

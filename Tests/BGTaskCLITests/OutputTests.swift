@@ -3,6 +3,7 @@
 import BGTaskArguments
 import BGTaskCLI
 import BGTaskIDL
+import BGTaskJSON
 import BGTaskProtocol
 import Foundation
 import Testing

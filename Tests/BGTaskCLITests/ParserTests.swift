@@ -2,8 +2,8 @@
 // requests, and every kind of usage error with its exact message, the usage that follows, and exit status 64.
 import BGTaskArguments
 import BGTaskCLI
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import Testing
 
 /// A command line the parser must accept, and a check of what it built.
@@ -260,6 +260,15 @@ let usageErrorRows: [UsageErrorRow] = [
     UsageErrorRow(
         ["post", "n", "--payload", ""],
         #"invalid JSON '' for '--payload': "# + invalidJSONReason,
+        command: "post"),
+    // What the daemon's parser refuses, the command line refuses too: a repeated key, a lone surrogate.
+    UsageErrorRow(
+        ["post", "n", "--payload", #"{"a":1,"a":2}"#],
+        #"invalid JSON '{"a":1,"a":2}' for '--payload': "# + invalidJSONReason,
+        command: "post"),
+    UsageErrorRow(
+        ["post", "n", "--payload", #"{"a":"\ud800"}"#],
+        #"invalid JSON '{"a":"\\ud800"}' for '--payload': "# + invalidJSONReason,
         command: "post"),
     UsageErrorRow(
         ["post", "n", "--payload", #"{"a":1} trailing"#],

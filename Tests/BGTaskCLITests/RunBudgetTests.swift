@@ -3,8 +3,8 @@
 
 import BGTaskArguments
 import BGTaskCLI
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Testing

@@ -1,7 +1,8 @@
 // A scripted io.bgtask.Lifecycle server on a real Unix socket, for running the real bgtask binary before the
 // daemon exists: it answers every method the CLI calls, logs the calls, and lets a test push Register events.
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import Foundation
 import Synchronization
 import Testing

@@ -2,8 +2,8 @@
 // `--json` and errors, and `bgtask run`'s lease, warning forwarding, budget, joining and exit statuses.
 import BGTaskArguments
 import BGTaskCLI
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Testing

@@ -1,6 +1,6 @@
 // The fixture app and the PhotoUploader example as real processes, against the scripted daemon.
 import BGTaskClient
-import BGTaskSystem
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Foundation
 import Testing

@@ -1,6 +1,7 @@
 // BackgroundApplication against a scripted daemon: callbacks, acknowledgements, leases, expiration, reconnection.
 import BGTaskClient
-import BGTaskSystem
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Dispatch
 import Foundation

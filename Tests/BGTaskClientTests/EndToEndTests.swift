@@ -1,6 +1,6 @@
 // The client library against the real bgtaskd: the example, the fixture app, and reconnection after a restart.
 import BGTaskClient
-import BGTaskSystem
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Foundation
 import Testing

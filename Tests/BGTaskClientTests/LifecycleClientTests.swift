@@ -1,6 +1,7 @@
 // The typed calls of LifecycleClient: each sends its method with its parameters and returns the scripted reply.
 import BGTaskClient
-import BGTaskSystem
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Foundation
 import Testing

@@ -1,6 +1,7 @@
 // A scripted Varlink server on a real Unix socket, standing in for bgtaskd's transport in client tests.
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Synchronization

@@ -1,5 +1,5 @@
 // Helpers of the client tests: thread-safe recorders, the scripted daemon's scope, and the apps as processes.
-import BGTaskSystem
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Foundation
 import Synchronization

@@ -1,6 +1,6 @@
 // The blocking Varlink client against a scripted server: error mapping, streams, oneway, limits and timeouts.
 import BGTaskClient
-import BGTaskSystem
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Foundation
 import Testing

@@ -2,7 +2,7 @@
 // is signalled only when its real, effective and saved uids are all the app's, and one whose uids cannot be read is
 // not signalled at all.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Glibc
 import Testing

@@ -1,6 +1,7 @@
 // Each backend this host has, by name (docs/ARCHITECTURE.md, Backends): freeze confirmed, thaw confirmed, the kill
 // of a frozen (or stopped) app completes, and the memory read matches what the app allocated within 10%.
 
+import BGTaskPOSIX
 import BGTaskProtocol
 import BGTaskSystem
 import BGTaskTestSupport

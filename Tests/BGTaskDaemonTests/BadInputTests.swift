@@ -3,8 +3,9 @@
 
 import BGTaskCore
 import BGTaskDaemon
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Glibc

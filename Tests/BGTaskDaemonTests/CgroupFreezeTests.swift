@@ -1,6 +1,7 @@
 // A self-registered app alone in a cgroup2 cgroup is frozen through it, not stopped with signals, and
 // whatever ends the daemon, the cgroup is thawed.
 
+import BGTaskPOSIX
 import BGTaskProtocol
 import BGTaskSystem
 import BGTaskTestSupport

@@ -2,8 +2,8 @@
 
 import BGTaskConfig
 import BGTaskDaemon
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Glibc
@@ -11,7 +11,7 @@ import Testing
 
 /// Runs `bgtaskd ARGUMENTS` to completion; returns its status, stdout and stderr.
 private func runDaemon(_ arguments: [String]) throws -> (
-    status: BGTaskSystem.ExitStatus, output: String, errors: String
+    status: BGTaskPOSIX.ExitStatus, output: String, errors: String
 ) {
     let directory = try ScratchDirectory()
     let errorPath = directory.path + "/stderr"

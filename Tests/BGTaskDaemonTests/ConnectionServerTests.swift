@@ -3,6 +3,8 @@
 
 import BGTaskConfig
 import BGTaskCore
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskProtocol
 import BGTaskSystem
 import BGTaskTestSupport

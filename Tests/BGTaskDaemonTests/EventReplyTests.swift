@@ -1,6 +1,7 @@
 // The events the daemon sends with a payload copied from its JSON text read exactly as the interface's own reply.
 
 import BGTaskCore
+import BGTaskJSON
 import BGTaskProtocol
 import Foundation
 import Testing

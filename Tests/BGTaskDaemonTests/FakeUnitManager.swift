@@ -1,6 +1,7 @@
 // A service manager the test plays: the daemon's calls to it recorded and left waiting until the test answers them,
 // its signals sent when the test says.
 
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 import Testing

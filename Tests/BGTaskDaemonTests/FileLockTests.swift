@@ -1,8 +1,8 @@
 // File locks found wherever the app holds them: an open file description lock (pid -1 in /proc/locks, traced
 // through fdinfo) and a lock held by another process of the group the app leads.
 
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Testing

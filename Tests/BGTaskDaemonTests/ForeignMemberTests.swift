@@ -2,8 +2,8 @@
 // user): the daemon stops, continues and kills the app's own processes and never the other uid's, though it
 // could (it holds CAP_KILL; the app does not).
 
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Glibc

@@ -3,6 +3,7 @@
 // reply waits (and the calls pipelined after it on its connection), and every way the wait can end leaves nothing
 // behind.
 
+import BGTaskPOSIX
 import BGTaskProtocol
 import BGTaskSystem
 import BGTaskTestSupport

@@ -1,7 +1,8 @@
 // Shared pieces of the daemon's end-to-end tests: apps as real processes, the Watch stream, /proc checks.
 
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Testing

@@ -1,8 +1,8 @@
 // Who may hold a name: re-attaching needs the same live process and uid, a pinned name belongs to its
 // user, and a process that reuses a dead app's pid gets a registration of its own, never the old one.
 
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Glibc

@@ -1,5 +1,6 @@
 // Python's varlink package as an independent client of the real daemon: introspection, streams, typed errors.
 
+import BGTaskJSON
 import BGTaskProtocol
 import BGTaskTestSupport
 import Foundation

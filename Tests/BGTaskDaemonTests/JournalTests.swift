@@ -1,7 +1,7 @@
 // What bgtaskd sends to the journal, captured on a journal socket of the test's own: every field of the native
 // protocol, with the MESSAGE_IDs the man page lists.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Foundation
 import Glibc

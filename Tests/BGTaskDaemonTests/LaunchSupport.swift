@@ -1,5 +1,7 @@
 // A daemon whose managed apps get cgroups under scratch cgroups the test made, and the Python app it launches.
 
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskProtocol
 import BGTaskSystem
 import BGTaskTestSupport

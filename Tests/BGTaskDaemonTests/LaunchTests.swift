@@ -1,6 +1,7 @@
 // Launch: managed apps started by the daemon in cgroups of their own, with the memory pressure protocol,
 // the launch timeout, their real exit status, their output captured, and their cgroups removed when they end.
 
+import BGTaskPOSIX
 import BGTaskProtocol
 import BGTaskSystem
 import BGTaskTestSupport

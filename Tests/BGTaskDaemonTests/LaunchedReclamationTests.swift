@@ -1,6 +1,8 @@
 // Reclamation of launched apps on the real backends: heaviest first within a band, bands in order, no
 // further than the target, a cooperative likely victim spared, each kill recorded with its latencies.
 
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskProtocol
 import BGTaskSystem
 import BGTaskTestSupport

@@ -1,7 +1,7 @@
 // The real daemon with real app processes: leases, expiration, suspension seen in /proc, resumption, kills.
 
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Testing

@@ -4,6 +4,8 @@
 import BGTaskBenchmarks
 import BGTaskConfig
 import BGTaskCore
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskProtocol
 import BGTaskSystem
 import BGTaskTestSupport

@@ -3,6 +3,7 @@
 
 import BGTaskBenchmarks
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskProtocol
 import BGTaskSystem
 import BGTaskTestSupport

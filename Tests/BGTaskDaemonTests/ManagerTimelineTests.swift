@@ -2,8 +2,8 @@
 // /proc decides memory and locks, and real stand-in processes are stopped, continued and killed.
 
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Testing
 

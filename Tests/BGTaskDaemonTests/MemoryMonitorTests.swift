@@ -3,6 +3,7 @@
 
 import BGTaskConfig
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskSystem
 import BGTaskTestSupport
 import Foundation

@@ -1,7 +1,7 @@
 // Memory warnings and reclamation with real processes holding real memory, against AppsMemoryMax.
 
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Testing

@@ -1,7 +1,8 @@
 // Authorization from peer credentials, with calls made by real processes running as other users.
 
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Testing

@@ -1,6 +1,7 @@
 // What wakes the memory monitor: what the service manager names in $MEMORY_PRESSURE_WATCH (systemd's
 // protocol), turned off by /dev/null, else a PSI trigger of the daemon's own; reported by GetStatus.
 
+import BGTaskPOSIX
 import BGTaskProtocol
 import BGTaskSystem
 import BGTaskTestSupport

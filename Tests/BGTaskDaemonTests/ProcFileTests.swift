@@ -1,6 +1,6 @@
 // Every /proc file the daemon reads, malformed and truncated in a fake tree: each read fails closed and says why.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Foundation
 import Testing

@@ -1,7 +1,7 @@
 // The worker's /proc reads on a fake tree: memory of processes and groups counted once each, identity by start
 // time, and file-lock checks that fail closed.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Testing
 

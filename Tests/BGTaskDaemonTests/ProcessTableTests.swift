@@ -3,6 +3,7 @@
 // is refused and the process left running.
 
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskSystem
 import BGTaskTestSupport
 import Glibc

@@ -1,8 +1,9 @@
 // The loop is quiet when nothing can happen and quick when much does: wake-ups counted from /proc over 10 s of
 // idleness, and the longest single dispatch with 200 apps churning.
 
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Glibc

@@ -1,6 +1,7 @@
 // The status reporter and the stream store alone, with fakes of the service manager and of the manager.
 
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 import Testing

@@ -2,8 +2,8 @@
 // ended without saving (a kill -9) restores the snapshot with the journal applied.
 
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Testing

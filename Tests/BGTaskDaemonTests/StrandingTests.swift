@@ -1,8 +1,8 @@
 // Nothing the daemon stopped stays stopped: a group whose leader is killed from outside, a daemon that stops,
 // and a process that became a group leader after it registered.
 
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Testing

@@ -2,6 +2,7 @@
 // cgroup where it refuses (remembered), and never a unit left frozen or an app reported frozen another way than it
 // is.
 
+import BGTaskPOSIX
 import BGTaskProtocol
 import BGTaskSystem
 import BGTaskTestSupport

@@ -2,6 +2,7 @@
 // the daemon asks the manager for, how it judges the answers, and how it ends what it no longer wants.
 
 import BGTaskBenchmarks
+import BGTaskJSON
 import BGTaskProtocol
 import BGTaskSystem
 import BGTaskTestSupport

@@ -1,6 +1,7 @@
 // Varlink behaviour any client relies on: replies in call order, oneway calls, more on non-streaming methods.
 
 import BGTaskDaemon
+import BGTaskJSON
 import BGTaskProtocol
 import BGTaskTestSupport
 import Foundation

@@ -1,4 +1,5 @@
 // `bgtask demo` end to end: the real binary, every scene's real data, an exit status of 0, and nothing left behind.
+import BGTaskPOSIX
 import BGTaskSystem
 import BGTaskTestSupport
 import Foundation

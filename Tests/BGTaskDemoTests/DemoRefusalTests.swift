@@ -1,5 +1,5 @@
 // `bgtask demo` refusing to start: what it says, its exit status, and that it started nothing and left nothing.
-import BGTaskSystem
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Foundation
 import Testing

@@ -1,5 +1,5 @@
 // Runs the real `bgtask demo` as a new user would, in a session of its own, and checks what it leaves behind.
-import BGTaskSystem
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Foundation
 import Glibc
@@ -46,7 +46,7 @@ final class DemoRun {
     }
 
     /// Reads standard output to its end, waits for the exit, and returns the status and how long the run took.
-    func finish(timeout: Duration = .seconds(120)) throws -> (status: BGTaskSystem.ExitStatus, took: Duration) {
+    func finish(timeout: Duration = .seconds(120)) throws -> (status: BGTaskPOSIX.ExitStatus, took: Duration) {
         let deadline = ContinuousClock.now + timeout
         // The demo prints at least every 1.5 s while it waits, so a 30 s silence means it hangs.
         while ContinuousClock.now < deadline, try child.nextLine(timeout: .seconds(30)) != nil {}

@@ -1,8 +1,8 @@
 // Connection floods: up to and past ConnectionsPerUserMax and ConnectionsMax as other users, and past the
 // daemon's descriptor limit.
 
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Testing

@@ -1,7 +1,7 @@
 // The daemon's four vital signs under a hostile client, each checked against a baseline taken in the same test.
 
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Glibc

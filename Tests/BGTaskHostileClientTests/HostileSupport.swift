@@ -1,7 +1,8 @@
 // Shared pieces of the hostile-client tests: the flooding fixture as another user, pipelined calls, suspended apps.
 
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Glibc

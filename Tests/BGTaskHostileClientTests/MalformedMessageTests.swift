@@ -1,8 +1,8 @@
 // Malformed and oversized messages: a typed InvalidMessage error on a connection that stays usable, or, for a
 // message past MessageSizeMax (a framing error), a closed connection.
 
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Testing
 

@@ -1,7 +1,7 @@
 // Pipelining floods: calls written without reading replies, from the test process and from another uid.
 
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Testing
 

@@ -1,7 +1,8 @@
 // The calls any user may make (GetStatus, ListApps, GetApp) must not read /proc on the event loop's thread.
 
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Testing
 

@@ -1,7 +1,8 @@
 // Floods of posts to a suspended app: distinct names under coalesce and hold, oversized and maximal payloads.
 
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Testing

@@ -1,7 +1,8 @@
 // Registration floods: apps per user, and the descriptors the daemon keeps for a process with many app names.
 
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Testing

@@ -1,7 +1,7 @@
 // Readers that never read: a Watch stream left unread while another client makes audit records.
 
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Testing

@@ -1,6 +1,6 @@
 // Floods after a streaming call: bytes with no NUL sent on a Watch or Register stream must not be buffered.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Testing
 

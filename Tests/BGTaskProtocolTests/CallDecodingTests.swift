@@ -1,5 +1,6 @@
 // Tests of call decoding on the server side: well-formed calls, hostile messages, and wrongly typed parameters.
 import BGTaskIDL
+import BGTaskJSON
 import BGTaskProtocol
 import Foundation
 import Testing

@@ -1,6 +1,7 @@
 // Tests of the interface text: it is embedded verbatim, parses, declares what the Swift types implement, is fully
 // documented, is accepted by Python's varlink package, and docs/PROTOCOL.md is generated from it.
 import BGTaskIDL
+import BGTaskJSON
 import BGTaskProtocol
 import Foundation
 import Testing

@@ -1,5 +1,6 @@
 // The wire's JSON parser against tables of valid and invalid texts, and against Python's json module.
 
+import BGTaskJSON
 import BGTaskProtocol
 import BGTaskTestSupport
 import Foundation

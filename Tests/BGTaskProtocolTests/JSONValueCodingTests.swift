@@ -1,5 +1,6 @@
 // Codable to and from JSONValue trees, and the JSON text written from them: paths in errors, nulls, order, escapes.
 
+import BGTaskJSON
 import BGTaskProtocol
 import Foundation
 import Testing

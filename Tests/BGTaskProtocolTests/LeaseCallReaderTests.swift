@@ -1,5 +1,6 @@
 // The one-pass reader of lease calls, against a table of valid and invalid messages: which it reads itself, which
 // it leaves to the tree parser, and that the codec's answer is the tree parser's either way.
+import BGTaskJSON
 import BGTaskProtocol
 import Testing
 

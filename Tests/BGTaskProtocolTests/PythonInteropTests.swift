@@ -1,6 +1,7 @@
 // End-to-end interop: Python's varlink client talks over a real Unix socket to a fake daemon built from this module.
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Glibc

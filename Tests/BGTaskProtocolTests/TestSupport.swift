@@ -1,5 +1,6 @@
 // Shared helpers of the protocol tests: sample values, JSON inspection, IDL conformance, a PRNG, a Python runner.
 import BGTaskIDL
+import BGTaskJSON
 import BGTaskProtocol
 import Foundation
 import Testing

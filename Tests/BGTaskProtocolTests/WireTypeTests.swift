@@ -1,5 +1,6 @@
 // Tests of the reply side: every reply and wire type round-trips, matches the IDL's shape, and spells out nulls.
 import BGTaskIDL
+import BGTaskJSON
 import BGTaskProtocol
 import Foundation
 import Testing

@@ -1,7 +1,7 @@
 // The example of a systemd-managed client (Examples/systemd/photo-backup.service) run under a contained manager,
 // next to the installed user bgtaskd: its lease lasts exactly as long as its job.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Foundation
 import Glibc

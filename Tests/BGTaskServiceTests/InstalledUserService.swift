@@ -1,7 +1,7 @@
 // bgtaskd installed with scripts/install into a scratch prefix and run as a user service under a contained
 // systemd manager: the units as shipped, with a runtime drop-in for the test's configuration and log.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Foundation
 import Glibc

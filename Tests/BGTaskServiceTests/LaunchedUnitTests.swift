@@ -2,8 +2,9 @@
 // nothing of the daemon's sandbox, frozen and killed through their units' cgroups, and outliving the daemon's
 // restarts.
 
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Glibc

@@ -2,7 +2,7 @@
 // manager whose data directory is where the install puts the units (as /usr/local/lib/systemd/user is for a
 // real user manager).
 
-import BGTaskSystem
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Foundation
 import Testing

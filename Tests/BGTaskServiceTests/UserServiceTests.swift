@@ -1,8 +1,8 @@
 // bgtaskd as a real systemd user service, installed with scripts/install and run by a contained systemd manager:
 // socket activation, readiness, status, the watchdog, and restarts that lose nothing.
 
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Glibc

@@ -1,7 +1,7 @@
 // `bgtask-soak` runs end to end against the built daemon: a minute, 50 apps, every fault that needs no systemd
 // manager, every invariant passing; and its options, schedule and report without a run.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Foundation
 import Glibc

@@ -1,5 +1,6 @@
 // The report written as Markdown and as JSON.
 
+import BGTaskJSON
 import BGTaskProtocol
 import BGTaskSoak
 import Testing

@@ -1,7 +1,7 @@
 // PrivateService with stand-in services: ready on READY=1, or a clear reason why not, and nothing left running.
 
+import BGTaskPOSIX
 import BGTaskSupervision
-import BGTaskSystem
 import BGTaskTestSupport
 import Foundation
 import Testing

@@ -3,6 +3,7 @@ import CSystemd
 import Glibc
 import Testing
 
+@testable import BGTaskPOSIX
 @testable import BGTaskSystem
 
 /// A method call built by `build` on a bus that is only started (on one end of a socket pair, never answered), then

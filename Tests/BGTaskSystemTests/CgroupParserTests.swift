@@ -1,5 +1,6 @@
 // The cgroup file parsers, row by row: what the kernel prints, and hostile or damaged text refused.
 
+import BGTaskPOSIX
 import BGTaskSystem
 import Testing
 

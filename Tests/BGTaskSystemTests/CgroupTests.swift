@@ -1,5 +1,6 @@
 // The cgroup backends on this host's real cgroups: cgroups the tests make, holding only processes they started.
 
+import BGTaskPOSIX
 import BGTaskSystem
 import BGTaskTestSupport
 import Foundation

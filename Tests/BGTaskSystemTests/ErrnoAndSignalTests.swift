@@ -1,5 +1,5 @@
 // Errno descriptions from real failing calls, and the Signal spelling table.
-import BGTaskSystem
+import BGTaskPOSIX
 import Glibc
 import Testing
 

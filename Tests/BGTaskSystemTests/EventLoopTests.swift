@@ -1,4 +1,5 @@
 // The sd-event loop with real timers, descriptors and signals; handlers that cancel and re-arm themselves.
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 import Testing

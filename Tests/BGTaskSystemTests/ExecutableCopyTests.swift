@@ -1,5 +1,5 @@
 // Copies of the built executables that tests run from a directory of their own (as another user, or alone).
-import BGTaskSystem
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Glibc
 import Testing

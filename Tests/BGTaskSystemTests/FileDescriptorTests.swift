@@ -1,4 +1,5 @@
 // Descriptors: bounded polls, closeAfter on every path, non-blocking mode, short reads, close-on-exec from the start.
+import BGTaskPOSIX
 import BGTaskSystem
 import BGTaskTestSupport
 import Glibc
@@ -75,8 +76,9 @@ private struct BodyFailed: Error {}
 }
 
 /// Every descriptor the system layer hands out is close-on-exec from the call that makes it (`O_CLOEXEC`,
-/// `SOCK_CLOEXEC`, `accept4`, `pipe2`, `F_DUPFD_CLOEXEC`, `IN_CLOEXEC`, `EFD_CLOEXEC`, a pidfd), with no `fcntl` after
-/// it: a child another thread spawns in between would keep one through its exec.
+/// `SOCK_CLOEXEC`, `accept4`, `pipe2`, `F_DUPFD_CLOEXEC`, `EFD_CLOEXEC`, a pidfd), with no `fcntl` after it: a
+/// child another thread spawns in between would keep one through its exec. (The demo's inotify watch, made with
+/// `IN_CLOEXEC`, is checked in `FileChangeWatchTests`.)
 @Suite struct CloseOnExecTests {
     @Test func everyDescriptorTheSystemLayerMakesIsCloseOnExec() async throws {
         try await offThePool {
@@ -101,7 +103,6 @@ private struct BodyFailed: Error {}
                 if let peer = try UnixSocket.peerPidFD(of: accepted) {
                     made.append(("UnixSocket.peerPidFD", peer.fileDescriptor))
                 }
-                made.append(("FileChangeWatch", try FileChangeWatch(path: file).fileDescriptor))
                 #expect(mkfifo(directory.path + "/pressure.fifo", 0o600) == 0)
                 let watch = try MemoryPressureWatch.open(path: directory.path + "/pressure.fifo", write: nil)
                 made.append(("MemoryPressureWatch (FIFO)", watch.fileDescriptor))

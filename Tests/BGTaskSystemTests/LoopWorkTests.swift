@@ -1,5 +1,6 @@
 // Work that must not stall the loop: a repeating defer source that runs in slices, the loop's own statistics,
 // and the background worker thread that hands outcomes back through an eventfd.
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 import Synchronization

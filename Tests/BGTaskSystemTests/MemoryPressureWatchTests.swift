@@ -2,6 +2,7 @@
 // three kinds of watch on real kernel files (a scratch cgroup's memory.pressure, /proc/pressure/memory, a FIFO, a
 // Unix socket). Nothing here waits for a trigger to fire: idle triggers are checked to stay quiet.
 
+import BGTaskPOSIX
 import BGTaskSystem
 import BGTaskTestSupport
 import Foundation

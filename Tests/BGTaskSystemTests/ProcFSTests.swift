@@ -1,6 +1,6 @@
 // ProcFS's reading rules on a scratch tree: whole files or an error, never a cut file; line scans that stop early.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Glibc
 import Testing

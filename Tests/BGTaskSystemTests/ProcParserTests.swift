@@ -1,5 +1,5 @@
 // Table-driven tests of the /proc parsers, each table with hostile rows: truncation, overflow, garbage.
-import BGTaskSystem
+import BGTaskPOSIX
 import Testing
 
 /// The 52 fields of a real /proc/PID/stat line after the command, with start time 8123 (field 22).

@@ -1,6 +1,7 @@
 // ProcessLauncher from descriptor tables a daemon can have: the app's streams at 0, 1 or 2, the error pipe among
 // them, and kernels or filters that refuse clone3 or close_range. Each launch runs in BGTaskLaunchProbe, whose
 // descriptors the test may rearrange without touching the test process's own.
+import BGTaskPOSIX
 import BGTaskSystem
 import BGTaskTestSupport
 import Foundation

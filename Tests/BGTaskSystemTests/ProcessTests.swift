@@ -1,5 +1,5 @@
 // Real children: spawning, pidfd exit detection, stop/continue, redirections, locks and PSS of a child.
-import BGTaskSystem
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Glibc
 import Testing

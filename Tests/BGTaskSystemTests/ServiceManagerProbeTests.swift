@@ -1,4 +1,5 @@
 // Finding a service manager where there is none to find: each place tried says why it was passed over.
+import BGTaskPOSIX
 import BGTaskSystem
 import BGTaskTestSupport
 import Glibc

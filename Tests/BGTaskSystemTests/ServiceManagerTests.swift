@@ -4,6 +4,7 @@ import BGTaskTestSupport
 import Glibc
 import Testing
 
+@testable import BGTaskPOSIX
 @testable import BGTaskSystem
 
 /// An object whose release shows that a closure holding it was released.

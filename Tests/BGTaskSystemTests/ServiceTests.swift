@@ -1,4 +1,5 @@
 // The logger's stderr form through a real pipe, sd_notify to a real datagram socket, and NSS lookups.
+import BGTaskPOSIX
 import BGTaskSystem
 import BGTaskTestSupport
 import Glibc

@@ -1,5 +1,5 @@
 // Real Unix sockets: listen/accept/connect, stale socket files, peer credentials and peer pidfds.
-import BGTaskSystem
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Glibc
 import Testing

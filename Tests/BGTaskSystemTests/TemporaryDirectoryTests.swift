@@ -1,6 +1,6 @@
 // Scratch directories: fresh and distinct, in the base asked for, opened to other users only when asked, and a
 // clear error naming the call when the base is missing.
-import BGTaskSystem
+import BGTaskPOSIX
 import Glibc
 import Testing
 

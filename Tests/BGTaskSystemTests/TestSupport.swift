@@ -1,5 +1,5 @@
 // Helpers for the system tests: temporary directories, children that are always killed, bounded reads.
-import BGTaskSystem
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Glibc
 import Testing

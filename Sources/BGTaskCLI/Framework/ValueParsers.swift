@@ -1,9 +1,9 @@
 // bgtask's own kinds of value for options and arguments: durations, signals, JSON payloads, behaviours, states.
 import BGTaskArguments
 import BGTaskConfig
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
-import Foundation
 
 extension ValueType {
     /// A time span in systemd syntax (`90s`, `5min`, `1h 30min`).
@@ -72,14 +72,22 @@ public enum ValueParsers {
 
     /// A JSON object; arrays, strings, numbers and `null` are refused because `Post` takes an object.
     public static func jsonObject(_ text: String) throws(ValueError) -> [String: JSONValue] {
+        // The daemon's own parser and decoder, so that what the command line takes the daemon takes too (one value,
+        // unique keys, no lone surrogates), and a payload nested deeper than `JSONValue.maximumDepth` is refused here.
+        let tree: JSONValue
+        do throws(JSONParseError) {
+            tree = try JSONParser.parse(Array(text.utf8))
+        } catch {
+            // The parser names a byte offset; on a command line, saying what is expected helps more.
+            throw ValueError("not valid JSON (expected an object such as '{\"key\": 1}')")
+        }
         let value: JSONValue
         do {
-            value = try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))
-        } catch DecodingError.dataCorrupted(let context) where !context.codingPath.isEmpty {
-            // Valid JSON refused below the top level: nested deeper than `JSONValue.maximumDepth`.
+            value = try JSONValueDecoder().decode(JSONValue.self, from: tree)
+        } catch DecodingError.dataCorrupted(let context) {
+            // Valid JSON refused for its depth.
             throw ValueError(context.debugDescription)
         } catch {
-            // JSONDecoder's messages name no position on this platform; saying what is expected helps more.
             throw ValueError("not valid JSON (expected an object such as '{\"key\": 1}')")
         }
         guard case .object(let members) = value else {

@@ -1,5 +1,6 @@
 // The human and the JSON renderings of the daemon's replies, as pure functions of the protocol's types.
 import BGTaskArguments
+import BGTaskJSON
 import BGTaskProtocol
 import Foundation
 

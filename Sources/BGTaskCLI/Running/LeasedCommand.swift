@@ -1,8 +1,8 @@
 // The waiting half of `bgtask run`: a lease held while CMD runs, the warning forwarded to CMD, CMD's exit status.
 import BGTaskArguments
 import BGTaskClient
+import BGTaskPOSIX
 import BGTaskSupervision
-import BGTaskSystem
 import Dispatch
 import Foundation
 import Glibc

@@ -1,6 +1,7 @@
 // `bgtask post NAME`: posts a notification event to one app or to all.
 import BGTaskArguments
 import BGTaskClient
+import BGTaskJSON
 import BGTaskProtocol
 
 /// Posts a notification event (`Post`).

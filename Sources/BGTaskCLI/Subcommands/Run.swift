@@ -1,8 +1,8 @@
 // `bgtask run -- CMD...`: runs a command as a background task held for exactly as long as the command runs.
 import BGTaskArguments
 import BGTaskClient
+import BGTaskPOSIX
 import BGTaskSupervision
-import BGTaskSystem
 import Glibc
 
 /// Runs CMD under a background-task lease, like `systemd-inhibit` for background time.

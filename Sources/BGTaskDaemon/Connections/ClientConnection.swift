@@ -1,6 +1,7 @@
 // One client connection: bounded non-blocking reads into the Varlink frame decoder, bounded buffered writes.
 
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskProtocol
 import BGTaskSystem
 import Glibc

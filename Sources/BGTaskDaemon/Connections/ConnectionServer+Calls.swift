@@ -2,6 +2,7 @@
 // says why it is not one.
 
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskProtocol
 import BGTaskSystem
 

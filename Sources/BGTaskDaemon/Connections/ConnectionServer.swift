@@ -3,6 +3,7 @@
 
 import BGTaskConfig
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskProtocol
 import BGTaskSystem
 import Glibc

@@ -2,6 +2,7 @@
 
 import BGTaskConfig
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskSystem
 
 /// The shell of memory reclamation (docs/ARCHITECTURE.md, Memory): samples `/proc/meminfo` on the loop and the

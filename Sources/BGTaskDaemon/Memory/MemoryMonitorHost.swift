@@ -1,6 +1,7 @@
 // What the memory monitor needs of the daemon around it, and how the manager provides it.
 
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 

@@ -2,6 +2,7 @@
 // cgroup at AppsMemoryMax, and PSI triggers where the host accepts them.
 
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 

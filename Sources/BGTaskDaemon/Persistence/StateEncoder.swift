@@ -2,6 +2,8 @@
 // place in the order of their generations.
 
 import BGTaskCore
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskProtocol
 import Synchronization
 

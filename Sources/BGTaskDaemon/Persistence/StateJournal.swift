@@ -2,8 +2,9 @@
 // call costs one copy of what it touched into the mapped file, whatever the number of apps.
 
 import BGTaskCore
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import Glibc
 
 /// One line of the journal: what changed in one loop iteration, applied in order to the snapshot it follows.

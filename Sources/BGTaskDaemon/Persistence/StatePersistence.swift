@@ -3,6 +3,7 @@
 // Restarts lose nothing).
 
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 

@@ -1,8 +1,9 @@
 // The daemon's saved state: one JSON file in the runtime directory, written atomically, read back tolerantly.
 
 import BGTaskCore
+import BGTaskJSON
+import BGTaskPOSIX
 import BGTaskProtocol
-import BGTaskSystem
 import Glibc
 
 /// The state file and its history file: `save` replaces the state atomically (a temporary file in the same

@@ -2,6 +2,7 @@
 // cgroup.events and SIGSTOP as the fallback.
 
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 

@@ -2,6 +2,7 @@
 // where one answers, else the daemon's own launcher.
 
 import BGTaskConfig
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 

@@ -1,6 +1,7 @@
 // What the process table needs of the manager that owns it, and how it identifies a registering peer.
 
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 

@@ -1,6 +1,7 @@
 // The daemon's one-line status for `systemctl status` (`STATUS=`), rate-limited.
 
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskSystem
 
 /// Where `STATUS=` goes: the service manager (`ServiceNotifier`), or a test's fake.

@@ -2,6 +2,7 @@
 // them up where the last one left them: the apps do not even see the restart.
 
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 

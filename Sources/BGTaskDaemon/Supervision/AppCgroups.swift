@@ -2,6 +2,7 @@
 // their removal once the app is gone.
 
 import BGTaskConfig
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 

@@ -3,6 +3,7 @@
 // service manager.
 
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 

@@ -5,6 +5,7 @@
 
 import BGTaskConfig
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 

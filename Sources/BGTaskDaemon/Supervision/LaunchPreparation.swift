@@ -2,6 +2,7 @@
 // looked up in PATH, the user in the user database (NSS), the home directory checked, the output opened, the cgroups
 // made and the child cloned.
 
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 import Synchronization

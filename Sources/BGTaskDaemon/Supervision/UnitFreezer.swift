@@ -2,6 +2,7 @@
 // KillUnit) where it can, else through the unit's cgroup files, and never leaving a unit frozen behind.
 
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 

@@ -1,6 +1,7 @@
 // What the unit supervisor asks of the service manager, as a protocol: the connection to systemd answers it, and
 // tests answer it with a fake manager.
 
+import BGTaskPOSIX
 import BGTaskSystem
 
 /// A subscription to a service manager's signals, cancelled when no longer wanted.

@@ -4,6 +4,7 @@
 // their unit and its cgroup.
 
 import BGTaskCore
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 

@@ -1,6 +1,7 @@
 // Children of launches no longer wanted (a failed exec, a deadline passed, a launch the manager cannot accept):
 // killed, reaped once their pidfd turns readable, and their cgroups removed.
 
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 

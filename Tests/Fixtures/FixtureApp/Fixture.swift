@@ -1,6 +1,7 @@
 // The fixture app's state and commands: one stdin line in, one or more stdout lines out.
 import BGTaskClient
-import BGTaskSystem
+import BGTaskJSON
+import BGTaskPOSIX
 import Foundation
 import Glibc
 import Synchronization

@@ -17,7 +17,7 @@
 //                                of the call while reading replies; prints `replies R errors E` (or `closed` early)
 // The process ends by itself after --lifetime seconds (default 60), so a test that loses it cannot leave it behind.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import Glibc
 
 /// The command line, parsed.

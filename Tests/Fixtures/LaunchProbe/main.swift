@@ -13,6 +13,7 @@
 //   exit STATUS
 // Exit status 0 once the report is complete, 1 when the launch could not be started, 64 for a usage error.
 
+import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 

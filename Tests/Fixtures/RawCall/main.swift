@@ -1,7 +1,7 @@
 // A one-call Varlink tool for tests: sends the JSON given as an argument to a socket and prints the reply.
 // Used to make calls from another uid (run under setpriv), where Python's packages may not be reachable.
 
-import BGTaskSystem
+import BGTaskPOSIX
 import Glibc
 
 let arguments = CommandLine.arguments

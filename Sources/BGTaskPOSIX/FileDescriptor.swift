@@ -1,6 +1,6 @@
 // A typed file descriptor: reading, writing, closing, non-blocking mode and bounded waits for readiness.
 import BGTaskVocabulary
-import CSystemd
+import CPOSIX
 import Glibc
 
 /// A file descriptor number (`int fd`) with the operations the daemon performs on it.

@@ -1,4 +1,5 @@
 // Waiting until a file another process writes to changes (inotify), for a reader that follows it as `tail -f` does.
+import BGTaskPOSIX
 import Glibc
 
 /// An inotify watch on one file, reporting writes to it (`IN_MODIFY`, `IN_CLOSE_WRITE`): a reader that has read to

@@ -1,5 +1,6 @@
 // Which CPUs a thread may run on: read and set through sched_getaffinity(2) and sched_setaffinity(2).
-import CSystemd
+import BGTaskPOSIX
+import CPOSIX
 import Glibc
 
 /// A set of CPU numbers (0 is the first CPU), as the bit mask of `sched_setaffinity(2)` holds them.

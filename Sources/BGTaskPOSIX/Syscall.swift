@@ -1,8 +1,10 @@
 // The one place that turns a C call's failure into a typed `Errno`: retries EINTR, traps programmer errors.
+import CPOSIX
 import Glibc
 
 /// How a C function reports failure.
-enum ErrorConvention {
+@usableFromInline
+package enum ErrorConvention {
     /// Returns -1 and sets `errno` (system calls and most of libc).
     case minusOneSetsErrno
     /// Returns `-errno` directly, any negative value is a failure (the `sd_*` functions of libsystemd).
@@ -18,8 +20,8 @@ enum ErrorConvention {
 ///   whatever it returns) and `connect` (the connection continues in the background).
 /// - `EBADF` and `EFAULT` mean the program passed a closed descriptor or a bad pointer: continuing would
 ///   act on whatever object reuses that number, so they stop the process instead of being thrown.
-@inline(__always)
-func systemCall<Result: SignedInteger>(
+@inlinable
+package func systemCall<Result: SignedInteger>(
     _ operation: @autoclosure () -> String,
     convention: ErrorConvention = .minusOneSetsErrno,
     retryOnInterrupt: Bool = true,

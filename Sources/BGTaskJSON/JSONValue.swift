@@ -162,26 +162,27 @@ extension JSONValue {
     }
 }
 
-/// A coding key made from any string, for objects whose keys are data rather than a fixed set.
-struct AnyCodingKey: CodingKey, Hashable, Sendable {
-    var stringValue: String
-    var intValue: Int?
+/// A coding key made from any string, for objects whose keys are data rather than a fixed set (the codec names the
+/// `parameters` of a call with one).
+package struct AnyCodingKey: CodingKey, Hashable, Sendable {
+    package var stringValue: String
+    package var intValue: Int?
 
-    init(_ string: String) {
+    package init(_ string: String) {
         stringValue = string
         intValue = nil
     }
 
-    init?(stringValue: String) {
+    package init?(stringValue: String) {
         self.init(stringValue)
     }
 
-    init?(intValue: Int) {
+    package init?(intValue: Int) {
         self.init(index: intValue)
     }
 
     /// The key of an array element.
-    init(index: Int) {
+    package init(index: Int) {
         stringValue = String(index)
         intValue = index
     }

@@ -1,5 +1,5 @@
 // A thread of its own for slow, blocking reads (/proc), fed jobs by the event loop and handing outcomes back to it.
-import CSystemd
+import CPOSIX
 import Glibc
 import Synchronization
 

@@ -1,6 +1,6 @@
 // A named thread running one closure, detached: what Foundation's `Thread` gave the client library, without
 // Foundation.
-import CSystemd
+import CPOSIX
 import Glibc
 
 /// Starts threads that run a closure to its end and are never joined.

@@ -25,13 +25,13 @@ public struct ProcParseError: Error, Hashable, Sendable, CustomStringConvertible
 
 /// Quotes at most 40 characters of hostile text for an error message, so a garbage file cannot make
 /// the log line huge.
-func quoted<Text: StringProtocol>(_ text: Text) -> String {
+package func quoted<Text: StringProtocol>(_ text: Text) -> String {
     let prefix = text.prefix(40)
     return "'" + prefix + (prefix.count < text.count ? "…'" : "'")
 }
 
 /// Whitespace-separated fields of a line (spaces and tabs).
-func fields<Text: StringProtocol>(_ line: Text) -> [Text.SubSequence] {
+package func fields<Text: StringProtocol>(_ line: Text) -> [Text.SubSequence] {
     line.split(whereSeparator: { $0 == " " || $0 == "\t" })
 }
 

@@ -1,5 +1,5 @@
 // Process groups: finding a process's group and signalling a whole group.
-import CSystemd
+import CPOSIX
 import Glibc
 
 /// A process group, named by its id (the pid of the process that leads it).

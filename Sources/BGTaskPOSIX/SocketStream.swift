@@ -1,7 +1,7 @@
 // Writing to and shutting down connected sockets without the process-wide side effects of plain write(2).
 // CSystemd as well as Glibc: its shim includes <sys/socket.h>, and where a module of the same build uses the socket
 // constants through it (MemoryPressureWatch), a plain swiftc build (scripts/fuzz) finds MSG_NOSIGNAL only there.
-import CSystemd
+import CPOSIX
 import Glibc
 
 extension FileDescriptor {

@@ -50,7 +50,7 @@ public enum UserDatabase {
     }
 
     /// The name, primary group and home directory of `uid` (`getpwuid_r`); nil if the uid has no entry.
-    static func account(for uid: uid_t) throws(Errno) -> (name: String, gid: gid_t, home: String)? {
+    package static func account(for uid: uid_t) throws(Errno) -> (name: String, gid: gid_t, home: String)? {
         var entry = passwd()
         var account: (name: String, gid: gid_t, home: String)?
         _ = try lookUp("getpwuid_r(\(uid))") { buffer, length, found in

@@ -1,5 +1,6 @@
 // The inotify watch a reader following a file waits on: a write wakes it, silence times out, a missing file throws.
-import BGTaskSystem
+import BGTaskDemo
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Glibc
 import Testing
@@ -27,5 +28,17 @@ import Testing
     @Test func aMissingFileCannotBeWatched() throws {
         let directory = try ScratchDirectory(prefix: "bgtask-watch")
         #expect(throws: Errno.noSuchFileOrDirectory) { try FileChangeWatch(path: directory.path + "/none.log") }
+    }
+
+    /// Close-on-exec from inotify_init1 (`IN_CLOEXEC`), as every descriptor the system layer makes: a child spawned
+    /// by another thread must not keep it through its exec.
+    @Test func theWatchIsCloseOnExec() throws {
+        let directory = try ScratchDirectory(prefix: "bgtask-watch")
+        let path = directory.path + "/app.log"
+        let file = try FileDescriptor.open(path, .writeOnly, options: [.create], permissions: 0o600)
+        try file.close()
+        let watch = try FileChangeWatch(path: path)
+        defer { try? watch.close() }
+        #expect(fcntl(watch.fileDescriptor.rawValue, F_GETFD) & FD_CLOEXEC != 0)
     }
 }

@@ -1,5 +1,5 @@
 // The process's descriptor limit, and the boot clock that /proc start times are counted on.
-import CSystemd
+import CPOSIX
 import Glibc
 
 /// `RLIMIT_NOFILE`: how many descriptors the process may hold.

@@ -1,5 +1,5 @@
 // A process handle that cannot be fooled by PID reuse: signal, wait for exit and reclaim through a pidfd.
-import CSystemd
+import CPOSIX
 import Glibc
 
 /// A pidfd (`pidfd_open(2)`): a descriptor naming one process for as long as it is open.

@@ -1,5 +1,6 @@
 // CPU sets as sched_setaffinity(2) takes them, and pinning real threads: the calling one, and every thread of a child.
-import BGTaskSystem
+import BGTaskBenchmarks
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Glibc
 import Testing
@@ -41,23 +42,28 @@ struct CPUAffinityTests {
         try await offThePool {
             let allowed = try CPUAffinity.allowedCPUs()
             let first = try #require(allowed.numbers.first, "sched_getaffinity allowed no CPU")
-            try withChild(["sleep", "30"]) { child in
-                let pinned = try CPUAffinity.restrict(process: child.pid, to: CPUSet([first]))
-                let threads = try ProcFS().threadIDs(of: child.pid)
-                #expect(pinned == threads.count && threads.contains(child.pid))
-                for thread in threads {
-                    #expect(try CPUAffinity.allowedCPUs(ofThread: thread) == CPUSet([first]))
-                }
-                // No CPU the kernel knows: refused, the thread keeps its mask.
-                #expect(throws: Errno.invalidArgument) {
-                    try CPUAffinity.restrict(thread: child.pid, to: CPUSet([65_535]))
-                }
-                #expect(try CPUAffinity.allowedCPUs(ofThread: child.pid) == CPUSet([first]))
-                try child.pidFD.sendSignal(.kill)
-                _ = try child.waitForExit()
-                #expect(throws: Errno.noSuchFileOrDirectory) {
-                    try CPUAffinity.restrict(process: child.pid, to: allowed)
-                }
+            let child = try ProcessSpawner.spawn(["sleep", "30"])
+            defer {
+                // The child may have been killed and reaped below already (ESRCH, ECHILD then).
+                try? child.pidFD.sendSignal(.kill)
+                _ = try? child.waitForExit()
+                try? child.pidFD.close()
+            }
+            let pinned = try CPUAffinity.restrict(process: child.pid, to: CPUSet([first]))
+            let threads = try ProcFS().threadIDs(of: child.pid)
+            #expect(pinned == threads.count && threads.contains(child.pid))
+            for thread in threads {
+                #expect(try CPUAffinity.allowedCPUs(ofThread: thread) == CPUSet([first]))
+            }
+            // No CPU the kernel knows: refused, the thread keeps its mask.
+            #expect(throws: Errno.invalidArgument) {
+                try CPUAffinity.restrict(thread: child.pid, to: CPUSet([65_535]))
+            }
+            #expect(try CPUAffinity.allowedCPUs(ofThread: child.pid) == CPUSet([first]))
+            try child.pidFD.sendSignal(.kill)
+            _ = try child.waitForExit()
+            #expect(throws: Errno.noSuchFileOrDirectory) {
+                try CPUAffinity.restrict(process: child.pid, to: allowed)
             }
         }
     }

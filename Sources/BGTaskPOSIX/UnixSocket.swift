@@ -1,5 +1,5 @@
 // Unix stream sockets for the Varlink interface: listening, accepting, connecting and peer credentials.
-import CSystemd
+import CPOSIX
 import Glibc
 
 /// Who is on the other end of a Unix socket, as the kernel recorded it at `connect()` (`SO_PEERCRED`).
@@ -220,7 +220,7 @@ public enum UnixSocket {
     // MARK: - Helpers
 
     /// A `sockaddr_un` for `path`, or `.nameTooLong` naming the length and the limit.
-    static func socketAddress(_ path: String, operation: String) throws(Errno) -> sockaddr_un {
+    package static func socketAddress(_ path: String, operation: String) throws(Errno) -> sockaddr_un {
         let bytes = Array(path.utf8)
         guard !bytes.isEmpty, !bytes.contains(0) else {
             throw Errno(rawValue: EINVAL, operation: "\(operation)(\(path)) [socket path is empty or contains NUL]")

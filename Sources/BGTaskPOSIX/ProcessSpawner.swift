@@ -1,5 +1,5 @@
 // Starts child processes with posix_spawn and hands back a pidfd, so they are tracked without PID races.
-import CSystemd
+import CPOSIX
 import Glibc
 
 /// How a child's standard stream is set up.
@@ -79,6 +79,11 @@ public struct SpawnedProcess: Hashable, Sendable, CustomStringConvertible {
     public var pid: pid_t { pidFD.pid }
     /// The pidfd; readable once the child exits. The owner closes it after reaping.
     public let pidFD: PidFD
+
+    /// Wraps the pidfd of a child started elsewhere (the launcher's clone).
+    package init(pidFD: PidFD) {
+        self.pidFD = pidFD
+    }
 
     public var description: String { "process \(pid)" }
 
@@ -246,7 +251,9 @@ public enum ProcessSpawner {
 }
 
 /// Calls `body` with a NULL-terminated `char *[]` built from `strings`, valid only during the call.
-func withCStringArray<Result>(_ strings: [String], _ body: ([UnsafeMutablePointer<CChar>?]) -> Result) -> Result {
+package func withCStringArray<Result>(
+    _ strings: [String], _ body: ([UnsafeMutablePointer<CChar>?]) -> Result
+) -> Result {
     // strdup copies each string into C memory that stays put for the whole call; freed right after.
     // It returns nil only when malloc fails, where Swift's own allocations already trap.
     var pointers: [UnsafeMutablePointer<CChar>?] = strings.map { strdup($0) }
