@@ -36,14 +36,20 @@ let package = Package(
         .target(name: "BGTaskSystem", dependencies: ["BGTaskVocabulary", "CLauncher", "CSystemd"]),
         // bgtaskd.conf: systemd value syntax, INI parsing, the typed configuration, loading and --dump-config.
         .target(name: "BGTaskConfig", dependencies: ["BGTaskCore"]),
+        // The Varlink IDL: the grammar of names, the parser and its model, standard library only, so that the build
+        // tool can use it as well as the codec.
+        .target(name: "VarlinkIDL"),
         // The Varlink wire protocol: framing, the codec, the interface's Codable types and errors. The `.varlink`
-        // files in the target are the source of truth; the plugin embeds them as strings.
-        .target(name: "BGTaskProtocol", dependencies: ["BGTaskVocabulary"], plugins: ["EmbedInterface"]),
-        // The Varlink IDL parsed into a model, and docs/PROTOCOL.md generated from it: for tests and docs, not linked
-        // into the daemon.
-        .target(name: "BGTaskIDL", dependencies: ["BGTaskProtocol"]),
-        // Build-time tool behind the plugin: turns one `.varlink` file into a Swift string constant.
-        .executableTarget(name: "EmbedInterfaceTool"),
+        // files in the target are the source of truth; the plugin embeds them as strings and generates the wire
+        // types of each one with a `.bindings` file.
+        .target(
+            name: "BGTaskProtocol", dependencies: ["BGTaskVocabulary", "VarlinkIDL"], plugins: ["EmbedInterface"]),
+        // docs/PROTOCOL.md generated from the parsed interfaces, and JSON values checked against them: for tests and
+        // docs, not linked into the daemon.
+        .target(name: "BGTaskIDL", dependencies: ["BGTaskProtocol", "VarlinkIDL"]),
+        // Build-time tool behind the plugin: turns one `.varlink` file into a Swift string constant, and with its
+        // bindings into the interface's wire types.
+        .executableTarget(name: "EmbedInterfaceTool", dependencies: ["VarlinkIDL"]),
         // Build-tool plugin: runs EmbedInterfaceTool on every `.varlink` file of the target that uses it.
         .plugin(name: "EmbedInterface", capability: .buildTool(), dependencies: ["EmbedInterfaceTool"]),
         // The client library: socket resolution, a blocking Varlink connection, typed calls, and
@@ -169,8 +175,8 @@ let package = Package(
         .testTarget(
             name: "BGTaskDaemonTests",
             dependencies: [
-                "BGTaskBenchmarks", "BGTaskDaemon", "BGTaskTestSupport", "BGTaskProtocol", "BGTaskConfig", "BGTaskCore",
-                "BGTaskSystem", "bgtaskd", "BGTaskRawCall", "bgtask-bench",
+                "BGTaskBenchmarks", "BGTaskDaemon", "BGTaskIDL", "BGTaskTestSupport", "BGTaskProtocol", "BGTaskConfig",
+                "BGTaskCore", "BGTaskSystem", "bgtaskd", "BGTaskRawCall", "bgtask-bench",
             ]),
         // bgtaskd installed with scripts/install and run by a contained systemd user manager; depends on the
         // executables it installs and runs.

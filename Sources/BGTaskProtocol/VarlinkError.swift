@@ -39,29 +39,8 @@ private func render(_ value: JSONValue) -> String {
     }
 }
 
-/// The error names `io.bgtask.Lifecycle` declares, as they appear after the interface name.
-public enum LifecycleErrorName: String, CaseIterable, Sendable {
-    /// No live or remembered app has the name.
-    case noSuchApp = "NoSuchApp"
-    /// A live app already has the name.
-    case appExists = "AppExists"
-    /// The app has no open task with the id.
-    case noSuchTask = "NoSuchTask"
-    /// No background time is left to begin a lease.
-    case backgroundTimeExhausted = "BackgroundTimeExhausted"
-    /// The caller's credentials do not allow the call.
-    case permissionDenied = "PermissionDenied"
-    /// The call does not fit the app's state.
-    case invalidState = "InvalidState"
-    /// A limit was reached (a configured one, or the fixed bound of launches starting at once).
-    case limitExceeded = "LimitExceeded"
-    /// The app was never sent an event with the id.
-    case noSuchEvent = "NoSuchEvent"
-    /// The message was not a well-formed Varlink call.
-    case invalidMessage = "InvalidMessage"
-    /// `Launch` could not start the app.
-    case launchFailed = "LaunchFailed"
-
+// `LifecycleErrorName`, the error names `io.bgtask.Lifecycle` declares, is generated from the interface file.
+extension LifecycleErrorName {
     /// The fully qualified name, `io.bgtask.Lifecycle.<Name>`.
     public var qualifiedName: String { LifecycleInterface.name + "." + rawValue }
 }
