@@ -159,21 +159,8 @@ public enum LifecycleError: Error, Hashable, Sendable {
     }
 }
 
-/// The error names `org.varlink.service` declares, as they appear after the interface name.
-public enum VarlinkServiceErrorName: String, CaseIterable, Sendable {
-    /// The interface is not served.
-    case interfaceNotFound = "InterfaceNotFound"
-    /// The interface has no such method.
-    case methodNotFound = "MethodNotFound"
-    /// The method is declared but not implemented.
-    case methodNotImplemented = "MethodNotImplemented"
-    /// A parameter is missing or wrongly typed.
-    case invalidParameter = "InvalidParameter"
-    /// The caller may not use the service.
-    case permissionDenied = "PermissionDenied"
-    /// The method must be called with `more: true`.
-    case expectedMore = "ExpectedMore"
-
+// `VarlinkServiceErrorName`, the error names `org.varlink.service` declares, is generated from the interface file.
+extension VarlinkServiceErrorName {
     /// The fully qualified name, `org.varlink.service.<Name>`.
     public var qualifiedName: String { VarlinkServiceInterface.name + "." + rawValue }
 }

@@ -80,7 +80,9 @@ struct WireTypeGenerator {
             let parameters = method.name + "Parameters"
             let reply = method.name + "Reply"
             out += try structure(
-                parameters, documentation: "The parameters of `\(method.name)`.\n\n" + method.documentation,
+                parameters,
+                documentation: "The parameters of `\(method.name)`."
+                    + (method.documentation.isEmpty ? "" : "\n\n" + method.documentation),
                 fields: method.parameters, conformances: "VarlinkMethodCall, Hashable",
                 header: [
                     "public typealias Reply = \(reply)",
