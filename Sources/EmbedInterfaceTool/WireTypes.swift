@@ -159,8 +159,12 @@ struct WireTypeGenerator {
         var arguments: [String] = []
         for field in fields {
             let key = "\(name).\(field.name)"
-            let type = try swiftType(field.type, binding: bindings.fieldTypes[key], key: key)
-            if bindings.fieldTypes[key] != nil { used.insert(key) }
+            let binding = bindings.fieldTypes[key]
+            if binding != nil {
+                guard isString(field.type) else { throw GenerationError("bindings type \(key), which is no string") }
+                used.insert(key)
+            }
+            let type = try swiftType(field.type, binding: binding, key: key)
             out += docComment(field.documentation, indent: "    ")
             out += "    public var \(field.name): \(type)\n"
             var argument = "\(field.name): \(type)"
@@ -177,6 +181,16 @@ struct WireTypeGenerator {
         out += "    public init(\(arguments.joined(separator: ", "))) {\n"
         for field in fields { out += "        self.\(field.name) = \(field.name)\n" }
         return out + "    }\n}\n"
+    }
+
+    /// Whether the type is a string, or an optional string, array or dictionary of strings: what a binding may
+    /// type with an enum.
+    private func isString(_ type: VarlinkType) -> Bool {
+        switch type {
+        case .string: true
+        case .optional(let inner), .array(let inner), .dictionary(let inner): isString(inner)
+        default: false
+        }
     }
 
     /// The Swift spelling of an IDL type; `binding`, for a string field, replaces `String`.

@@ -39,7 +39,9 @@ struct InterfaceAgreementTests {
         guard let error = reply.errorName else {
             return lifecycle.mismatch(reply.parameters, method.reply).map { "\(method.name) reply: \($0)" }
         }
-        let refusals = ["MethodNotFound", "MethodNotImplemented", "InvalidParameter"].map { "org.varlink.service." + $0 }
+        let refusals = ["MethodNotFound", "MethodNotImplemented", "InvalidParameter"].map {
+            VarlinkServiceInterface.name + "." + $0
+        }
         if refusals.contains(error) { return "\(method.name) answered \(error) \(reply.parameters)" }
         for interface in [lifecycle, service] where error.hasPrefix(interface.name + ".") {
             guard let declared = interface.error(named: String(error.dropFirst(interface.name.count + 1))) else {
