@@ -45,14 +45,21 @@ let package = Package(
         .target(name: "BGTaskConfig", dependencies: ["BGTaskCore"]),
         // JSON without Foundation: the parser, the value tree, and the Codable encoder and decoder over it.
         .target(name: "BGTaskJSON"),
+        // The Varlink IDL: the grammar of names, the parser and its model, standard library only, so that the build
+        // tool can use it as well as the codec.
+        .target(name: "VarlinkIDL"),
         // The Varlink wire protocol: framing, the codec, the interface's Codable types and errors. The `.varlink`
-        // files in the target are the source of truth; the plugin embeds them as strings.
-        .target(name: "BGTaskProtocol", dependencies: ["BGTaskJSON", "BGTaskVocabulary"], plugins: ["EmbedInterface"]),
-        // The Varlink IDL parsed into a model, and docs/PROTOCOL.md generated from it: for tests and docs, not linked
-        // into the daemon.
-        .target(name: "BGTaskIDL", dependencies: ["BGTaskProtocol"]),
-        // Build-time tool behind the plugin: turns one `.varlink` file into a Swift string constant.
-        .executableTarget(name: "EmbedInterfaceTool"),
+        // files in the target are the source of truth; the plugin embeds them as strings and generates the wire
+        // types of each one with a `.bindings` file.
+        .target(
+            name: "BGTaskProtocol", dependencies: ["BGTaskJSON", "BGTaskVocabulary", "VarlinkIDL"],
+            plugins: ["EmbedInterface"]),
+        // docs/PROTOCOL.md generated from the parsed interfaces, and JSON values checked against them: for tests and
+        // docs, not linked into the daemon.
+        .target(name: "BGTaskIDL", dependencies: ["BGTaskJSON", "BGTaskProtocol", "VarlinkIDL"]),
+        // Build-time tool behind the plugin: turns one `.varlink` file into a Swift string constant, and with its
+        // bindings into the interface's wire types.
+        .executableTarget(name: "EmbedInterfaceTool", dependencies: ["VarlinkIDL"]),
         // Build-tool plugin: runs EmbedInterfaceTool on every `.varlink` file of the target that uses it.
         .plugin(name: "EmbedInterface", capability: .buildTool(), dependencies: ["EmbedInterfaceTool"]),
         // The client library: socket resolution, a blocking Varlink connection, typed calls, and
@@ -190,8 +197,9 @@ let package = Package(
         .testTarget(
             name: "BGTaskDaemonTests",
             dependencies: [
-                "BGTaskBenchmarks", "BGTaskConfig", "BGTaskCore", "BGTaskDaemon", "BGTaskJSON", "BGTaskPOSIX",
-                "BGTaskProtocol", "BGTaskSystem", "BGTaskTestSupport", "bgtaskd", "BGTaskRawCall", "bgtask-bench",
+                "BGTaskBenchmarks", "BGTaskConfig", "BGTaskCore", "BGTaskDaemon", "BGTaskIDL", "BGTaskJSON",
+                "BGTaskPOSIX", "BGTaskProtocol", "BGTaskSystem", "BGTaskTestSupport", "bgtaskd", "BGTaskRawCall",
+                "bgtask-bench",
             ]),
         // bgtaskd installed with scripts/install and run by a contained systemd user manager; depends on the
         // executables it installs and runs.

@@ -56,7 +56,8 @@ func isOptionLike(_ token: String) -> Bool {
 /// it is positional); for a subcommand that runs a command line, options also end at the command's first word,
 /// so `bgtask run sleep 5 --verbose` passes `--verbose` to `sleep`. Global options are accepted before and after
 /// the subcommand. An option given twice keeps its last value. `-h`/`--help` anywhere before `--` asks for help,
-/// even on a line that has other errors.
+/// even on a line that has other errors, except a subcommand that does not exist: that is an error whatever follows
+/// it.
 public struct CommandLineParser: Sendable {
     /// The tool whose command lines are parsed.
     public let tool: ToolSpec
@@ -72,7 +73,10 @@ public struct CommandLineParser: Sendable {
             return try parseStrictly(words)
         } catch {
             // A line with an error but also a request for help gets the help: the user is asking how to fix it.
+            // Not a subcommand that does not exist: there is no help of it to give, and the tool's help would
+            // read as if the line had worked.
             let beforeSeparator = words.prefix { $0 != "--" }
+            if case .unknownSubcommand = error.kind { throw error }
             if beforeSeparator.contains("--help") || beforeSeparator.contains("-h") {
                 return .help(error.command.flatMap { tool.command(named: $0) })
             }

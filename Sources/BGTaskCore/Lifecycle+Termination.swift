@@ -12,7 +12,8 @@ extension Lifecycle {
     }
 
     /// The shell saw the app's process end (pidfd readable). Ends whatever is left of the registration and
-    /// records the final reason: the policy's, if the daemon was ending it, else `exited` or `crashed`.
+    /// records the final reason: the policy's, if the daemon was ending it, else `exited` or `crashed`; an
+    /// ExitsOnSuspend app the policy ended for reaching suspension that exits cleanly before its kill `exited`.
     ///
     /// `exit` is how the process ended when the daemon launched it and reaped it (nil for a self-registered app,
     /// whose status only its parent sees); `sinceKill`, for an app the daemon killed, how long after the kill
@@ -25,6 +26,10 @@ extension Lifecycle {
         if app.state != .terminated {
             let reason = how.reason
             terminate(id, reason: reason, now: now, into: &actions, processGone: true)
+        } else if app.exitReason == .exitsOnSuspend, how == .exited, app.deadlines[.kill] != nil {
+            // An ExitsOnSuspend app asked to be ended once its work is done, and its process then exited by
+            // itself within its willTerminate grace: it exited, the way a job that finished does.
+            modify(id) { $0.exitReason = .exited }
         }
         clearDeadlines(DeadlineKind.allCases, of: id)
         modify(id) {

@@ -68,19 +68,19 @@ final class AuditTrail {
         unsaved = []
     }
 
-    /// Whether `History()` keeps this kind of record (Watch streams them all).
+    /// Whether `History()` keeps this kind of record (Watch streams them all). Every task's end is kept, an end
+    /// as asked (`ended`) too: it is what tells a job that finished its work from one the policy cut short.
     static func isKeptInHistory(_ record: AuditEntry) -> Bool {
         switch record.kind {
         case .taskBegan, .stateChanged: false
-        case .taskEnded: record.taskEnd != .ended
-        case .registered, .reattached, .expirationWarning, .suspensionDeferred, .memoryWarning, .terminated, .killed,
-            .processExited, .unregistered, .eventsDropped:
+        case .registered, .reattached, .taskEnded, .expirationWarning, .suspensionDeferred, .memoryWarning,
+            .terminated, .killed, .processExited, .unregistered, .eventsDropped:
             true
         }
     }
 
     /// Records an entry: journal always, history when kept. Returns the wire entry when it is kept or
-    /// `isWatched` (building it reads the wall clock; lease begin and end on the hot path need neither).
+    /// `isWatched` (building it reads the wall clock; a lease's begin on the hot path needs neither).
     func publish(_ record: AuditEntry, isWatched: Bool) -> HistoryEntry? {
         log(record)
         let isKept = Self.isKeptInHistory(record)

@@ -1,6 +1,8 @@
 // Generates docs/PROTOCOL.md, the Markdown reference of the interfaces, from their embedded IDL texts.
 
 import BGTaskProtocol
+// The parser and its model, for the users of the documentation and of the conformance checks.
+@_exported import VarlinkIDL
 
 /// The Markdown reference of bgtaskd's Varlink interfaces, generated from the `.varlink` files.
 ///

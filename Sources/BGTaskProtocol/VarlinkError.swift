@@ -40,29 +40,8 @@ private func render(_ value: JSONValue) -> String {
     }
 }
 
-/// The error names `io.bgtask.Lifecycle` declares, as they appear after the interface name.
-public enum LifecycleErrorName: String, CaseIterable, Sendable {
-    /// No live or remembered app has the name.
-    case noSuchApp = "NoSuchApp"
-    /// A live app already has the name.
-    case appExists = "AppExists"
-    /// The app has no open task with the id.
-    case noSuchTask = "NoSuchTask"
-    /// No background time is left to begin a lease.
-    case backgroundTimeExhausted = "BackgroundTimeExhausted"
-    /// The caller's credentials do not allow the call.
-    case permissionDenied = "PermissionDenied"
-    /// The call does not fit the app's state.
-    case invalidState = "InvalidState"
-    /// A limit was reached (a configured one, or the fixed bound of launches starting at once).
-    case limitExceeded = "LimitExceeded"
-    /// The app was never sent an event with the id.
-    case noSuchEvent = "NoSuchEvent"
-    /// The message was not a well-formed Varlink call.
-    case invalidMessage = "InvalidMessage"
-    /// `Launch` could not start the app.
-    case launchFailed = "LaunchFailed"
-
+// `LifecycleErrorName`, the error names `io.bgtask.Lifecycle` declares, is generated from the interface file.
+extension LifecycleErrorName {
     /// The fully qualified name, `io.bgtask.Lifecycle.<Name>`.
     public var qualifiedName: String { LifecycleInterface.name + "." + rawValue }
 }
@@ -181,21 +160,8 @@ public enum LifecycleError: Error, Hashable, Sendable {
     }
 }
 
-/// The error names `org.varlink.service` declares, as they appear after the interface name.
-public enum VarlinkServiceErrorName: String, CaseIterable, Sendable {
-    /// The interface is not served.
-    case interfaceNotFound = "InterfaceNotFound"
-    /// The interface has no such method.
-    case methodNotFound = "MethodNotFound"
-    /// The method is declared but not implemented.
-    case methodNotImplemented = "MethodNotImplemented"
-    /// A parameter is missing or wrongly typed.
-    case invalidParameter = "InvalidParameter"
-    /// The caller may not use the service.
-    case permissionDenied = "PermissionDenied"
-    /// The method must be called with `more: true`.
-    case expectedMore = "ExpectedMore"
-
+// `VarlinkServiceErrorName`, the error names `org.varlink.service` declares, is generated from the interface file.
+extension VarlinkServiceErrorName {
     /// The fully qualified name, `org.varlink.service.<Name>`.
     public var qualifiedName: String { VarlinkServiceInterface.name + "." + rawValue }
 }

@@ -1,10 +1,12 @@
-// Turns a Varlink interface file into a Swift source file holding its text as a string constant.
+// Turns a Varlink interface file into Swift: its text as a string constant, and, given the interface's bindings
+// file, its wire types (see WireTypes.swift).
 //
-// Usage: EmbedInterfaceTool INPUT.varlink OUTPUT.swift
+// Usage: EmbedInterfaceTool INPUT.varlink OUTPUT.swift [BINDINGS TYPES.swift]
 // The constant is `EmbeddedInterfaceText.<name>`, where <name> is the file name without `.varlink` in
 // lowerCamelCase (`io.bgtask.Lifecycle.varlink` gives `ioBgtaskLifecycle`). Every character that a Swift
 // string literal would interpret is escaped, so the constant equals the file byte for byte.
 import Foundation
+import VarlinkIDL
 
 /// Writes `message` to fd 2 and exits with status 1 (the build reports the failing command).
 func fail(_ message: String) -> Never {
@@ -44,20 +46,37 @@ func literalBody(_ text: String) -> String {
     return body
 }
 
-let arguments = CommandLine.arguments
-guard arguments.count == 3 else { fail("usage: EmbedInterfaceTool INPUT.varlink OUTPUT.swift") }
-let inputURL = URL(fileURLWithPath: arguments[1])
-let outputURL = URL(fileURLWithPath: arguments[2])
-let bytes: Data
-do {
-    bytes = try Data(contentsOf: inputURL)
-} catch {
-    fail("cannot read \(inputURL.path): \(error)")
+/// The UTF-8 text of the file at `url`.
+func readText(_ url: URL) -> String {
+    let bytes: Data
+    do {
+        bytes = try Data(contentsOf: url)
+    } catch {
+        fail("cannot read \(url.path): \(error)")
+    }
+    guard let text = String(validating: bytes, as: UTF8.self) else { fail("\(url.path) is not valid UTF-8") }
+    return text
 }
-guard let text = String(validating: bytes, as: UTF8.self) else { fail("\(inputURL.path) is not valid UTF-8") }
+
+/// Writes `source` to `url`.
+func write(_ source: String, to url: URL) {
+    do {
+        try Data(source.utf8).write(to: url, options: .atomic)
+    } catch {
+        fail("cannot write \(url.path): \(error)")
+    }
+}
+
+let arguments = CommandLine.arguments
+guard arguments.count == 3 || arguments.count == 5 else {
+    fail("usage: EmbedInterfaceTool INPUT.varlink OUTPUT.swift [BINDINGS TYPES.swift]")
+}
+let inputURL = URL(fileURLWithPath: arguments[1])
+let text = readText(inputURL)
 let fileName = inputURL.lastPathComponent
 let name = identifier(forBaseName: inputURL.deletingPathExtension().lastPathComponent)
-let source = """
+write(
+    """
     // Generated at build time by EmbedInterfaceTool from \(fileName); edit that file, not this one.
 
     extension EmbeddedInterfaceText {
@@ -67,9 +86,21 @@ let source = """
     \"\"\"
     }
 
-    """
-do {
-    try Data(source.utf8).write(to: outputURL, options: .atomic)
-} catch {
-    fail("cannot write \(outputURL.path): \(error)")
+    """, to: URL(fileURLWithPath: arguments[2]))
+
+if arguments.count == 5 {
+    let bindingsURL = URL(fileURLWithPath: arguments[3])
+    do throws(GenerationError) {
+        let interface: VarlinkInterfaceDefinition
+        do {
+            interface = try VarlinkInterfaceDefinition(parsing: text)
+        } catch {
+            throw GenerationError("\(fileName), \(error)")
+        }
+        var generator = WireTypeGenerator(interface: interface, bindings: try Bindings(parsing: readText(bindingsURL)))
+        let source = try generator.source(sourceNames: "\(fileName) and \(bindingsURL.lastPathComponent)")
+        write(source, to: URL(fileURLWithPath: arguments[4]))
+    } catch {
+        fail(error.description)
+    }
 }

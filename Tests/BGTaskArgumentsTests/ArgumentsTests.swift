@@ -105,6 +105,13 @@ private enum Toy {
             return
         }
         #expect(spec == Toy.paint)
+        // Not over a subcommand that does not exist: there is no help of it to give.
+        #expect(throws: UsageError(.unknownSubcommand("pain", suggestion: "paint"), command: nil)) {
+            try parser.parse(["pain", "--help"])
+        }
+        #expect(throws: UsageError(.unknownSubcommand("nosuch", suggestion: nil), command: nil)) {
+            try parser.parse(["nosuch", "door", "--bogus", "-h"])
+        }
         guard case .version = try parser.parse(["--version"]) else {
             Issue.record("no version")
             return

@@ -119,7 +119,6 @@ let helpRows: [HelpRow] = [
     // Help wins over an error elsewhere on the line: the user is asking how to fix it.
     HelpRow(words: ["run", "--nmae", "x", "--help"], expected: "run"),
     HelpRow(words: ["post", "--payload", "{x", "-h"], expected: "post"),
-    HelpRow(words: ["stauts", "--help"], expected: nil),
     HelpRow(words: ["--version"], expected: "--version"),
     HelpRow(words: ["--socket", "/s", "--version"], expected: "--version"),
 ]
@@ -158,6 +157,11 @@ let usageErrorRows: [UsageErrorRow] = [
     UsageErrorRow(["help", "run", "extra"], "unexpected argument 'extra'", command: nil),
     UsageErrorRow(["--"], "missing subcommand", command: nil),
     UsageErrorRow(["--", "--help"], "unknown subcommand '--help' (did you mean 'help'?)", command: nil),
+    // A subcommand that does not exist is an error whatever follows it, a request for help included.
+    UsageErrorRow(["stauts", "--help"], "unknown subcommand 'stauts' (did you mean 'status'?)", command: nil),
+    UsageErrorRow(["NOSUCH", "--help"], "unknown subcommand 'NOSUCH'", command: nil),
+    UsageErrorRow(["NOSUCH", "-h"], "unknown subcommand 'NOSUCH'", command: nil),
+    UsageErrorRow(["--user", "NOSUCH", "--json", "--help"], "unknown subcommand 'NOSUCH'", command: nil),
     // Unknown options.
     UsageErrorRow(["--bogus", "status"], "unknown option '--bogus'", command: nil),
     UsageErrorRow(["--json", "apps"], "unknown option '--json'", command: nil),

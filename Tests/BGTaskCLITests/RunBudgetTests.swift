@@ -109,11 +109,24 @@ struct RunBudgetTests {
                 environment: ["BGTASK_SOCKET": daemon.socketPath])
             let result = try run.finish()
             #expect(result.status == .exited(0))
-            // Ended by bgtask as CMD ended, with no warning on the way: History keeps a task's end only when it was
-            // not ended by its app (app-ended, expired).
-            let entries = try historyEntries(of: "quick", daemon: daemon)
-            #expect(!entries.contains { $0.kind == .expirationWarning || $0.kind == .taskEnded }, "\(entries)")
+            // Ended by bgtask as CMD ended, with no warning on the way; the history says so, the task's end as asked
+            // and then the job's exit, so it reads apart from a job the policy ended.
+            var entries = try historyEntries(of: "quick", daemon: daemon)
+            let deadline = MonotonicClock.now() + 10_000_000_000
+            while !entries.contains(where: { $0.kind == .processExited }), MonotonicClock.now() < deadline {
+                Thread.sleep(forTimeInterval: 0.05)
+                entries = try historyEntries(of: "quick", daemon: daemon)
+            }
+            #expect(!entries.contains { $0.kind == .expirationWarning }, "\(entries)")
+            let ends = entries.filter { $0.kind == .taskEnded }
+            #expect(ends.count == 1 && ends.first?.taskId == 1 && ends.first?.taskEnd == .ended, "\(entries)")
+            #expect(entries.last?.kind == .processExited && entries.last?.reason == .exited, "\(entries)")
+            let history = try runBinary(["history"], against: daemon).output
+            #expect(history.contains("taskEnded") && history.contains("end=ended"), "\(history)")
+            #expect(history.contains("processExited") && history.contains("reason=exited"), "\(history)")
             let control = try daemon.connect()
+            let app = try control.call("io.bgtask.Lifecycle.GetApp", ["app": "quick"]).parameters["app"]
+            #expect(app?["exitReason"] == "exited")
             let status = try control.call("io.bgtask.Lifecycle.GetStatus").parameters
             #expect(status["tasks"] == .number(0))
         }

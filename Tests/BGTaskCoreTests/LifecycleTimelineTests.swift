@@ -241,6 +241,27 @@ struct LifecycleTimelineTests {
         #expect(!h.frozen.contains(tool))
     }
 
+    @Test("an ExitsOnSuspend app that exits by itself within its grace exited; one killed stays exits-on-suspend")
+    func exitsOnSuspendThenExit() throws {
+        let h = PolicyHarness()
+        let job = try h.register("job", exitsOnSuspend: true, initialState: .background)
+        let task = try h.begin(job, "work")
+        try h.acknowledgeLast(.didEnterBackground, of: job)
+        try h.end(job, task)
+        #expect(h.core.snapshot(of: job, now: h.now)?.exitReason == .exitsOnSuspend)
+        h.closeRegistration(job)
+        h.processExited(job)
+        #expect(h.core.snapshot(of: job, now: h.now)?.exitReason == .exited)
+
+        let stuck = try h.register("stuck", exitsOnSuspend: true, initialState: .background)
+        let stuckTask = try h.begin(stuck)
+        try h.acknowledgeLast(.didEnterBackground, of: stuck)
+        try h.end(stuck, stuckTask)
+        h.advance(by: .seconds(60))
+        h.processExited(stuck)
+        #expect(h.core.snapshot(of: stuck, now: h.now)?.exitReason == .exitsOnSuspend)
+    }
+
     @Test("a lock holder is not frozen: it gets 2 s, then is terminated suspended-holding-lock")
     func lockHolderTerminated() throws {
         let h = PolicyHarness()

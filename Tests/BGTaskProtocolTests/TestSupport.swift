@@ -54,36 +54,11 @@ func jsonText(_ value: JSONValue) -> String {
     }
 }
 
-/// Checks `value` against an IDL type: every declared field present (optional ones as null at least), no extra
-/// fields, numbers integral for `int`. Returns a description of the first mismatch, or nil.
+/// Checks `value` against an IDL type (`VarlinkInterfaceDefinition.mismatch`): the first mismatch, or nil.
 func mismatch(
     _ value: JSONValue, _ type: VarlinkType, in interface: VarlinkInterfaceDefinition, path: String = "$"
 ) -> String? {
-    switch (type, value) {
-    case (.optional, .null): return nil
-    case (.optional(let wrapped), _): return mismatch(value, wrapped, in: interface, path: path)
-    case (.bool, .bool), (.string, .string), (.float, .number), (.object, .object): return nil
-    case (.int, .number(let number)): return number.rounded() == number ? nil : "\(path): \(number) is not an int"
-    case (.named(let name), _):
-        guard let definition = interface.type(named: name) else { return "\(path): no type \(name)" }
-        return mismatch(value, definition.type, in: interface, path: path)
-    case (.array(let element), .array(let elements)):
-        for (index, item) in elements.enumerated() {
-            if let problem = mismatch(item, element, in: interface, path: "\(path)[\(index)]") { return problem }
-        }
-        return nil
-    case (.dictionary(let element), .object(let members)):
-        for (key, item) in members {
-            if let problem = mismatch(item, element, in: interface, path: "\(path).\(key)") { return problem }
-        }
-        return nil
-    case (.enumeration(let names), .string(let string)):
-        return names.contains(string) ? nil : "\(path): \(string) is not one of \(names)"
-    case (.structure(let fields), .object(let members)):
-        return structMismatch(members, fields, in: interface, path: path)
-    default:
-        return "\(path): \(value) is not a \(type)"
-    }
+    interface.mismatch(value, type, path: path)
 }
 
 /// Checks an object against a field list, as `mismatch` does for structs.
@@ -91,15 +66,7 @@ func structMismatch(
     _ members: [String: JSONValue], _ fields: [VarlinkField], in interface: VarlinkInterfaceDefinition,
     path: String = "$"
 ) -> String? {
-    let declared = Set(fields.map(\.name))
-    if let extra = members.keys.sorted().first(where: { !declared.contains($0) }) {
-        return "\(path): undeclared field \(extra)"
-    }
-    for field in fields {
-        guard let member = members[field.name] else { return "\(path): field \(field.name) is missing" }
-        if let problem = mismatch(member, field.type, in: interface, path: "\(path).\(field.name)") { return problem }
-    }
-    return nil
+    interface.mismatch(members, fields, path: path)
 }
 
 /// SplitMix64: a small deterministic generator, so hostile random inputs are the same on every run.

@@ -13,13 +13,15 @@ public struct History: Subcommand {
         abstract: "Show the daemon's audit trail: terminations, expiries and reclaims with their reasons",
         discussion: """
             Prints the daemon's history, oldest first, one line per entry: what explains how each app ended. \
-            Registrations and launches, expiration warnings, background tasks that expired or ended with their \
-            app, suspensions put off for a held file lock, memory warnings, kills, and every end of an app with \
-            its reason (task-expired, memory-reclaim, enter-background-timeout, exits-on-suspend, controller, \
-            exited, crashed, ...). A memory reclaim also shows the band the app was chosen from, its memory, and \
-            the latency from the pressure trigger to the kill. State changes and tasks ended as asked are not \
-            kept; 'bgtask watch' shows those as they happen. The daemon keeps the last HistorySize entries (1000 \
-            by default).
+            Registrations and launches, the end of every background task with how it ended (end=ended: the app \
+            ended it, its work done; expired; app-ended: it ended with its app), expiration warnings, \
+            suspensions put off for a held file lock, memory warnings, kills, and every end of an app with its \
+            reason (task-expired, memory-reclaim, enter-background-timeout, exits-on-suspend, controller, exited, \
+            crashed, ...). A job that finished its work and exited by itself, as under 'bgtask run', ends \
+            processExited reason=exited. A memory reclaim also shows the band the app was chosen from, its \
+            memory, and the latency from the pressure trigger to the kill. State changes and task beginnings \
+            are not kept; 'bgtask watch' shows those as they happen. The daemon keeps the last HistorySize \
+            entries (1000 by default).
 
             With --json, prints the History reply.
             """,

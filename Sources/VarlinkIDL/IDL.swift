@@ -1,11 +1,10 @@
 // A parser of the Varlink interface definition language, keeping the doc comment of every member and field.
 //
-// Used to check that the embedded interface text declares what the Swift types implement and to generate
-// docs/PROTOCOL.md. It follows the grammar of varlink.org: `interface` NAME, then `type`, `method` and `error`
-// members; `#` starts a comment running to the end of the line. A block of comment lines directly above a
-// member or field (no blank line between) is its documentation; other comments are ignored.
-
-import BGTaskProtocol
+// The build plugin generates the Swift wire types from its model; the tests check the interface against the
+// daemon with it, and docs/PROTOCOL.md is generated from it. It follows the grammar of varlink.org: `interface`
+// NAME, then `type`, `method` and `error` members; `#` starts a comment running to the end of the line. A block of
+// comment lines directly above a member or field (no blank line between) is its documentation; other comments are
+// ignored.
 
 /// A type expression of the IDL.
 public indirect enum VarlinkType: Hashable, Sendable, CustomStringConvertible {
@@ -312,7 +311,7 @@ private struct IDLParser {
         try expectWord("interface")
         let nameToken = current
         let name = try word(what: "an interface name")
-        guard VarlinkMethodName.isValidInterfaceName(name.utf8) else {
+        guard VarlinkNames.isValidInterfaceName(name.utf8) else {
             throw error(at: nameToken, "\(name.debugDescription) is not a valid interface name")
         }
         var definition = VarlinkInterfaceDefinition(
@@ -324,7 +323,7 @@ private struct IDLParser {
             let keyword = try word(what: "'type', 'method' or 'error'")
             let memberToken = current
             let memberName = try word(what: "a member name")
-            guard VarlinkMethodName.isValidMemberName(memberName.utf8) else {
+            guard VarlinkNames.isValidMemberName(memberName.utf8) else {
                 throw error(at: memberToken, "\(memberName.debugDescription) is not a valid member name")
             }
             guard memberNames.insert(memberName).inserted else {
@@ -406,7 +405,7 @@ private struct IDLParser {
             case "string": return .string
             case "object": return .object
             default:
-                guard VarlinkMethodName.isValidMemberName(word.utf8) else {
+                guard VarlinkNames.isValidMemberName(word.utf8) else {
                     throw error(at: start, "\(word.debugDescription) is not a type")
                 }
                 references.append((word, start))
