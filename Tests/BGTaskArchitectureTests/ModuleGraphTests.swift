@@ -137,6 +137,26 @@ struct ModuleGraphTests {
         }
     }
 
+    @Test("README.md's module table names exactly the package's modules under Sources/ and its plugin, each once")
+    func readmeTableMatchesPackage() throws {
+        let modules = Set(
+            try Self.packageTargets().filter { $0.path.hasPrefix("Sources/") || $0.type == "plugin" }.map(\.name))
+        let text = try String(contentsOfFile: Products.packageRoot + "/README.md", encoding: .utf8)
+        // The rows of the table whose header is `| module | role |`: one or more modules in the first cell.
+        let rows = text.split(separator: "\n", omittingEmptySubsequences: false)
+            .drop { $0 != "| module | role |" }.dropFirst(2).prefix { $0.hasPrefix("| ") }
+        #expect(!rows.isEmpty, "README.md has no `| module | role |` table")
+        let named = rows.flatMap { row in
+            Self.backticked(String(row.split(separator: "|", omittingEmptySubsequences: false)[1]))
+        }
+        #expect(named.count == Set(named).count, "a module listed twice: \(named)")
+        let onlyInReadme = Set(named).subtracting(modules).sorted()
+        let onlyInPackage = modules.subtracting(named).sorted()
+        #expect(
+            onlyInReadme.isEmpty && onlyInPackage.isEmpty,
+            "only in README.md: \(onlyInReadme); only in Package.swift: \(onlyInPackage)")
+    }
+
     @Test("the daemon imports no Foundation and links none; the client library imports FoundationEssentials at most")
     func noFullFoundation() throws {
         // Foundation costs a process about 6 MiB of RSS (ICU and the internationalization tables) and
