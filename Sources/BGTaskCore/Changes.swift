@@ -64,11 +64,11 @@ extension NamedChange: Equatable where Value: Equatable {}
 /// The leases an app began and ended since the last record, when nothing else of it changed: a lease call's
 /// record carries these few bytes instead of the whole app.
 public struct AppTaskChanges: Sendable, Codable {
-    package var app: AppID
+    package internal(set) var app: AppID
     /// Leases begun, in order.
-    package var began: [OpenTask] = []
+    package internal(set) var began: [OpenTask] = []
     /// Leases ended that were open at the last record, in order.
-    package var ended: [TaskID] = []
+    package internal(set) var ended: [TaskID] = []
 
     var isEmpty: Bool { began.isEmpty && ended.isEmpty }
 }
@@ -79,22 +79,22 @@ public struct AppTaskChanges: Sendable, Codable {
 /// give the state as it is now.
 public struct LifecycleChanges: Sendable, Codable {
     /// Registrations made or changed, as they are now.
-    package var apps: [TrackedApp] = []
+    package internal(set) var apps: [TrackedApp] = []
     /// Registrations forgotten (their slots may hold one of `apps` already).
-    package var forgotten: [AppID] = []
+    package internal(set) var forgotten: [AppID] = []
     /// Leases begun and ended by registrations not in `apps` (absent in records written before there were these).
-    package var tasks: [AppTaskChanges]?
-    package var liveNames: [NamedChange<AppID>] = []
-    package var detachedNames: [NamedChange<AppID>] = []
-    package var endedNames: [NamedChange<AppID>] = []
-    package var ledgers: [NamedChange<UsageLedger>] = []
+    package internal(set) var tasks: [AppTaskChanges]?
+    package internal(set) var liveNames: [NamedChange<AppID>] = []
+    package internal(set) var detachedNames: [NamedChange<AppID>] = []
+    package internal(set) var endedNames: [NamedChange<AppID>] = []
+    package internal(set) var ledgers: [NamedChange<UsageLedger>] = []
     /// The orders whole, when they changed.
-    package var endedOrder: [AppID]?
-    package var detachedOrder: [AppID]?
-    package var nextSerial: Int64
-    package var nextTaskID: Int64
-    package var nextEventID: Int64
-    package var nextSequence: UInt64
+    package internal(set) var endedOrder: [AppID]?
+    package internal(set) var detachedOrder: [AppID]?
+    package internal(set) var nextSerial: Int64
+    package internal(set) var nextTaskID: Int64
+    package internal(set) var nextEventID: Int64
+    package internal(set) var nextSequence: UInt64
 
     /// How many registrations it carries.
     public var appCount: Int { apps.count }

@@ -66,53 +66,53 @@ package struct PendingDeadlines: Sendable, Codable {
 /// One open lease. Leases live in their tracked app: every request naming a lease also names its app, and
 /// an app holds at most `TasksPerAppMax`, so no daemon-wide table (and no cache miss into one) is needed.
 package struct OpenTask: Sendable, Codable {
-    package var id: TaskID
-    package var name: String?
-    package var began: MonotonicInstant
+    package internal(set) var id: TaskID
+    package internal(set) var name: String?
+    package internal(set) var began: MonotonicInstant
 }
 
 /// Everything the policy tracks about one registration.
 package struct TrackedApp: Sendable, Codable {
     package let id: AppID
     package let name: String
-    package var pid: Int32
-    package var uid: UInt32
+    package internal(set) var pid: Int32
+    package internal(set) var uid: UInt32
     package let isManaged: Bool
     /// Resolved once at registration: defaults, the app's override file, then the registration's own request.
     package let policy: AppPolicy
-    package var state: AppState
+    package internal(set) var state: AppState
     /// An event stream is attached (false while a launched app has not registered, and after it closed).
-    package var isRegistered: Bool
+    package internal(set) var isRegistered: Bool
     /// The shell reported the process gone.
-    package var isProcessGone = false
+    package internal(set) var isProcessGone = false
     /// Open leases, ascending by id (ids only grow, so appending keeps the order).
-    package var openTasks: [OpenTask] = []
+    package internal(set) var openTasks: [OpenTask] = []
     /// When the shared background budget ends; set while in background or suspended.
-    package var budgetEnd: MonotonicInstant?
+    package internal(set) var budgetEnd: MonotonicInstant?
     /// Start of the current stretch of running in background, for the daily ledger.
-    package var runningInBackgroundSince: MonotonicInstant?
+    package internal(set) var runningInBackgroundSince: MonotonicInstant?
     /// The event whose acknowledgement is awaited (`didEnterBackground` or a wake-up).
-    package var pendingAcknowledgement: EventID?
+    package internal(set) var pendingAcknowledgement: EventID?
     /// Whether the awaited acknowledgement is for a wake-up (a timeout then suspends again, not terminates).
-    package var acknowledgementIsForWake = false
+    package internal(set) var acknowledgementIsForWake = false
     /// `backgroundTaskExpiring` was sent in this background stretch.
-    package var expirationWarned = false
+    package internal(set) var expirationWarned = false
     /// Suspension was refused because of a file lock and the grace is running.
-    package var lockGraceActive = false
+    package internal(set) var lockGraceActive = false
     /// The last `.suspend` was the one after the lock grace: another refusal terminates.
-    package var suspensionIsFinalAttempt = false
+    package internal(set) var suspensionIsFinalAttempt = false
     /// Events waiting while suspended, oldest first, bounded by `QueuedEventsPerAppMax`.
-    package var queue = EventQueue()
+    package internal(set) var queue = EventQueue()
     /// Queued events dropped (oldest first) because the queue was full, over the registration's life.
-    package var droppedEventCount = 0
+    package internal(set) var droppedEventCount = 0
     /// Whether a drop was already recorded in the current suspension (one audit record per suspension).
-    package var hasRecordedDropThisSuspension = false
-    package var deadlines = PendingDeadlines()
-    package var exitReason: TerminationReason?
+    package internal(set) var hasRecordedDropThisSuspension = false
+    package internal(set) var deadlines = PendingDeadlines()
+    package internal(set) var exitReason: TerminationReason?
     /// How its process ended, when the daemon launched it and reaped it.
-    package var processExit: ProcessExit?
+    package internal(set) var processExit: ProcessExit?
     /// When it was last in the foreground (registration counts): the reclamation tie-break, oldest first.
-    package var lastForeground: MonotonicInstant
+    package internal(set) var lastForeground: MonotonicInstant
 
     /// The ids of the open leases, ascending.
     var openTaskIDs: [TaskID] { openTasks.map(\.id) }
