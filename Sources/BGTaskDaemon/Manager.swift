@@ -54,6 +54,10 @@ public final class Manager {
 
     /// Made in `start()`: it needs the manager.
     var memoryMonitor: MemoryMonitor?
+    /// The host's conditions and their sources (`Conditions/`), made in `start()`.
+    var conditionMonitor: ConditionMonitor?
+    /// What the condition monitor last reported; reported only (`GetStatus`), nothing waits on them yet.
+    var latestConditions = Conditions()
     /// The clients: listening, admitting, framing, the backlog of pipelined calls, the streams.
     let connectionServer: ConnectionServer
     /// The one timer of the policy, armed wherever the core asks (`.armTimer`).
@@ -164,6 +168,9 @@ public final class Manager {
         processTable.findDaemonCgroup()
         try processTable.startSupervisor(memory: configuration.memory, unitManager: unitManager)
         memoryMonitor = MemoryMonitor(host: self, settings: configuration.memory)
+        let conditionMonitor = ConditionMonitor(host: self, settings: configuration.conditions)
+        self.conditionMonitor = conditionMonitor
+        conditionMonitor.start()
         streamStore.readLimit()
         try takeListenedDescriptors()
         restoreState()
@@ -186,6 +193,7 @@ public final class Manager {
         let code = try loop.run()
         processTable.stopThreads()
         persistence.stopWriter()
+        conditionMonitor?.stop()
         clock.cancelAll()
         loop.cancelAllSources()
         return code
