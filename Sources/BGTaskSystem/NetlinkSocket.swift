@@ -58,7 +58,7 @@ public final class NetlinkSocket {
                         fileDescriptor.rawValue, raw.baseAddress, count, &senderPort, &groups, &truncated)
                 }
             }
-        } catch where error.rawValue == EAGAIN || error.rawValue == EWOULDBLOCK {
+        } catch  where error.rawValue == EAGAIN || error.rawValue == EWOULDBLOCK {
             return nil
         }
         return Datagram(

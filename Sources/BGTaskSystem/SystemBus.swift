@@ -37,14 +37,24 @@ public final class SystemBus {
         getenv("DBUS_SYSTEM_BUS_ADDRESS").map { String(cString: $0) } ?? "unix:path=/run/dbus/system_bus_socket"
     }
 
-    /// Connects to the system bus and attaches the connection to `loop`. A missing socket (`ENOENT`), or nobody
-    /// listening (`ECONNREFUSED`), fails here; authentication and `Hello` go on in the loop.
-    public init(loop: EventLoop) throws(ServiceManagerError) {
+    /// Connects to the system bus, or to the bus at `address` (a D-Bus address such as `unix:path=/run/x`: a test's
+    /// private bus), and attaches the connection to `loop`. A missing socket (`ENOENT`), or nobody listening
+    /// (`ECONNREFUSED`), fails here; authentication and `Hello` go on in the loop.
+    public init(loop: EventLoop, address: String? = nil) throws(ServiceManagerError) {
         self.loop = loop
         var created: OpaquePointer?
-        try busCall("sd_bus_open_system") { sd_bus_open_system(&created) }
+        if let address {
+            try busCall("sd_bus_new") { sd_bus_new(&created) }
+        } else {
+            try busCall("sd_bus_open_system") { sd_bus_open_system(&created) }
+        }
         guard let bus = created else { throw .system(Errno(rawValue: ENOMEM, operation: "sd_bus_open_system")) }
         do {
+            if let address {
+                try busCall("sd_bus_set_address(\(address))") { sd_bus_set_address(bus, address) }
+                try busCall("sd_bus_set_bus_client") { sd_bus_set_bus_client(bus, 1) }
+                try busCall("sd_bus_start(\(address))") { sd_bus_start(bus) }
+            }
             _ = sd_bus_set_description(bus, "conditions")
             try busCall("sd_bus_set_exit_on_disconnect") { sd_bus_set_exit_on_disconnect(bus, 0) }
             try busCall("sd_bus_set_close_on_exit") { sd_bus_set_close_on_exit(bus, 0) }

@@ -18,7 +18,9 @@ final class ConditionMonitor {
     private let logger: Logger
     private let loop: EventLoop
     private let settings: DaemonConfiguration.Conditions
+    /// Whether the D-Bus sources are used, and the bus to reach them on (nil: the system bus).
     private let isSystemBusUsed: Bool
+    private let systemBusAddress: String?
     private(set) var power: PowerSupplyWatch!
     private(set) var network: RouteWatch!
     private var bus: SystemBus?
@@ -45,14 +47,18 @@ final class ConditionMonitor {
     /// UPower's `WarningLevel` from which the battery is low: `Low` (3), `Critical` (4), `Action` (5).
     static let lowWarningLevel: UInt32 = 3
 
-    /// A monitor for `host` with `settings`; `usesSystemBus: false` leaves the D-Bus sources out (tests of the kernel
-    /// sources alone).
-    init(host: any ConditionMonitorHost, settings: DaemonConfiguration.Conditions, usesSystemBus: Bool = true) {
+    /// A monitor for `host` with `settings`. The D-Bus sources are looked for on the system bus, or on the bus at
+    /// `systemBusAddress` (a test's private bus); `usesSystemBus: false` leaves them out.
+    init(
+        host: any ConditionMonitorHost, settings: DaemonConfiguration.Conditions, usesSystemBus: Bool = true,
+        systemBusAddress: String? = nil
+    ) {
         self.host = host
         logger = host.logger
         loop = host.loop
         self.settings = settings
         isSystemBusUsed = usesSystemBus
+        self.systemBusAddress = systemBusAddress
         power = PowerSupplyWatch(
             path: settings.powerSupplyPath ?? PowerSupplyClass.systemPath, lowPercent: settings.batteryLowPercent,
             logger: logger, loop: loop
@@ -82,12 +88,12 @@ final class ConditionMonitor {
         network.start()
         if isSystemBusUsed {
             do {
-                let bus = try SystemBus(loop: loop)
+                let bus = try SystemBus(loop: loop, address: systemBusAddress)
                 bus.onDisconnect = { [weak self] in self?.busLost() }
                 self.bus = bus
                 for service in [upower, networkManager, logind] { service?.start(on: bus) }
             } catch {
-                busLost(reason: "no system bus at \(SystemBus.addressDescription): \(error)")
+                busLost(reason: "no system bus at \(systemBusAddress ?? SystemBus.addressDescription): \(error)")
             }
         } else {
             busLost(reason: "the system bus is not used")
@@ -138,8 +144,9 @@ final class ConditionMonitor {
             result.batteryNotLow = reading.isBatteryNotLow
         }
         if let reachability = network.reachability { result.network = reachability.isOnline }
-        if networkManager.isReady, let metered = networkManager.property("Metered", of: Self.networkManagerPath)?
-            .uint32Value
+        if networkManager.isReady,
+            let metered = networkManager.property("Metered", of: Self.networkManagerPath)?
+                .uint32Value
         {
             // NMMetered: 0 unknown, 1 yes, 2 no, 3 guess-yes, 4 guess-no.
             result.unmeteredNetwork = (result.network ?? false) && metered != 1 && metered != 3
@@ -165,7 +172,8 @@ final class ConditionMonitor {
         if let reachability = network.reachability {
             let interfaces = reachability.defaultRouteInterfaces
             sources["network"] =
-                "rtnetlink (" + (interfaces.isEmpty
+                "rtnetlink ("
+                + (interfaces.isEmpty
                     ? "no default route through an interface that is up"
                     : "default route through interface \(interfaces.map(String.init).joined(separator: ", "))") + ")"
         } else {
@@ -205,10 +213,11 @@ final class ConditionMonitor {
 
     /// Whether every source has given its first answer (the bus's services their presence and properties).
     private var isSettled: Bool {
-        busFailure != nil || [upower, networkManager, logind].allSatisfy { service in
-            guard let service else { return true }
-            return service.presence == .absent || service.isReady
-        }
+        busFailure != nil
+            || [upower, networkManager, logind].allSatisfy { service in
+                guard let service else { return true }
+                return service.presence == .absent || service.isReady
+            }
     }
 
     private func update(isStart: Bool) {

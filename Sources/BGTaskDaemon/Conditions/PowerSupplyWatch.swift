@@ -167,7 +167,7 @@ final class PowerSupplyWatch {
                     let event = KernelUevent.parse(datagram.bytes), event.subsystem == "power_supply"
                 else { continue }
                 isRelevant = true
-            } catch where error.rawValue == ENOBUFS {
+            } catch  where error.rawValue == ENOBUFS {
                 isRelevant = true
             } catch {
                 logger.warning("power supply uevents: \(error); no longer following changes")

@@ -133,7 +133,7 @@ final class RouteWatch {
             do {
                 guard let datagram = try notifications.receive() else { break }
                 if datagram.senderPort == 0 { sawChange = true }
-            } catch where error.rawValue == ENOBUFS {
+            } catch  where error.rawValue == ENOBUFS {
                 sawChange = true
             } catch {
                 fail("rtnetlink notifications: \(error)")
@@ -151,7 +151,7 @@ final class RouteWatch {
             do {
                 guard let received = try dumps.receive() else { return }
                 datagram = received
-            } catch where error.rawValue == ENOBUFS {
+            } catch  where error.rawValue == ENOBUFS {
                 // Part of the dump was lost: start over once it ends (or now, if the end was lost too).
                 isAnotherDumpWanted = true
                 dumpState = .idle
