@@ -36,6 +36,9 @@ final class ConditionMonitor {
     private var lastSources: [String: String] = [:]
     /// Whether the first report (every source settled) has been logged.
     private var hasLoggedSettled = false
+    /// Whether `start()` has read every source once: changes the sources report while starting are part of that
+    /// first reading, not changes to log.
+    private var isStarted = false
 
     static let upowerName = "org.freedesktop.UPower"
     static let upowerPath: BusObjectPath = "/org/freedesktop/UPower"
@@ -99,6 +102,7 @@ final class ConditionMonitor {
             busLost(reason: "the system bus is not used")
         }
         update(isStart: true)
+        isStarted = true
     }
 
     /// Stops every source.
@@ -121,7 +125,10 @@ final class ConditionMonitor {
         for service in [upower, networkManager, logind] { service?.busLost() }
     }
 
-    private func sourcesChanged() { update(isStart: false) }
+    private func sourcesChanged() {
+        guard isStarted else { return }
+        update(isStart: false)
+    }
 
     // MARK: Combining
 
@@ -224,7 +231,8 @@ final class ConditionMonitor {
         let previous = conditions
         conditions = evaluate()
         let sources = sourceNames
-        if !isStart {
+        // Until every source has answered once, the answers are the first reading, logged whole when it is done.
+        if !isStart && hasLoggedSettled {
             for key in sources.keys.sorted() where lastSources[key] != sources[key] {
                 let was = lastSources[key] ?? "none"
                 logger.notice("conditions: \(key) now from \(sources[key] ?? "none") (was \(was))")
