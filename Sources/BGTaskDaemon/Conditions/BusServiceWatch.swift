@@ -18,10 +18,12 @@ final class BusServiceWatch {
         case present
     }
 
-    /// An object of the service and the interface whose properties are read.
+    /// An object of the service, the interface whose properties are read, and the properties kept (the rest of
+    /// what the service sends is dropped, so what it can make the daemon hold is bounded).
     struct Object: Hashable {
         var path: BusObjectPath
         var interface: String
+        var properties: Set<String>
     }
 
     /// The service's well-known name, e.g. `org.freedesktop.UPower`.
@@ -36,6 +38,8 @@ final class BusServiceWatch {
     private(set) var properties: [BusObjectPath: [String: BusValue]] = [:]
     /// Bumped whenever the service goes or comes, so that a late answer from an earlier owner is dropped.
     private var generation = 0
+    /// Objects whose properties could not be read from the present owner: it answered, with an error.
+    private var unreadable: Set<BusObjectPath> = []
 
     init(name: String, objects: [Object], logger: Logger, changed: @escaping () -> Void) {
         self.name = name
@@ -46,6 +50,15 @@ final class BusServiceWatch {
 
     /// Every object's properties have been read: the values can be used.
     var isReady: Bool { presence == .present && objects.allSatisfy { properties[$0.path] != nil } }
+
+    /// Whether the service has answered all it was asked: absent, or present with each object read or refused.
+    var hasAnswered: Bool {
+        switch presence {
+        case .asking: false
+        case .absent: true
+        case .present: objects.allSatisfy { properties[$0.path] != nil || unreadable.contains($0.path) }
+        }
+    }
 
     /// A property of an object, once read.
     func property(_ name: String, of path: BusObjectPath) -> BusValue? { properties[path]?[name] }
@@ -109,6 +122,7 @@ final class BusServiceWatch {
     private func ownerChanged(isOwned: Bool) {
         generation += 1
         properties = [:]
+        unreadable = []
         presence = isOwned ? .present : .absent
         changed()
         if isOwned { readAll() }
@@ -127,12 +141,15 @@ final class BusServiceWatch {
             guard let self, asked == self.generation else { return }
             switch result {
             case .success(let values):
-                self.properties[object.path] = values
+                self.unreadable.remove(object.path)
+                self.properties[object.path] = values.filter { object.properties.contains($0.key) }
                 self.changed()
             case .failure(let error):
-                // The service is there but did not answer (or has no such object): its condition waits for the
-                // next change rather than using a value it does not have.
+                // The service is there but did not answer (or has no such object): its condition has no source
+                // until the service changes or comes back, rather than a value it does not have.
                 self.logger.warning("system bus: cannot read \(self.name) \(object.path): \(error)")
+                self.unreadable.insert(object.path)
+                self.changed()
             }
         }
     }
@@ -141,7 +158,7 @@ final class BusServiceWatch {
         _ object: Object, interface: String, _ values: [String: BusValue], invalidated: [String]
     ) {
         guard interface == object.interface, presence == .present, properties[object.path] != nil else { return }
-        properties[object.path, default: [:]].merge(values) { _, new in new }
+        properties[object.path, default: [:]].merge(values.filter { object.properties.contains($0.key) }) { $1 }
         if !invalidated.isEmpty {
             read(object)
         } else if !values.isEmpty {

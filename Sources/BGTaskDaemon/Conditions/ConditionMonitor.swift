@@ -71,15 +71,23 @@ final class ConditionMonitor {
         upower = BusServiceWatch(
             name: Self.upowerName,
             objects: [
-                .init(path: Self.upowerPath, interface: "org.freedesktop.UPower"),
-                .init(path: Self.displayDevicePath, interface: "org.freedesktop.UPower.Device"),
+                .init(path: Self.upowerPath, interface: "org.freedesktop.UPower", properties: ["OnBattery"]),
+                .init(
+                    path: Self.displayDevicePath, interface: "org.freedesktop.UPower.Device",
+                    properties: ["IsPresent", "WarningLevel"]),
             ], logger: logger, changed: changed)
         networkManager = BusServiceWatch(
             name: Self.networkManagerName,
-            objects: [.init(path: Self.networkManagerPath, interface: "org.freedesktop.NetworkManager")],
+            objects: [
+                .init(
+                    path: Self.networkManagerPath, interface: "org.freedesktop.NetworkManager", properties: ["Metered"])
+            ],
             logger: logger, changed: changed)
         logind = BusServiceWatch(
-            name: Self.logindName, objects: [.init(path: Self.logindPath, interface: "org.freedesktop.login1.Manager")],
+            name: Self.logindName,
+            objects: [
+                .init(path: Self.logindPath, interface: "org.freedesktop.login1.Manager", properties: ["IdleHint"])
+            ],
             logger: logger, changed: changed)
     }
 
@@ -220,11 +228,7 @@ final class ConditionMonitor {
 
     /// Whether every source has given its first answer (the bus's services their presence and properties).
     private var isSettled: Bool {
-        busFailure != nil
-            || [upower, networkManager, logind].allSatisfy { service in
-                guard let service else { return true }
-                return service.presence == .absent || service.isReady
-            }
+        busFailure != nil || [upower, networkManager, logind].allSatisfy { $0?.hasAnswered ?? true }
     }
 
     private func update(isStart: Bool) {
