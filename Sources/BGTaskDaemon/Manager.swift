@@ -168,9 +168,7 @@ public final class Manager {
         processTable.findDaemonCgroup()
         try processTable.startSupervisor(memory: configuration.memory, unitManager: unitManager)
         memoryMonitor = MemoryMonitor(host: self, settings: configuration.memory)
-        let conditionMonitor = ConditionMonitor(host: self, settings: configuration.conditions)
-        self.conditionMonitor = conditionMonitor
-        conditionMonitor.start()
+        startConditionMonitor()
         streamStore.readLimit()
         try takeListenedDescriptors()
         restoreState()
@@ -278,12 +276,22 @@ public final class Manager {
         for diagnostic in result.diagnostics {
             logger.log(diagnostic.severity == .error ? .error : .warning, "\(diagnostic)")
         }
+        let previousConditions = configuration.conditions
         configuration = result.configuration
         core.updatePolicy(configuration.core)
         memoryMonitor?.update(configuration.memory)
+        if configuration.conditions != previousConditions { startConditionMonitor() }
         trail.capacity = configuration.core.historySize
         resolveAccessSettings()
         logger.notice("configuration reloaded from \(configurationPath)")
+    }
+
+    /// Starts the condition monitor with the configuration's `[Conditions]`, in place of the one running.
+    private func startConditionMonitor() {
+        conditionMonitor?.stop()
+        let monitor = ConditionMonitor(host: self, settings: configuration.conditions)
+        conditionMonitor = monitor
+        monitor.start()
     }
 
     /// Resolves `ControllerGroup` and the users of pinned app names to ids.

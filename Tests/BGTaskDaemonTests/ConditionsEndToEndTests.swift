@@ -95,6 +95,24 @@ struct ConditionsEndToEndTests {
         #expect(try daemon.stop() == .exited(0))
     }
 
+    @Test("a reload that moves PowerSupplyPath= reads the new tree")
+    func reloadMovesThePowerSupplyTree() throws {
+        let onBattery = try FakePowerSupplies()
+        try onBattery.set("AC", ["type": "Mains", "online": "0"])
+        let onMains = try FakePowerSupplies()
+        try onMains.set("AC", ["type": "Mains", "online": "1"])
+        let scratch = try ScratchDirectory(prefix: "conditions-reload")
+        let daemon = try DaemonHarness(
+            configuration: DaemonHarness.fastPolicy + "\n[Conditions]\nPowerSupplyPath=\(onBattery.path)\n",
+            environment: ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=\(scratch.path)/no-bus"])
+        try waitForStatus(daemon, "on battery") { conditions, _ in conditions["ac"] == .bool(false) }
+        try DaemonHarness.fastPolicy.appending("\n[Conditions]\nPowerSupplyPath=\(onMains.path)\n")
+            .write(toFile: daemon.configurationPath, atomically: true, encoding: .utf8)
+        guard kill(daemon.pid, SIGHUP) == 0 else { throw Errno(rawValue: errno, operation: "kill(SIGHUP)") }
+        try waitForStatus(daemon, "on mains after the reload") { conditions, _ in conditions["ac"] == .bool(true) }
+        #expect(try daemon.stop() == .exited(0))
+    }
+
     @Test(
         "the system bus from DBUS_SYSTEM_BUS_ADDRESS: UPower and logind stand-ins followed, UPower leaving",
         .requires(.conditionServices))
