@@ -33,7 +33,12 @@ public final class PrivateBus {
     }
 
     deinit {
-        try? ProcessGroup(id: process.pid).send(.kill)
+        // SIGTERM to both: the bus exits and `timeout` reaps it before exiting itself, so nothing is left for
+        // init to reap; SIGKILL to the group if that takes more than 10 s.
+        try? ProcessGroup(id: process.pid).send(.terminate)
+        if (try? process.waitForExit(timeout: .seconds(10))) == nil {
+            try? ProcessGroup(id: process.pid).send(.kill)
+        }
         process.terminate()
     }
 }
