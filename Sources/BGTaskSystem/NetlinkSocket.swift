@@ -18,7 +18,8 @@ public final class NetlinkSocket {
 
     /// A socket of `protocolNumber` joined to `groups` (0: none, for requests and their answers), with a receive
     /// buffer of `receiveBufferBytes` asked for (the kernel may give less), reading datagrams of up to
-    /// `datagramBytes`.
+    /// `datagramBytes`. 32 KiB by default: the kernel fills a dump's datagrams up to the reader's buffer, at most
+    /// 32 KiB, unless one message alone is larger (a link with many virtual functions); `growBuffer()` is for that.
     public init(protocolNumber: Int32, groups: UInt32, receiveBufferBytes: Int32 = 0, datagramBytes: Int = 32 << 10)
         throws(Errno)
     {
@@ -30,6 +31,16 @@ public final class NetlinkSocket {
     }
 
     deinit { try? fileDescriptor.close() }
+
+    /// How long a datagram can be read whole.
+    public var datagramCapacity: Int { buffer.count }
+
+    /// Doubles the buffer, up to `limit` bytes; false when it is already that large.
+    public func growBuffer(limit: Int) -> Bool {
+        guard buffer.count < limit else { return false }
+        buffer = [UInt8](repeating: 0, count: min(buffer.count * 2, limit))
+        return true
+    }
 
     /// One datagram read from the socket.
     public struct Datagram {

@@ -139,6 +139,22 @@ struct ConditionMonitorTests {
     }
 
     @Test(
+        "the kernel's own power_supply class is followed through its uevents",
+        .requires(.root(for: "the kernel's uevent socket")))
+    func sysfsUsesUevents() throws {
+        let host = try FakeConditionHost()
+        let monitor = ConditionMonitor(host: host, settings: DaemonConfiguration.Conditions(), usesSystemBus: false)
+        monitor.start()
+        defer { monitor.stop() }
+        #expect(monitor.power.supplyClass.path == "/sys/class/power_supply")
+        #expect(monitor.power.supplyClass.isSysfs)
+        #expect(monitor.power.mechanism == .uevents, "\(monitor.power.mechanism)")
+        // Whatever this host has, the class was read: power has a source and a value.
+        #expect(monitor.sourceNames["power"] == "power_supply", "\(monitor.sources)")
+        #expect(monitor.conditions.externalPower != nil && monitor.conditions.batteryNotLow != nil)
+    }
+
+    @Test(
         "D-Bus: UPower, NetworkManager and logind followed through their properties, leaving and coming back",
         .requires(.conditionServices))
     func busServices() throws {

@@ -75,6 +75,9 @@ final class PowerSupplyWatch {
     func start() {
         if supplyClass.isSysfs {
             do {
+                // 8 KiB: the kernel's uevent buffer (`UEVENT_BUFFER_SIZE`, 2 KiB) with room to spare. A 1 MiB
+                // receive buffer holds the burst of a whole host's devices changing at once (udev asks for 128 MiB
+                // because it must see every event; here a lost burst only costs one more read of the supplies).
                 let socket = try NetlinkSocket(
                     protocolNumber: NetlinkSocket.ueventProtocol, groups: NetlinkSocket.kernelUeventGroup,
                     receiveBufferBytes: 1 << 20, datagramBytes: 8 << 10)

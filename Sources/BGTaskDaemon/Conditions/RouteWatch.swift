@@ -52,6 +52,8 @@ final class RouteWatch {
     /// Opens both sockets and reads the state once; `failure` says why when rtnetlink cannot be used.
     func start() {
         do {
+            // Notifications are only a cue (their content is not read), so an overrun (`ENOBUFS`) costs one more
+            // dump; 1 MiB holds the burst of an interface with many routes going down.
             let notifications = try NetlinkSocket(
                 protocolNumber: RouteNetlink.protocolNumber, groups: RouteNetlink.linkAndRouteGroups,
                 receiveBufferBytes: 1 << 20)
@@ -163,7 +165,13 @@ final class RouteWatch {
             }
             guard datagram.senderPort == 0 else { continue }
             if datagram.isTruncated {
-                logger.warning("network: a dump datagram was cut short; reading the state again")
+                // A message larger than the buffer: read the state again with one twice as large, up to 1 MiB
+                // (far above any link or route message), never in a loop.
+                guard dumps.growBuffer(limit: 1 << 20) else {
+                    fail("an rtnetlink message over \(dumps.datagramCapacity) bytes")
+                    return
+                }
+                logger.notice("network: a dump datagram was cut short; reading with \(dumps.datagramCapacity) bytes")
                 dumpState = .idle
                 requestDump()
                 continue
