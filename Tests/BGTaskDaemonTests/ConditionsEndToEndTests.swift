@@ -44,7 +44,7 @@ private func milliseconds(_ duration: Duration) -> String {
     "Conditions end to end",
     .requires(.root(for: "a network namespace of the test's own"), .programs("unshare", "nsenter", "ip")))
 struct ConditionsEndToEndTests {
-    @Test("network and power: a default route appearing and going in the daemon's namespace, an adapter plugged")
+    @Test("network and power: IPv4 and IPv6 default routes coming and going, the interface down, an adapter plugged")
     func networkAndPower() throws {
         let tree = try FakePowerSupplies()
         try tree.set("AC", ["type": "Mains", "online": "0"])
@@ -73,6 +73,16 @@ struct ConditionsEndToEndTests {
         let offline = try waitForStatus(daemon, "offline", since: changedAt) { conditions, _ in
             conditions["network"] == .bool(false)
         }
+        // IPv6's default route counts the same.
+        changedAt = MonotonicClock.now()
+        try runInNetworkNamespace(of: daemon.pid, ["-6", "route", "add", "default", "dev", "lo"])
+        let onlineIPv6 = try waitForStatus(daemon, "online through IPv6", since: changedAt) { conditions, _ in
+            conditions["network"] == .bool(true)
+        }
+        try runInNetworkNamespace(of: daemon.pid, ["-6", "route", "del", "default"])
+        try waitForStatus(daemon, "offline without the IPv6 route") { conditions, _ in
+            conditions["network"] == .bool(false)
+        }
         // A default route through an interface that goes down is no way out.
         try runInNetworkNamespace(of: daemon.pid, ["route", "add", "default", "dev", "lo"])
         try waitForStatus(daemon, "online again") { conditions, _ in conditions["network"] == .bool(true) }
@@ -91,6 +101,7 @@ struct ConditionsEndToEndTests {
         #expect(daemon.log.contains("condition ac: does not hold → holds"), "\(daemon.log)")
         print(
             "daemon reaction: default route added \(milliseconds(online)), removed \(milliseconds(offline)), "
+                + "IPv6 default route added \(milliseconds(onlineIPv6)), "
                 + "interface down \(milliseconds(linkDown)), adapter plugged \(milliseconds(plugged))")
         #expect(try daemon.stop() == .exited(0))
     }
