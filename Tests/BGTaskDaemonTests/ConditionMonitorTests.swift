@@ -202,7 +202,7 @@ struct ConditionMonitorTests {
         // process's namespace unless the host is: the value is network && not metered).
         try services.run("start networkmanager")
         try host.turn(until: "NetworkManager read") { monitor.sourceNames["unmetered"] == "networkmanager" }
-        let network = try #require(monitor.conditions.network)
+        let network = try #require(monitor.conditions.network as Bool?)
         #expect(monitor.conditions.unmeteredNetwork == network)
         try services.run("set networkmanager Metered 1")
         try host.turn(until: "metered") { monitor.conditions.unmeteredNetwork == false }

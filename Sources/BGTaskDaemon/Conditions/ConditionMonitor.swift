@@ -17,10 +17,11 @@ final class ConditionMonitor {
     private weak var host: (any ConditionMonitorHost)?
     private let logger: Logger
     private let loop: EventLoop
-    private let settings: DaemonConfiguration.Conditions
     /// Whether the D-Bus sources are used, and the bus to reach them on (nil: the system bus).
     private let isSystemBusUsed: Bool
     private let systemBusAddress: String?
+    // The sources. Implicitly unwrapped only because each one's closure captures the monitor (weakly), which Swift
+    // allows once every stored property has a value: each is set in init and never nil afterwards.
     private(set) var power: PowerSupplyWatch!
     private(set) var network: RouteWatch!
     private var bus: SystemBus?
@@ -59,7 +60,6 @@ final class ConditionMonitor {
         self.host = host
         logger = host.logger
         loop = host.loop
-        self.settings = settings
         isSystemBusUsed = usesSystemBus
         self.systemBusAddress = systemBusAddress
         power = PowerSupplyWatch(
