@@ -106,7 +106,7 @@ struct ConditionsEndToEndTests {
         #expect(try daemon.stop() == .exited(0))
     }
 
-    @Test("a reload that moves PowerSupplyPath= reads the new tree")
+    @Test("a reload that moves PowerSupplyPath= reads the new tree, leaving no descriptor of the old sources open")
     func reloadMovesThePowerSupplyTree() throws {
         let onBattery = try FakePowerSupplies()
         try onBattery.set("AC", ["type": "Mains", "online": "0"])
@@ -117,10 +117,13 @@ struct ConditionsEndToEndTests {
             configuration: DaemonHarness.fastPolicy + "\n[Conditions]\nPowerSupplyPath=\(onBattery.path)\n",
             environment: ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=\(scratch.path)/no-bus"])
         try waitForStatus(daemon, "on battery") { conditions, _ in conditions["ac"] == .bool(false) }
+        let descriptors = try daemon.openDescriptorCount()
         try DaemonHarness.fastPolicy.appending("\n[Conditions]\nPowerSupplyPath=\(onMains.path)\n")
             .write(toFile: daemon.configurationPath, atomically: true, encoding: .utf8)
         guard kill(daemon.pid, SIGHUP) == 0 else { throw Errno(rawValue: errno, operation: "kill(SIGHUP)") }
         try waitForStatus(daemon, "on mains after the reload") { conditions, _ in conditions["ac"] == .bool(true) }
+        // The sources started again in place of the old ones: no descriptor of theirs is left open.
+        #expect(try daemon.waitForDescriptorCount(atMost: descriptors) <= descriptors)
         #expect(try daemon.stop() == .exited(0))
     }
 
