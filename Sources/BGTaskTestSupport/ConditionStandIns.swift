@@ -32,7 +32,9 @@ public final class PrivateBus {
         address = String(printed.prefix { $0 != "," })
     }
 
-    deinit {
+    /// Ends the bus (its clients see their connections close). Idempotent.
+    public func stop() {
+        guard !process.hasExited else { return }
         // SIGTERM to both: the bus exits and `timeout` reaps it before exiting itself, so nothing is left for
         // init to reap; SIGKILL to the group if that takes more than 10 s.
         try? ProcessGroup(id: process.pid).send(.terminate)
@@ -41,6 +43,8 @@ public final class PrivateBus {
         }
         process.terminate()
     }
+
+    deinit { stop() }
 }
 
 /// The stand-ins for UPower (`upower`, and its display device `display`), NetworkManager (`networkmanager`) and

@@ -238,6 +238,33 @@ struct ConditionMonitorTests {
         monitor.stop()
     }
 
+    @Test(
+        "the system bus going away: its conditions lose their source, power falls back to power_supply",
+        .requires(.conditionServices))
+    func busGoingAway() throws {
+        let bus = try PrivateBus()
+        let services = try ConditionServices(address: bus.address)
+        try services.run("start upower")
+        try services.run("start logind")
+        let tree = try FakePowerSupplies()
+        try tree.set("AC", ["type": "Mains", "online": "0"])
+        let host = try FakeConditionHost()
+        let monitor = ConditionMonitor(host: host, settings: settings(tree), systemBusAddress: bus.address)
+        monitor.start()
+        defer { monitor.stop() }
+        try host.turn(until: "UPower and logind read") {
+            monitor.sourceNames["power"] == "upower" && monitor.conditions.idle == false
+                && monitor.conditions.externalPower == true
+        }
+        bus.stop()
+        try host.turn(until: "the bus's conditions gone") {
+            monitor.conditions.idle == nil && monitor.sourceNames["power"] == "power_supply"
+                && monitor.conditions.externalPower == false
+                && monitor.sources["idle"]?.contains("connection was lost") == true
+        }
+        #expect(host.log.contains("the system bus connection was lost"), "\(host.log)")
+    }
+
     @Test("no system bus: the D-Bus conditions have no source and the kernel's still serve")
     func noSystemBus() throws {
         let tree = try FakePowerSupplies()
