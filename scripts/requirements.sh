@@ -45,6 +45,12 @@ ensure_packages() {
     # systemd-analyze verify looks the units' Documentation= man pages up with man(1).
     command -v man >/dev/null 2>&1 || missing="$missing man-db"
     command -v python3 >/dev/null 2>&1 || missing="$missing python3"
+    # The condition tests: a private D-Bus bus with stand-ins for UPower, NetworkManager and logind written against
+    # the distribution's Python D-Bus and GLib bindings, and network namespaces driven with ip (nsenter and unshare
+    # come with util-linux, above).
+    command -v dbus-daemon >/dev/null 2>&1 || missing="$missing dbus-daemon"
+    /usr/bin/python3 -c 'import dbus, dbus.mainloop.glib, gi' 2>/dev/null || missing="$missing python3-dbus python3-gi"
+    command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
     install_packages "$missing"
 }
 

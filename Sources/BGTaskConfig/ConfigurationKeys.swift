@@ -8,6 +8,7 @@ enum ConfigurationSection: String, CaseIterable, Sendable {
     case memory = "Memory"
     case limits = "Limits"
     case access = "Access"
+    case conditions = "Conditions"
 }
 
 /// A `[Policy]` key; these are also the only keys of `apps.d/NAME.conf`. Declared in `--dump-config` order.
@@ -55,6 +56,8 @@ enum DaemonKey: String, CaseIterable, Sendable {
     case postPayloadSizeMax = "PostPayloadSizeMax"
     case historySize = "HistorySize"
     case controllerGroup = "ControllerGroup"
+    case powerSupplyPath = "PowerSupplyPath"
+    case batteryLowPercent = "BatteryLowPercent"
 
     /// The section the key belongs to.
     var section: ConfigurationSection {
@@ -67,6 +70,8 @@ enum DaemonKey: String, CaseIterable, Sendable {
             return .limits
         case .controllerGroup:
             return .access
+        case .powerSupplyPath, .batteryLowPercent:
+            return .conditions
         }
     }
 
@@ -99,6 +104,8 @@ enum DaemonKey: String, CaseIterable, Sendable {
         // Zero is allowed: no history, and ended apps vanish from GetApp at once.
         case .historySize: return .count(\.core.historySize, 0...Int.max)
         case .controllerGroup: return .groupName(\.access.controllerGroup)
+        case .powerSupplyPath: return .absolutePath(\.conditions.powerSupplyPath)
+        case .batteryLowPercent: return .percentage(\.conditions.batteryLowPercent)
         }
     }
 }
@@ -220,8 +227,8 @@ enum Field<Root> {
         }
     }
 
-    /// A cgroup directory must be absolute (the daemon's working directory is `/`, and a relative path
-    /// would silently mean something else under a test runner), and free of control characters.
+    /// A directory (a cgroup, the power_supply class) must be absolute (the daemon's working directory is `/`, and a
+    /// relative path would silently mean something else under a test runner), and free of control characters.
     private static func checkAbsolutePath(_ text: String) throws(FieldError) {
         guard text.unicodeScalars.first == "/" else {
             throw .constraint("\(String(reflecting: text)) is not an absolute path")

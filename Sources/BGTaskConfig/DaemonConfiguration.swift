@@ -22,6 +22,9 @@ public struct DaemonConfiguration: Hashable, Sendable {
     /// `[Launch]` of the `apps.d/NAME.conf` files: how the daemon launches each app.
     public var launch = Launch()
 
+    /// `[Conditions]`: where the host conditions scheduled work waits on are read.
+    public var conditions = Conditions()
+
     /// The shipped defaults, as bgtaskd(8) lists them.
     public init() {}
 
@@ -95,6 +98,22 @@ public struct DaemonConfiguration: Hashable, Sendable {
         /// `User=` of `[Access]` in `apps.d/NAME.conf`, by app name: the user (a name or a numeric uid) the name
         /// is pinned to. Only that user may register the name; unset names are open to every user.
         public var appUsers: [String: String] = [:]
+
+        /// The shipped defaults, as bgtaskd(8) lists them.
+        public init() {}
+    }
+
+    /// `[Conditions]` settings: where the power_supply class is read, and when a battery counts as low.
+    public struct Conditions: Hashable, Sendable {
+        /// `PowerSupplyPath`: the kernel's power_supply class directory, read where UPower is not on the system bus;
+        /// nil (the default) is `/sys/class/power_supply`. Tests and unusual hosts point it at a tree of the same
+        /// shape (each supply a directory with `type`, `online`, `capacity`…), watched with inotify.
+        public var powerSupplyPath: String? = nil
+
+        /// `BatteryLowPercent`: from the power_supply class, a system battery at or under this charge is low (as
+        /// is one whose `capacity_level` says `Low` or `Critical`). 15 % is where Android's JobScheduler and
+        /// WorkManager call the battery low (`BatteryManager`'s low level).
+        public var batteryLowPercent: Int = 15
 
         /// The shipped defaults, as bgtaskd(8) lists them.
         public init() {}

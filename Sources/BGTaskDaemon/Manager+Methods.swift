@@ -383,10 +383,15 @@ extension Manager {
             "iterationCounts": .array(statistics.dispatchCounts.map { .number(Double($0)) }),
         ]
         memoryMonitor?.refreshForDisplay()
+        var conditionsStatus: [String: JSONValue] = [:]
+        for constraint in Constraint.allCases {
+            conditionsStatus[constraint.rawValue] = latestConditions[constraint].map { .bool($0) } ?? .null
+        }
         return CallOutcome(
             reply: GetStatusReply(
                 version: Self.version, uptimeSec: (now - startedAt).secondsValue,
                 backends: backendNames.mapValues { .string($0) }, apps: core.liveAppCount,
-                suspended: core.suspendedAppCount, tasks: core.openTaskCount, memory: memory, loop: loopStatus))
+                suspended: core.suspendedAppCount, tasks: core.openTaskCount, memory: memory, loop: loopStatus,
+                conditions: conditionsStatus))
     }
 }

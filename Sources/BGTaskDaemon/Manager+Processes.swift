@@ -82,8 +82,11 @@ extension Manager {
         processTable.currentCgroup(of: process)
     }
 
-    /// The backends in use, by capability (`ProcessTable.backendNames`).
-    var backendNames: [String: String] { processTable.backendNames }
+    /// The backends in use, by capability (`ProcessTable.backendNames`), and the source of each host condition
+    /// (`ConditionMonitor.sourceNames`).
+    var backendNames: [String: String] {
+        processTable.backendNames.merging(conditionMonitor?.sourceNames ?? [:]) { own, _ in own }
+    }
 
     /// Submits a job to the inspection worker; false (logged) when it is full.
     func submit(_ job: InspectionJob) -> Bool {

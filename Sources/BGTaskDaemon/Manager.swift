@@ -54,6 +54,10 @@ public final class Manager {
 
     /// Made in `start()`: it needs the manager.
     var memoryMonitor: MemoryMonitor?
+    /// The host's conditions and their sources (`Conditions/`), made in `start()`.
+    var conditionMonitor: ConditionMonitor?
+    /// What the condition monitor last reported; reported only (`GetStatus`), nothing waits on them yet.
+    var latestConditions = Conditions()
     /// The clients: listening, admitting, framing, the backlog of pipelined calls, the streams.
     let connectionServer: ConnectionServer
     /// The one timer of the policy, armed wherever the core asks (`.armTimer`).
@@ -164,6 +168,7 @@ public final class Manager {
         processTable.findDaemonCgroup()
         try processTable.startSupervisor(memory: configuration.memory, unitManager: unitManager)
         memoryMonitor = MemoryMonitor(host: self, settings: configuration.memory)
+        startConditionMonitor()
         streamStore.readLimit()
         try takeListenedDescriptors()
         restoreState()
@@ -186,6 +191,7 @@ public final class Manager {
         let code = try loop.run()
         processTable.stopThreads()
         persistence.stopWriter()
+        conditionMonitor?.stop()
         clock.cancelAll()
         loop.cancelAllSources()
         return code
@@ -270,12 +276,22 @@ public final class Manager {
         for diagnostic in result.diagnostics {
             logger.log(diagnostic.severity == .error ? .error : .warning, "\(diagnostic)")
         }
+        let previousConditions = configuration.conditions
         configuration = result.configuration
         core.updatePolicy(configuration.core)
         memoryMonitor?.update(configuration.memory)
+        if configuration.conditions != previousConditions { startConditionMonitor() }
         trail.capacity = configuration.core.historySize
         resolveAccessSettings()
         logger.notice("configuration reloaded from \(configurationPath)")
+    }
+
+    /// Starts the condition monitor with the configuration's `[Conditions]`, in place of the one running.
+    private func startConditionMonitor() {
+        conditionMonitor?.stop()
+        let monitor = ConditionMonitor(host: self, settings: configuration.conditions)
+        conditionMonitor = monitor
+        monitor.start()
     }
 
     /// Resolves `ControllerGroup` and the users of pinned app names to ids.

@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stddef.h>
+#include <string.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -20,6 +21,7 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <linux/netlink.h>
 
 // Syscall numbers, for headers older than the kernel (they are the same on every architecture since 5.1's
 // unified syscall table).
@@ -146,6 +148,59 @@ static inline int bgtask_peer_pidfd(int fd) {
         return -1;
     }
     return pidfd;
+}
+
+/// A netlink socket of `protocol` (NETLINK_ROUTE, NETLINK_KOBJECT_UEVENT), close-on-exec and non-blocking, bound to
+/// the multicast `groups` (a bit mask; 0 for none) with an address the kernel picks; the descriptor, or -1 with errno
+/// set. `struct sockaddr_nl` is not part of Swift's Glibc module.
+static inline int bgtask_netlink_open(int protocol, unsigned int groups, int receive_buffer_bytes) {
+    int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, protocol);
+    if (fd < 0) return -1;
+    if (receive_buffer_bytes > 0) {
+        // Only a bigger buffer against bursts: failing leaves the default, which works.
+        (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer_bytes, sizeof(receive_buffer_bytes));
+    }
+    struct sockaddr_nl address;
+    memset(&address, 0, sizeof(address));
+    address.nl_family = AF_NETLINK;
+    address.nl_groups = groups;
+    if (bind(fd, (struct sockaddr *)&address, sizeof(address)) != 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    return fd;
+}
+
+/// Receives one netlink datagram into `buffer`: its length, or -1 with errno set. `*sender_port` is the sender's
+/// port id (0: the kernel), `*groups` the multicast groups it was sent to, and `*truncated` 1 when the datagram was
+/// longer than the buffer (the rest is lost).
+static inline long bgtask_netlink_receive(
+    int fd, void *buffer, size_t length, unsigned int *sender_port, unsigned int *groups, int *truncated) {
+    struct sockaddr_nl address;
+    memset(&address, 0, sizeof(address));
+    struct iovec vector = {buffer, length};
+    struct msghdr message;
+    memset(&message, 0, sizeof(message));
+    message.msg_name = &address;
+    message.msg_namelen = sizeof(address);
+    message.msg_iov = &vector;
+    message.msg_iovlen = 1;
+    long received = recvmsg(fd, &message, 0);
+    if (received < 0) return -1;
+    *sender_port = address.nl_pid;
+    *groups = address.nl_groups;
+    *truncated = (message.msg_flags & MSG_TRUNC) ? 1 : 0;
+    return received;
+}
+
+/// Sends `buffer` to the kernel (port 0) on netlink socket `fd`: the bytes sent, or -1 with errno set.
+static inline long bgtask_netlink_send_to_kernel(int fd, const void *buffer, size_t length) {
+    struct sockaddr_nl address;
+    memset(&address, 0, sizeof(address));
+    address.nl_family = AF_NETLINK;
+    return sendto(fd, buffer, length, 0, (struct sockaddr *)&address, sizeof(address));
 }
 
 // GNU descriptor calls, redeclared because the headers hide them without _GNU_SOURCE.

@@ -49,7 +49,18 @@ let documentedDefaults = """
     HistorySize=1000
     [Access]
     ControllerGroup=
+    [Conditions]
+    PowerSupplyPath=
+    BatteryLowPercent=15
     """
+
+@Test func conditionsKeysSetTheirFields() {
+    let result = load([mainPath: "[Conditions]\nPowerSupplyPath=/run/test/power_supply\nBatteryLowPercent=20\n"])
+    #expect(result.diagnostics.isEmpty)
+    #expect(result.configuration.conditions.powerSupplyPath == "/run/test/power_supply")
+    #expect(result.configuration.conditions.batteryLowPercent == 20)
+    #expect(DaemonConfiguration().conditions.powerSupplyPath == nil)
+}
 
 @Test func noFilesMeansDefaults() {
     let result = load([:])
@@ -340,6 +351,8 @@ func validatesAppNames(_ name: String, _ expected: AppNameError?) {
     ("[Access]\nControllerGroup=99999999999\n", "gid"),
     ("[Policy]\nExitsOnSuspend=maybe\n", "expected one of yes"),
     ("[Policy]\nBackgroundTimeSec=infinity\n", "infinity"),
+    ("[Conditions]\nPowerSupplyPath=power_supply\n", "not an absolute path"),
+    ("[Conditions]\nBatteryLowPercent=101\n", "from 0 to 100"),
 ])
 func valuesOutsideTheirLimitsAreErrors(_ text: String, _ fragment: String) throws {
     let result = load([mainPath: text])

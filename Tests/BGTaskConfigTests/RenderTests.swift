@@ -28,6 +28,7 @@ let documentedKeys: [(section: String, keys: [String])] = [
         ]
     ),
     ("Access", ["ControllerGroup"]),
+    ("Conditions", ["PowerSupplyPath", "BatteryLowPercent"]),
 ]
 
 @Test func theDumpShowsEverySectionAndKeyOnce() {

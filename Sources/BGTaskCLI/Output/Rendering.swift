@@ -31,6 +31,9 @@ public enum Rendering {
         lines.append("apps:      \(status.apps) (\(status.suspended) suspended)")
         lines.append("tasks:     \(status.tasks)")
         lines.append("memory:    " + members(status.memory))
+        if let conditions = status.conditions {
+            lines.append("conditions: " + members(conditions))
+        }
         if let longest = status.loop["longestIterationMs"]?.doubleValue,
             let iterations = status.loop["iterations"]?.intValue
         {
