@@ -83,7 +83,7 @@ extension Lifecycle {
                 countLiveApp(of: app.uid, by: -1)
                 countLiveApp(of: process.uid, by: 1)
                 start(existing, in: initialState, now: now, into: &actions)
-                noteRegistration(of: name)
+                noteAppChange(of: name)
             } else {
                 modify(existing) { $0.isRegistered = true }
                 audit(.reattached, existing, now: now, into: &actions) { $0.state = app.state }
@@ -100,7 +100,7 @@ extension Lifecycle {
         modify(id) { $0.isRegistered = true }
         audit(.registered, id, now: now, into: &actions)
         start(id, in: initialState, now: now, into: &actions)
-        noteRegistration(of: name)
+        noteAppChange(of: name)
         armTimerIfDeadlineMoved(&actions, now: now)
         return RegistrationOutcome(app: id, isReattached: false, actions: actions)
     }
@@ -118,6 +118,7 @@ extension Lifecycle {
         let id = createRecord(name: name, process: process, isManaged: true, exitsOnSuspend: exitsOnSuspend, now: now)
         setDeadline(.launch, of: id, at: now + tracked(id).policy.launchTimeout)
         audit(.registered, id, now: now, into: &actions) { $0.state = .notRunning }
+        noteAppChange(of: name)
         armTimerIfDeadlineMoved(&actions, now: now)
         return (id, actions)
     }
@@ -159,6 +160,7 @@ extension Lifecycle {
         isHistoryOrderChanged = true
         changeState(id, to: .notRunning, now: now, into: &actions)
         audit(.unregistered, id, now: now, into: &actions)
+        noteAppChange(of: app.name)
         evictDetached(into: &actions)
         armTimerIfDeadlineMoved(&actions, now: now)
         return actions

@@ -291,9 +291,13 @@ extension Lifecycle {
                 from: SchedulingState.wallClock(run.began, offset: offset),
                 to: SchedulingState.wallClock(now, offset: offset))
         }
+        let wasTold = run.lostGraceEnds != nil
         switch (cause, settlement) {
         case (_, .cancelled):
             removeRequest(key, now: now)
+        case (.ended, nil) where wasTold, (.ended, .retry) where wasTold:
+            // Told to stop because a constraint stopped holding, the app stopped: it runs when they hold again.
+            scheduling.requests[key] = SchedulingState.requeued(record)
         case (.ended, .finished), (.ended, nil):
             // Ended without a completion: a failure not to retry.
             if let replacement = record.replacement {
@@ -318,8 +322,8 @@ extension Lifecycle {
         scheduling.lastForeground[name] = SchedulingState.wallClock(instant, offset: offset)
     }
 
-    /// An app registered: its requests may run now.
-    mutating func noteRegistration(of name: String) {
+    /// An app registered, was launched, or stopped running: its requests may run now, or plan no wake-up.
+    mutating func noteAppChange(of name: String) {
         if scheduling.countByName[name] != nil { scheduling.needsEvaluation = true }
     }
 
@@ -338,7 +342,10 @@ extension Lifecycle {
             case .running(let run):
                 advance(run, of: record, key: key, now: now, into: &actions)
             case .launching(let until):
-                if case .running(let id) = availability(of: record),
+                if scheduling.isConditionsKnown, !scheduling.conditions.satisfy(record.request.constraints) {
+                    // Its constraints stopped holding while its app started: it waits for them again.
+                    scheduling.requests[key] = SchedulingState.requeued(record)
+                } else if case .running(let id) = availability(of: record),
                     let time = grant(for: record, granted: runningGrants(), now: now)
                 {
                     beginScheduledTask(record, key: key, in: id, time: time, now: now, into: &actions)
@@ -472,8 +479,9 @@ extension Lifecycle {
             if cap > .zero {
                 // While the app runs a scheduled task, the end of that task plans again.
                 if runningNames.contains(name) && wallNow.map({ at <= $0 }) ?? false { continue }
-                let needed = min(policy.scheduledTaskTime(for: record.request.kind), SchedulingState.grantMinimum)
-                let memo = "\(needed.nanosecondCount) \(name)"
+                let needed = min(policy.scheduledTaskTime(for: record.request.kind), SchedulingState.grantMinimum, cap)
+                // Without a `now` (a state just restored), each request's search starts at its own due time.
+                let memo = "\(needed.nanosecondCount) \(wallNow == nil ? at.nanoseconds : 0) \(name)"
                 if firstFree[memo] == nil {
                     let ledger = scheduling.ledgers[name] ?? ScheduledLedger()
                     firstFree[memo] = .some(ledger.firstInstant(withAtLeast: needed, of: cap, from: wallNow ?? at))
@@ -574,15 +582,15 @@ extension Lifecycle {
     }
 
     /// The time a task for `record` gets now: its kind's, less what its app's daily budget does not leave once
-    /// its running tasks' time (`granted`) is set aside; nil when that is under the smaller of the kind's time and
-    /// `grantMinimum`.
+    /// its running tasks' time (`granted`) is set aside; nil when that is under the least of the kind's time,
+    /// `grantMinimum` and the daily budget itself.
     private func grant(for record: ScheduledRecord, granted: Duration, now: MonotonicInstant) -> Duration? {
         let time = policy.scheduledTaskTime(for: record.request.kind)
         let cap = policy.scheduledTimePerDay
         guard cap > .zero else { return time }
         guard let wall = wallClockNow(now) else { return nil }
         let left = cap - (scheduling.ledgers[record.request.appName]?.used(at: wall) ?? .zero) - granted
-        guard left >= min(time, SchedulingState.grantMinimum) else { return nil }
+        guard left >= min(time, SchedulingState.grantMinimum, cap) else { return nil }
         return min(time, left)
     }
 

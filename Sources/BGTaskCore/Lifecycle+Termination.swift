@@ -72,6 +72,7 @@ extension Lifecycle {
         endedOrder.append(id)
         isHistoryOrderChanged = true
         changeState(id, to: .terminated, now: now, into: &actions)
+        noteAppChange(of: app.name)
         audit(.terminated, id, now: now, into: &actions) {
             $0.reason = reason
             annotate(&$0)

@@ -52,6 +52,18 @@ public struct SavedLifecycle: Codable, Sendable {
     }
 }
 
+extension SavedLifecycle {
+    /// The state to start from after a reboot: no registration, lease or monotonic deadline of the old boot means
+    /// anything now, so only the scheduled requests, ledgers and last-foreground times are kept, as
+    /// `SavedScheduling.afterReboot(wallClockNow:)` leaves them.
+    public init(afterReboot scheduling: SavedScheduling, wallClockNow: WallClockInstant) {
+        self.init(
+            apps: [], nextSerial: 1, liveNames: [:], detachedNames: [:], endedNames: [:], endedOrder: [],
+            detachedOrder: [], ledgers: [:], nextTaskID: 1, nextEventID: 1, nextSequence: 0,
+            scheduling: scheduling.afterReboot(wallClockNow: wallClockNow))
+    }
+}
+
 /// One registration of a saved state (`SavedLifecycle.savedApps`): encodes as the app does within the state.
 public struct SavedApp: Encodable, Sendable {
     let app: TrackedApp
@@ -104,10 +116,11 @@ extension Lifecycle {
     ///
     /// `conditions` and `wallClockOffset`, when the shell has them already, are what scheduled requests are judged
     /// by from the start (else nothing scheduled starts, and no constraint is judged lost, until they are
-    /// reported). `restarted(now:)` then starts what is runnable.
+    /// reported). `now`, when given, is when scheduled work is planned from. `restarted(now:)` then starts what is
+    /// runnable.
     public init(
         restoring saved: SavedLifecycle, policy: CorePolicy, isValidPayload: (String) -> Bool = { _ in true },
-        conditions: Conditions? = nil, wallClockOffset: Duration? = nil
+        conditions: Conditions? = nil, wallClockOffset: Duration? = nil, now: MonotonicInstant? = nil
     ) throws(SavedStateError) {
         self.init(policy: policy)
         func fail(_ reason: String) -> SavedStateError { SavedStateError(reason: reason) }
@@ -181,7 +194,7 @@ extension Lifecycle {
             scheduling.isConditionsKnown = true
         }
         scheduling.wallClockOffset = wallClockOffset
-        scheduling.deadline = plannedSchedulingDeadline(after: nil)
+        scheduling.deadline = plannedSchedulingDeadline(after: now)
         scheduling.needsEvaluation = true
     }
 

@@ -77,6 +77,29 @@ public struct ScheduledRequest: Hashable, Sendable, Codable {
         self.constraints = constraints
     }
 
+    private enum CodingKeys: String, CodingKey {
+        case appName, identifier, kind, earliestBegin, constraints
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        appName = try container.decode(String.self, forKey: .appName)
+        identifier = try container.decode(String.self, forKey: .identifier)
+        kind = try container.decode(ScheduledTaskKind.self, forKey: .kind)
+        earliestBegin = try container.decode(WallClockInstant.self, forKey: .earliestBegin)
+        constraints = Set(try container.decode([Constraint].self, forKey: .constraints))
+    }
+
+    /// Encodes the constraints in the enum's order: the same request always saves as the same bytes.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(appName, forKey: .appName)
+        try container.encode(identifier, forKey: .identifier)
+        try container.encode(kind, forKey: .kind)
+        try container.encode(earliestBegin, forKey: .earliestBegin)
+        try container.encode(constraints.sorted(), forKey: .constraints)
+    }
+
     /// The longest identifier, in bytes of UTF-8.
     public static let identifierBytesMax = 255
 

@@ -42,6 +42,19 @@ public final class PolicyHarness {
         loop = ManualEventLoop(start: start)
     }
 
+    /// A harness whose policy is restored from `saved` (a daemon starting on a saved state, perhaps after a
+    /// reboot: `start` is the new boot's monotonic time), given the conditions and wall clock its shell reads at
+    /// start; the restart's actions are carried out.
+    public init(
+        restoring saved: SavedLifecycle, policy: CorePolicy = CorePolicy(), start: MonotonicInstant,
+        conditions: Conditions?, wallClockOffset: Duration?
+    ) throws {
+        core = try Lifecycle(
+            restoring: saved, policy: policy, conditions: conditions, wallClockOffset: wallClockOffset, now: start)
+        loop = ManualEventLoop(start: start)
+        execute(core.restarted(now: start))
+    }
+
     /// The current time.
     public var now: MonotonicInstant { loop.now }
 
@@ -198,7 +211,7 @@ public final class PolicyHarness {
         let saved = try JSONDecoder().decode(SavedLifecycle.self, from: data)
         core = try Lifecycle(
             restoring: saved, policy: core.policy, conditions: core.conditions,
-            wallClockOffset: wallClockOffset ?? core.wallClockOffset)
+            wallClockOffset: wallClockOffset ?? core.wallClockOffset, now: now)
         frozen = []
         if let timer { loop.cancel(timer) }
         timer = nil
