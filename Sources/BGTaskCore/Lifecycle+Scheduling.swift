@@ -355,6 +355,7 @@ extension Lifecycle {
             }
         }
         startRunnable(now: now, into: &actions)
+        pruneLedgers(now: now)
         scheduling.needsEvaluation = false
         scheduling.deadline = plannedSchedulingDeadline(after: now)
     }
@@ -569,6 +570,24 @@ extension Lifecycle {
         if scheduling.lastForeground[name] != nil { scheduling.lastForeground[name] = nil }
         if let ledger = scheduling.ledgers[name], let wall = wallClockNow(now), ledger.used(at: wall) == .zero {
             scheduling.ledgers[name] = nil
+        }
+    }
+
+    /// Forgets the ledgers of app names holding no request once their day is over, and, past
+    /// `ScheduledRequestsMax` ledgers, those of names holding no request, least used first: a peer cycling
+    /// through names cannot grow the table (a name that submits again after losing its ledger starts a fresh
+    /// day, which the bound on requests limits).
+    private mutating func pruneLedgers(now: MonotonicInstant) {
+        guard scheduling.ledgers.count > scheduling.countByName.count, let wall = wallClockNow(now) else { return }
+        var idle: [(name: String, used: Duration)] = []
+        for (name, ledger) in scheduling.ledgers.storage where scheduling.countByName[name] == nil {
+            idle.append((name, ledger.used(at: wall)))
+        }
+        idle.sort { ($0.used, $0.name) < ($1.used, $1.name) }
+        var excess = scheduling.ledgers.count - policy.scheduledRequestsMax
+        for entry in idle where entry.used == .zero || excess > 0 {
+            scheduling.ledgers[entry.name] = nil
+            excess -= 1
         }
     }
 

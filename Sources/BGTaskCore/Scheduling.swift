@@ -289,6 +289,9 @@ public struct SavedScheduling: Sendable, Codable, Equatable {
     /// How many requests it holds.
     public var requestCount: Int { requests.count }
 
+    /// How many app names have a ledger of scheduled time.
+    public var ledgerCount: Int { ledgers.count }
+
     /// The same requests as after a reboot: no process and no lease of the old boot is left, so a request that
     /// ran or was launching waits again with backoff (its app ended while it ran), its monotonic deadlines
     /// meaningless now.

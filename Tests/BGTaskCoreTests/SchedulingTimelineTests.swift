@@ -221,6 +221,25 @@ struct SchedulingTimelineTests {
         #expect(h.takeEffects() == ["mail task#2 ended (expired)"])
     }
 
+    @Test("ledgers of app names holding no request are bounded, and forgotten once their day is over")
+    func ledgersBounded() throws {
+        let h = scheduler { $0.scheduledRequestsMax = 3 }
+        for index in 0..<6 {
+            let app = try h.register("app\(index)")
+            try h.submit(request("app\(index)", "once", at: h.wallNow))
+            h.advance(by: .seconds(1))
+            try h.complete(app, try #require(h.runningTask("app\(index)", "once")), .success)
+        }
+        #expect(h.core.saved.savedScheduling.ledgerCount == 3)
+        #expect(
+            (0..<6).map { h.core.scheduledTimeUsed(by: "app\($0)", at: h.wallNow) } == [
+                .zero, .zero, .zero, .seconds(1), .seconds(1), .seconds(1),
+            ])
+        h.advance(by: .seconds(24 * 60 * 60))
+        try h.submit(request("app0", "again", at: h.wallNow))
+        #expect(h.core.saved.savedScheduling.ledgerCount == 0)
+    }
+
     // MARK: Running one
 
     @Test("a registered app gets a lease named after the identifier, with its kind's time and warning")
