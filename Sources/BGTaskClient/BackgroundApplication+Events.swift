@@ -52,6 +52,10 @@ extension BackgroundApplication {
             let notification = ApplicationNotification(
                 name: event.name ?? "", payload: event.payload.map(JSONValue.object), count: event.count ?? 1)
             delegate?.application(self, didReceive: notification)
+        case .runScheduledTask:
+            // Seen by the observers above; the daemon sends it only for scheduled requests, which this client does
+            // not submit yet.
+            break
         }
         let shouldAcknowledge = state.withLock { $0.acknowledgesAutomatically && $0.link.isAlive }
         guard shouldAcknowledge else { return }

@@ -88,6 +88,11 @@ public struct LifecycleChanges: Sendable, Codable {
     package internal(set) var detachedNames: [NamedChange<AppID>] = []
     package internal(set) var endedNames: [NamedChange<AppID>] = []
     package internal(set) var ledgers: [NamedChange<UsageLedger>] = []
+    /// Scheduled requests, scheduled-time ledgers and last-foreground times that changed (absent when none did, and
+    /// in records written before there were these).
+    package internal(set) var scheduledRequests: [NamedChange<ScheduledRecord>]?
+    package internal(set) var scheduledLedgers: [NamedChange<ScheduledLedger>]?
+    package internal(set) var lastForeground: [NamedChange<WallClockInstant>]?
     /// The orders whole, when they changed.
     package internal(set) var endedOrder: [AppID]?
     package internal(set) var detachedOrder: [AppID]?
@@ -103,7 +108,8 @@ public struct LifecycleChanges: Sendable, Codable {
     public var isEmpty: Bool {
         apps.isEmpty && forgotten.isEmpty && (tasks ?? []).isEmpty && liveNames.isEmpty && detachedNames.isEmpty
             && endedNames.isEmpty
-            && ledgers.isEmpty && endedOrder == nil && detachedOrder == nil
+            && ledgers.isEmpty && endedOrder == nil && detachedOrder == nil && scheduledRequests == nil
+            && scheduledLedgers == nil && lastForeground == nil
     }
 
     /// The record without its registrations, for an encoder that writes those itself (`savedApps`).
@@ -130,6 +136,9 @@ extension Lifecycle {
             detachedNames.isTracking = newValue
             endedNames.isTracking = newValue
             ledgers.isTracking = newValue
+            scheduling.requests.isTracking = newValue
+            scheduling.ledgers.isTracking = newValue
+            scheduling.lastForeground.isTracking = newValue
             isHistoryOrderChanged = false
             _ = takeChanges()
         }
@@ -144,6 +153,12 @@ extension Lifecycle {
             detachedNames: detachedNames.takeChanges(), endedNames: endedNames.takeChanges(),
             ledgers: ledgers.takeChanges(), nextSerial: apps.upcomingSerial, nextTaskID: nextTaskID,
             nextEventID: nextEventID, nextSequence: nextSequence)
+        let requests = scheduling.requests.takeChanges()
+        let scheduledLedgers = scheduling.ledgers.takeChanges()
+        let lastForeground = scheduling.lastForeground.takeChanges()
+        changes.scheduledRequests = requests.isEmpty ? nil : requests
+        changes.scheduledLedgers = scheduledLedgers.isEmpty ? nil : scheduledLedgers
+        changes.lastForeground = lastForeground.isEmpty ? nil : lastForeground
         if isHistoryOrderChanged {
             isHistoryOrderChanged = false
             changes.endedOrder = Array(endedOrder[endedOrderStart...])
@@ -197,6 +212,13 @@ extension SavedLifecycle {
             for change in changes.detachedNames { base.detachedNames[change.name] = change.value }
             for change in changes.endedNames { base.endedNames[change.name] = change.value }
             for change in changes.ledgers { base.ledgers[change.name] = change.value }
+            if changes.scheduledRequests != nil || changes.scheduledLedgers != nil || changes.lastForeground != nil {
+                var scheduling = base.scheduling ?? SavedScheduling()
+                for change in changes.scheduledRequests ?? [] { scheduling.requests[change.name] = change.value }
+                for change in changes.scheduledLedgers ?? [] { scheduling.ledgers[change.name] = change.value }
+                for change in changes.lastForeground ?? [] { scheduling.lastForeground[change.name] = change.value }
+                base.scheduling = scheduling
+            }
             if let order = changes.endedOrder { base.endedOrder = order }
             if let order = changes.detachedOrder { base.detachedOrder = order }
             base.nextSerial = changes.nextSerial

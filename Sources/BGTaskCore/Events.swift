@@ -53,6 +53,9 @@ public enum Action: Hashable, Sendable {
     /// The policy forgot a registration whose process may still run (a detached one, past `historySize` of
     /// them): let go of whatever is held for it, such as the handle watching its process.
     case forget(AppID)
+    /// Launch the app `app` in the background for its scheduled requests, as its `apps.d` entry or unit says; the
+    /// launched process is reported with `appLaunched`, a launch that cannot happen with `scheduledLaunchFailed`.
+    case launch(app: String)
 }
 
 /// One entry of the audit trail: history, `Watch`, journal.

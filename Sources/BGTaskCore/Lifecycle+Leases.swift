@@ -54,7 +54,7 @@ extension Lifecycle {
             }
             armBudgetDeadlines(of: id, now: now, into: &actions)
         }
-        armTimerIfDeadlineMoved(&actions)
+        armTimerIfDeadlineMoved(&actions, now: now)
         return (task, actions)
     }
 
@@ -69,11 +69,11 @@ extension Lifecycle {
         }
         var actions: [Action] = []
         endTask(task, of: id, cause: .ended, now: now, into: &actions)
-        if read(id, { $0.openTasks.isEmpty }) {
+        if !read(id, { $0.hasOrdinaryTasks }) {
             clearDeadlines([.expirationWarning, .budget], of: id)
             suspendIfIdle(id, now: now, into: &actions)
         }
-        armTimerIfDeadlineMoved(&actions)
+        armTimerIfDeadlineMoved(&actions, now: now)
         return actions
     }
 
@@ -98,7 +98,7 @@ extension Lifecycle {
         modify(id) { $0.pendingAcknowledgement = nil }
         clearDeadline(.acknowledgement, of: id)
         suspendIfIdle(id, now: now, into: &actions)
-        armTimerIfDeadlineMoved(&actions)
+        armTimerIfDeadlineMoved(&actions, now: now)
         return actions
     }
 
@@ -113,6 +113,7 @@ extension Lifecycle {
             $0.taskName = lease.name
             $0.taskEnd = cause
         }
+        if lease.isScheduled == true { scheduledLeaseEnded(lease, of: id, cause: cause, now: now) }
     }
 
     /// Ends every open lease of an app (it expired or the app ended).

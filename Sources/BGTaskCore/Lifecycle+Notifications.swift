@@ -53,7 +53,7 @@ extension Lifecycle {
                 break
             }
         }
-        armTimerIfDeadlineMoved(&result.actions)
+        armTimerIfDeadlineMoved(&result.actions, now: now)
         return result
     }
 }

@@ -83,11 +83,12 @@ extension Lifecycle {
                 countLiveApp(of: app.uid, by: -1)
                 countLiveApp(of: process.uid, by: 1)
                 start(existing, in: initialState, now: now, into: &actions)
+                noteAppChange(of: name)
             } else {
                 modify(existing) { $0.isRegistered = true }
                 audit(.reattached, existing, now: now, into: &actions) { $0.state = app.state }
             }
-            armTimerIfDeadlineMoved(&actions)
+            armTimerIfDeadlineMoved(&actions, now: now)
             return RegistrationOutcome(app: existing, isReattached: app.state != .notRunning, actions: actions)
         }
         guard liveAppCount(uid: process.uid) < policy.appsPerUserMax else {
@@ -99,7 +100,8 @@ extension Lifecycle {
         modify(id) { $0.isRegistered = true }
         audit(.registered, id, now: now, into: &actions)
         start(id, in: initialState, now: now, into: &actions)
-        armTimerIfDeadlineMoved(&actions)
+        noteAppChange(of: name)
+        armTimerIfDeadlineMoved(&actions, now: now)
         return RegistrationOutcome(app: id, isReattached: false, actions: actions)
     }
 
@@ -116,7 +118,8 @@ extension Lifecycle {
         let id = createRecord(name: name, process: process, isManaged: true, exitsOnSuspend: exitsOnSuspend, now: now)
         setDeadline(.launch, of: id, at: now + tracked(id).policy.launchTimeout)
         audit(.registered, id, now: now, into: &actions) { $0.state = .notRunning }
-        armTimerIfDeadlineMoved(&actions)
+        noteAppChange(of: name)
+        armTimerIfDeadlineMoved(&actions, now: now)
         return (id, actions)
     }
 
@@ -136,7 +139,7 @@ extension Lifecycle {
         var actions: [Action] = []
         modify(id) { $0.isRegistered = false }
         guard app.state != .terminated else {
-            armTimerIfDeadlineMoved(&actions)
+            armTimerIfDeadlineMoved(&actions, now: now)
             return actions
         }
         endAllTasks(of: id, cause: .appEnded, now: now, into: &actions)
@@ -157,8 +160,9 @@ extension Lifecycle {
         isHistoryOrderChanged = true
         changeState(id, to: .notRunning, now: now, into: &actions)
         audit(.unregistered, id, now: now, into: &actions)
+        noteAppChange(of: app.name)
         evictDetached(into: &actions)
-        armTimerIfDeadlineMoved(&actions)
+        armTimerIfDeadlineMoved(&actions, now: now)
         return actions
     }
 
@@ -210,6 +214,7 @@ extension Lifecycle {
                 state: .notRunning,
                 isRegistered: false, lastForeground: now))
         setLiveName(name, to: id)
+        noteForeground(of: id, at: now)
         return id
     }
 

@@ -7,7 +7,7 @@ extension Lifecycle {
         guard app.state != .terminated else { throw .invalidState(app: app.name, state: app.state) }
         var actions: [Action] = []
         terminate(id, reason: .controller, now: now, into: &actions)
-        armTimerIfDeadlineMoved(&actions)
+        armTimerIfDeadlineMoved(&actions, now: now)
         return actions
     }
 
@@ -43,7 +43,7 @@ extension Lifecycle {
             $0.latency = sinceKill
         }
         evictEnded()
-        armTimerIfDeadlineMoved(&actions)
+        armTimerIfDeadlineMoved(&actions, now: now)
         return actions
     }
 
@@ -72,6 +72,7 @@ extension Lifecycle {
         endedOrder.append(id)
         isHistoryOrderChanged = true
         changeState(id, to: .terminated, now: now, into: &actions)
+        noteAppChange(of: app.name)
         audit(.terminated, id, now: now, into: &actions) {
             $0.reason = reason
             annotate(&$0)
@@ -126,7 +127,16 @@ extension Lifecycle {
     /// deadlines in the order they were scheduled).
     public mutating func deadlineReached(now: MonotonicInstant) -> [Action] {
         var actions: [Action] = []
-        while let (id, order) = deadlines.first, order.instant <= now {
+        while true {
+            let due = deadlines.first.flatMap { $0.order.instant <= now ? $0 : nil }
+            if let scheduled = scheduling.deadline, scheduled <= now,
+                due.map({ scheduled < $0.order.instant }) ?? true
+            {
+                // Scheduled work is looked at as of its own instant; what that plans lies after it.
+                evaluateScheduling(now: scheduled, into: &actions)
+                continue
+            }
+            guard let (id, order) = due else { break }
             // Safe: the queue only holds apps with a pending deadline, whose earliest is this one.
             let kind = tracked(id).deadlines.earliest!.kind
             modify(id) { $0.deadlines[kind] = nil }
@@ -135,7 +145,7 @@ extension Lifecycle {
         }
         // The shell's timer is spent: re-arm whatever is next, even if it did not move.
         armedDeadline = nil
-        armTimerIfDeadlineMoved(&actions)
+        armTimerIfDeadlineMoved(&actions, now: now)
         return actions
     }
 
@@ -166,11 +176,11 @@ extension Lifecycle {
                 modify(id) { $0.suspensionIsFinalAttempt = false }
             }
         case .expirationWarning:
-            if !app.openTasks.isEmpty, !app.expirationWarned {
+            if app.hasOrdinaryTasks, !app.expirationWarned {
                 warnExpiration(of: id, now: deadline, into: &actions)
             }
         case .budget:
-            if !app.openTasks.isEmpty {
+            if app.hasOrdinaryTasks {
                 terminate(id, reason: .taskExpired, now: deadline, into: &actions)
             }
         }

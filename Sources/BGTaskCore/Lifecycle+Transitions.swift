@@ -59,7 +59,7 @@ extension Lifecycle {
             enterForeground(id, now: now, into: &actions)
             becomeActive(id, now: now, into: &actions)
         }
-        armTimerIfDeadlineMoved(&actions)
+        armTimerIfDeadlineMoved(&actions, now: now)
         return actions
     }
 
@@ -72,6 +72,7 @@ extension Lifecycle {
     mutating func becomeActive(_ id: AppID, now: MonotonicInstant, into actions: inout [Action]) {
         changeState(id, to: .active, now: now, into: &actions)
         modify(id) { $0.lastForeground = now }
+        noteForeground(of: id, at: now)
         let event = makeEvent(.didBecomeActive)
         deliver(event, to: id, behavior: .coalesce, now: now, into: &actions)
     }
@@ -96,6 +97,7 @@ extension Lifecycle {
             $0.pendingAcknowledgement = event.id
             $0.acknowledgementIsForWake = false
         }
+        noteForeground(of: id, at: now)
         changeState(id, to: .background, now: now, into: &actions)
         deliver(event, to: id, behavior: .coalesce, now: now, into: &actions)
         setDeadline(.acknowledgement, of: id, at: now + app.policy.enterBackgroundGrace)
@@ -117,6 +119,7 @@ extension Lifecycle {
             $0.suspensionIsFinalAttempt = false
             $0.lastForeground = now
         }
+        noteForeground(of: id, at: now)
         changeState(id, to: .inactive, now: now, into: &actions)
         let event = makeEvent(.willEnterForeground)
         deliver(event, to: id, behavior: .coalesce, now: now, into: &actions)
@@ -127,7 +130,7 @@ extension Lifecycle {
     mutating func armBudgetDeadlines(of id: AppID, now: MonotonicInstant, into actions: inout [Action]) {
         let (isEligible, budgetEnd, warned, warning, warningArmed, budgetArmed) = read(id) {
             (
-                $0.state == .background && !$0.openTasks.isEmpty, $0.budgetEnd, $0.expirationWarned,
+                $0.state == .background && $0.hasOrdinaryTasks, $0.budgetEnd, $0.expirationWarned,
                 $0.policy.expirationWarning, $0.deadlines[.expirationWarning] != nil, $0.deadlines[.budget] != nil
             )
         }
@@ -154,7 +157,7 @@ extension Lifecycle {
     mutating func warnExpiration(of id: AppID, now: MonotonicInstant, into actions: inout [Action]) {
         clearDeadline(.expirationWarning, of: id)
         modify(id) { $0.expirationWarned = true }
-        let taskIDs = read(id) { $0.openTaskIDs }
+        let taskIDs = read(id) { $0.ordinaryTaskIDs }
         var event = makeEvent(.backgroundTaskExpiring)
         event.taskIDs = taskIDs
         deliver(event, to: id, behavior: .coalesce, now: now, into: &actions)
@@ -206,7 +209,7 @@ extension Lifecycle {
             setDeadline(.lockGrace, of: id, at: now + app.policy.lockedSuspendGrace)
             armBudgetDeadlines(of: id, now: now, into: &actions)
         }
-        armTimerIfDeadlineMoved(&actions)
+        armTimerIfDeadlineMoved(&actions, now: now)
         return actions
     }
 }

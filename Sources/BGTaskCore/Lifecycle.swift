@@ -44,6 +44,8 @@ public struct Lifecycle: Sendable {
     var nextTaskID: Int64 = 1
     var nextEventID: Int64 = 1
     var nextSequence: UInt64 = 0
+    /// Scheduled requests, the conditions and wall clock they are judged by, and their own deadline.
+    var scheduling = SchedulingState()
 
     /// Creates an empty policy state.
     public init(policy: CorePolicy = CorePolicy()) {
@@ -58,7 +60,9 @@ public struct Lifecycle: Sendable {
 
     /// The earliest pending deadline: the instant the shell's timer must be armed at.
     public var nextDeadline: MonotonicInstant? {
-        deadlines.first?.order.instant
+        let appDeadline = deadlines.first?.order.instant
+        guard let scheduled = scheduling.deadline else { return appDeadline }
+        return appDeadline.map { min($0, scheduled) } ?? scheduled
     }
 }
 
@@ -162,8 +166,10 @@ extension Lifecycle {
         }
     }
 
-    /// Appends `.armTimer` when the earliest deadline moved since the shell last armed its timer.
-    mutating func armTimerIfDeadlineMoved(_ actions: inout [Action]) {
+    /// Appends `.armTimer` when the earliest deadline moved since the shell last armed its timer; first, when the
+    /// input changed something scheduled work depends on, decides what runs (`evaluateScheduling`).
+    mutating func armTimerIfDeadlineMoved(_ actions: inout [Action], now: MonotonicInstant) {
+        if scheduling.needsEvaluation { evaluateScheduling(now: now, into: &actions) }
         let next = nextDeadline
         if next != armedDeadline {
             armedDeadline = next

@@ -74,8 +74,39 @@ public struct CorePolicy: Hashable, Sendable {
     /// band. Off by default: killing what the user is looking at is worse than the OOM killer.
     public var reclaimForeground: Bool = false
 
+    /// `ScheduledRequestsPerAppMax`: scheduled requests one app name may hold. 64, like `TasksPerAppMax`: an app
+    /// has a handful of kinds of deferred work, so reaching it means a leak.
+    public var scheduledRequestsPerAppMax: Int = 64
+
+    /// `ScheduledRequestsMax`: scheduled requests held host-wide. 4096 bounds what every peer together can make
+    /// the daemon keep (and save) to a few hundred KiB, and keeps each re-plan of the requests cheap.
+    public var scheduledRequestsMax: Int = 4096
+
+    /// `ScheduledTasksMax`: scheduled tasks running (or launching to run) at once, host-wide. 2: deferred work
+    /// runs beside the user's, and Android's JobScheduler likewise runs few jobs at once on a small device.
+    public var scheduledTasksMax: Int = 2
+
+    /// `ScheduledTimePerDaySec`: the scheduled time one app name may use over a rolling 24 h; zero turns it off.
+    /// 30 min: three full processing tasks a day, about what iOS grants an app used daily.
+    public var scheduledTimePerDay: Duration = .seconds(30 * 60)
+
+    /// `RefreshTaskSec`: the time a `refresh` task gets. 30 s, as iOS gives a `BGAppRefreshTask`.
+    public var refreshTaskTime: Duration = .seconds(30)
+
+    /// `ProcessingTaskSec`: the time a `processing` task gets. 10 min: iOS gives a `BGProcessingTask` "several
+    /// minutes"; Android's JobScheduler stops a job after 10.
+    public var processingTaskTime: Duration = .seconds(10 * 60)
+
     /// The shipped defaults, as bgtaskd(8) lists them.
     public init() {}
+
+    /// The time a scheduled task of `kind` gets.
+    public func scheduledTaskTime(for kind: ScheduledTaskKind) -> Duration {
+        switch kind {
+        case .refresh: refreshTaskTime
+        case .processing: processingTaskTime
+        }
+    }
 
     /// The policy that applies to the app registering under `name`.
     public func appPolicy(for name: String) -> AppPolicy {

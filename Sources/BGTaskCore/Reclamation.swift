@@ -105,7 +105,7 @@ extension Lifecycle {
                 $0.band = band
             }
         }
-        armTimerIfDeadlineMoved(&actions)
+        armTimerIfDeadlineMoved(&actions, now: now)
         return actions
     }
 
@@ -127,7 +127,7 @@ extension Lifecycle {
             $0.latency = triggeredAt.map { now - $0 }
             $0.trigger = trigger
         }
-        armTimerIfDeadlineMoved(&actions)
+        armTimerIfDeadlineMoved(&actions, now: now)
         return actions
     }
 }

@@ -18,13 +18,20 @@ public struct SavedLifecycle: Codable, Sendable {
     var nextTaskID: Int64
     var nextEventID: Int64
     var nextSequence: UInt64
+    /// Scheduled requests, the scheduled-time ledgers and each app name's last time in the foreground, in
+    /// wall-clock time (absent in states saved before there were these: none held).
+    var scheduling: SavedScheduling?
     /// Each app's revision (see `SavedApp`), not saved: only meaningful within the `Lifecycle` it came from.
     var revisions: [UInt64] = []
 
     private enum CodingKeys: String, CodingKey {
         case apps, nextSerial, liveNames, detachedNames, endedNames, endedOrder, detachedOrder, ledgers, nextTaskID
-        case nextEventID, nextSequence
+        case nextEventID, nextSequence, scheduling
     }
+
+    /// The scheduled requests, ledgers and last-foreground times alone, as a store that must outlive a reboot
+    /// keeps them (see `SavedScheduling.afterReboot(wallClockNow:)`).
+    public var savedScheduling: SavedScheduling { scheduling ?? SavedScheduling() }
 
     /// How many registrations it holds.
     public var appCount: Int { apps.count }
@@ -42,6 +49,18 @@ public struct SavedLifecycle: Codable, Sendable {
         copy.apps = []
         copy.revisions = []
         return copy
+    }
+}
+
+extension SavedLifecycle {
+    /// The state to start from after a reboot: no registration, lease or monotonic deadline of the old boot means
+    /// anything now, so only the scheduled requests, ledgers and last-foreground times are kept, as
+    /// `SavedScheduling.afterReboot(wallClockNow:)` leaves them.
+    public init(afterReboot scheduling: SavedScheduling, wallClockNow: WallClockInstant) {
+        self.init(
+            apps: [], nextSerial: 1, liveNames: [:], detachedNames: [:], endedNames: [:], endedOrder: [],
+            detachedOrder: [], ledgers: [:], nextTaskID: 1, nextEventID: 1, nextSequence: 0,
+            scheduling: scheduling.afterReboot(wallClockNow: wallClockNow))
     }
 }
 
@@ -81,6 +100,9 @@ extension Lifecycle {
             endedOrder: Array(endedOrder[endedOrderStart...]),
             detachedOrder: Array(detachedOrder[detachedOrderStart...]),
             ledgers: ledgers.storage, nextTaskID: nextTaskID, nextEventID: nextEventID, nextSequence: nextSequence,
+            scheduling: SavedScheduling(
+                requests: scheduling.requests.storage, ledgers: scheduling.ledgers.storage,
+                lastForeground: scheduling.lastForeground.storage),
             revisions: revisions)
     }
 
@@ -91,8 +113,14 @@ extension Lifecycle {
     /// Call `restarted(now:)` next: it re-suspends what was suspended and arms the timer.
     /// `isValidPayload` checks the JSON text of every queued notification's payload: the shell sends it to the app
     /// as it is, so a state holding one that is not a JSON object is refused.
+    ///
+    /// `conditions` and `wallClockOffset`, when the shell has them already, are what scheduled requests are judged
+    /// by from the start (else nothing scheduled starts, and no constraint is judged lost, until they are
+    /// reported). `now`, when given, is when scheduled work is planned from. `restarted(now:)` then starts what is
+    /// runnable.
     public init(
-        restoring saved: SavedLifecycle, policy: CorePolicy, isValidPayload: (String) -> Bool = { _ in true }
+        restoring saved: SavedLifecycle, policy: CorePolicy, isValidPayload: (String) -> Bool = { _ in true },
+        conditions: Conditions? = nil, wallClockOffset: Duration? = nil, now: MonotonicInstant? = nil
     ) throws(SavedStateError) {
         self.init(policy: policy)
         func fail(_ reason: String) -> SavedStateError { SavedStateError(reason: reason) }
@@ -160,6 +188,47 @@ extension Lifecycle {
         for app in saved.apps {
             if let earliest = app.deadlines.earliest { deadlines.set(app.id, to: earliest.order) }
         }
+        try restoreScheduling(saved.scheduling ?? SavedScheduling(), of: saved.apps)
+        if let conditions {
+            scheduling.conditions = conditions
+            scheduling.isConditionsKnown = true
+        }
+        scheduling.wallClockOffset = wallClockOffset
+        scheduling.deadline = plannedSchedulingDeadline(after: now)
+        scheduling.needsEvaluation = true
+    }
+
+    /// Takes on saved scheduling state, checked against the registrations: every running request names an open
+    /// scheduled task of its app, and every open scheduled task is claimed by exactly one.
+    private mutating func restoreScheduling(_ saved: SavedScheduling, of savedApps: [TrackedApp])
+        throws(SavedStateError)
+    {
+        func fail(_ reason: String) -> SavedStateError { SavedStateError(reason: reason) }
+        var claimed: Set<TaskID> = []
+        var countByName: [String: Int] = [:]
+        for (key, record) in saved.requests {
+            let request = record.request
+            guard ScheduledRequest.isValidIdentifier(request.identifier),
+                key == SchedulingState.key(request.appName, request.identifier)
+            else { throw fail("the scheduled request \(key) is not keyed by its app and a valid identifier") }
+            countByName[request.appName, default: 0] += 1
+            guard let run = record.runningTask else { continue }
+            guard let app = apps[run.app], app.name == request.appName,
+                app.openTasks.contains(where: {
+                    $0.id == run.task && $0.isScheduled == true && $0.name == request.identifier
+                }),
+                claimed.insert(run.task).inserted
+            else { throw fail("the scheduled request \(key) runs as a task its app does not hold") }
+        }
+        for app in savedApps {
+            for task in app.openTasks where task.isScheduled == true && !claimed.contains(task.id) {
+                throw fail("\(app.name): the scheduled task \(task.id) runs no request")
+            }
+        }
+        scheduling.requests = NameTable(saved.requests)
+        scheduling.countByName = countByName
+        scheduling.ledgers = NameTable(saved.ledgers)
+        scheduling.lastForeground = NameTable(saved.lastForeground)
     }
 
     /// The state was just restored after a daemon restart: the actions that put the world back as the policy
@@ -172,7 +241,7 @@ extension Lifecycle {
             actions.append(.suspend(app.id))
         }
         armedDeadline = nil
-        armTimerIfDeadlineMoved(&actions)
+        armTimerIfDeadlineMoved(&actions, now: now)
         return actions
     }
 }

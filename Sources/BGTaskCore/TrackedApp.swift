@@ -69,6 +69,9 @@ package struct OpenTask: Sendable, Codable {
     package internal(set) var id: TaskID
     package internal(set) var name: String?
     package internal(set) var began: MonotonicInstant
+    /// It runs a scheduled request (named by `name`), on its own time rather than the app's shared budget. Absent
+    /// (nil) for an ordinary lease, and in states saved before there were these.
+    package internal(set) var isScheduled: Bool? = nil
 }
 
 /// Everything the policy tracks about one registration.
@@ -116,6 +119,12 @@ package struct TrackedApp: Sendable, Codable {
 
     /// The ids of the open leases, ascending.
     var openTaskIDs: [TaskID] { openTasks.map(\.id) }
+
+    /// Whether an ordinary lease (not a scheduled task) is open: those share the background budget.
+    var hasOrdinaryTasks: Bool { openTasks.contains { $0.isScheduled != true } }
+
+    /// The ids of the open ordinary leases, ascending.
+    var ordinaryTaskIDs: [TaskID] { openTasks.filter { $0.isScheduled != true }.map(\.id) }
 
     /// Whether this registration holds its name: it is registered and running or suspended, or it is a
     /// launched app still within its launch timeout.

@@ -351,6 +351,11 @@ public final class Manager {
             armTimer(at: instant)
         case .forget(let app):
             pruneProcess(of: app)
+        case .launch(let name):
+            // The daemon submits no scheduled request yet, so the core asks for no launch; were it to, the request
+            // is told the launch cannot happen and waits again, rather than waiting on a launch never made.
+            logger.notice("cannot launch \(name) for its scheduled requests: not supported yet", [.app(name)])
+            feedLater { [unowned self] in self.core.scheduledLaunchFailed(app: name, now: self.now) }
         case .audit(let record):
             guard let entry = trail.publish(record, isWatched: !watchers.isEmpty) else { return }
             // Encoded once, on the first watcher allowed to see it, for every watcher.

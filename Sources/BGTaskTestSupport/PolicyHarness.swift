@@ -25,6 +25,8 @@ public final class PolicyHarness {
     public private(set) var killed: Set<AppID> = []
     /// Registrations the policy forgot while their processes may live on (`.forget`).
     public private(set) var forgotten: Set<AppID> = []
+    /// App names the policy asked to launch for their scheduled requests (`.launch`), in order.
+    public private(set) var launchRequests: [String] = []
     /// The instant the shell's single timer is armed at.
     public private(set) var armedDeadline: MonotonicInstant?
     /// Shell-side contract breaches seen while executing actions (an event sent to a frozen app, a resume of an
@@ -38,6 +40,19 @@ public final class PolicyHarness {
     public init(policy: CorePolicy = CorePolicy(), start: MonotonicInstant = .seconds(1000)) {
         core = Lifecycle(policy: policy)
         loop = ManualEventLoop(start: start)
+    }
+
+    /// A harness whose policy is restored from `saved` (a daemon starting on a saved state, perhaps after a
+    /// reboot: `start` is the new boot's monotonic time), given the conditions and wall clock its shell reads at
+    /// start; the restart's actions are carried out.
+    public init(
+        restoring saved: SavedLifecycle, policy: CorePolicy = CorePolicy(), start: MonotonicInstant,
+        conditions: Conditions?, wallClockOffset: Duration?
+    ) throws {
+        core = try Lifecycle(
+            restoring: saved, policy: policy, conditions: conditions, wallClockOffset: wallClockOffset, now: start)
+        loop = ManualEventLoop(start: start)
+        execute(core.restarted(now: start))
     }
 
     /// The current time.
@@ -146,6 +161,36 @@ public final class PolicyHarness {
         execute(try core.reclaim(app, memoryBytes: memoryBytes, now: now))
     }
 
+    /// Submits a scheduled request.
+    public func submit(_ request: ScheduledRequest, isLaunchable: Bool = false) throws(SchedulingError) {
+        execute(try core.submit(request, isLaunchable: isLaunchable, now: now))
+    }
+
+    /// Cancels a scheduled request.
+    public func cancel(app name: String, identifier: String) throws(SchedulingError) {
+        execute(try core.cancelScheduledRequest(app: name, identifier: identifier, now: now))
+    }
+
+    /// `setTaskCompleted` for a scheduled task.
+    public func complete(_ app: AppID, _ task: TaskID, _ outcome: ScheduledTaskOutcome) throws(SchedulingError) {
+        execute(try core.setTaskCompleted(app, task: task, outcome: outcome, now: now))
+    }
+
+    /// The host's conditions changed.
+    public func setConditions(_ conditions: Conditions) {
+        execute(core.conditionsChanged(conditions, now: now))
+    }
+
+    /// The wall clock's offset from the monotonic clock changed (or was read at start).
+    public func setWallClockOffset(_ offset: Duration) {
+        execute(core.wallClockChanged(offset: offset, now: now))
+    }
+
+    /// The shell could not launch `name` for its scheduled requests.
+    public func launchFailed(_ name: String) {
+        execute(core.scheduledLaunchFailed(app: name, now: now))
+    }
+
     /// Restarts the policy as the daemon restarts: `restoreFromSavedState()`, then `resumeAfterRestart()`.
     @discardableResult
     public func restart() throws -> Data {
@@ -157,11 +202,16 @@ public final class PolicyHarness {
     /// The first half of a restart: the policy's state saved as JSON and restored into a new `Lifecycle`, and the
     /// processes it had stopped continued meanwhile (as the service's clean-up does after a crash). Returns the
     /// saved bytes.
+    ///
+    /// The shell reads the host's conditions and the wall clock again as it starts: the restored policy is given
+    /// those the old one had, or `wallClockOffset` when the restart is after a reboot (a new monotonic origin).
     @discardableResult
-    public func restoreFromSavedState() throws -> Data {
+    public func restoreFromSavedState(wallClockOffset: Duration? = nil) throws -> Data {
         let data = try JSONEncoder().encode(core.saved)
         let saved = try JSONDecoder().decode(SavedLifecycle.self, from: data)
-        core = try Lifecycle(restoring: saved, policy: core.policy)
+        core = try Lifecycle(
+            restoring: saved, policy: core.policy, conditions: core.conditions,
+            wallClockOffset: wallClockOffset ?? core.wallClockOffset, now: now)
         frozen = []
         if let timer { loop.cancel(timer) }
         timer = nil
@@ -247,6 +297,9 @@ public final class PolicyHarness {
                 pendingEffects.append("kill \(name(app)) (\(reason.rawValue))")
             case .forget(let app):
                 forgotten.insert(app)
+            case .launch(let name):
+                launchRequests.append(name)
+                pendingEffects.append("launch \(name)")
             case .armTimer(let instant):
                 if let timer { loop.cancel(timer) }
                 timer = nil

@@ -53,6 +53,10 @@ public enum EventKind: String, Codable, CaseIterable, Sendable {
     case willTerminate
     /// A notification posted by a controller (`Post`); `name`, `payload` and `count` describe it.
     case notification
+    /// A scheduled request is runnable and its task began: `name` is the request's identifier and `taskIds` holds
+    /// the task's id, which the app completes (`setTaskCompleted`) or ends; its expiration warning comes as
+    /// `backgroundTaskExpiring` like any task's.
+    case runScheduledTask
 }
 
 /// What happens to a notification posted to a suspended app (`Post.behavior`).
@@ -113,6 +117,9 @@ public enum TaskEndCause: String, Codable, CaseIterable, Sendable {
     case expired
     /// The app ended (terminated, exited, crashed, or its registration closed) while it was open.
     case appEnded = "app-ended"
+    /// A scheduled task whose constraints stopped holding was not ended within `ExpirationWarningSec` of its
+    /// warning; its request waits for the conditions again.
+    case constraintsLost = "constraints-lost"
 }
 
 /// The reclamation bands, in the order they are reclaimed (`HistoryEntry.band`).

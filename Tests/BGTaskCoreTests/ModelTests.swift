@@ -31,6 +31,18 @@ private struct ModelRun {
     var replica: SavedLifecycle?
     /// Records that carried leases alone (`LifecycleChanges.tasks`): the short form is exercised too.
     var taskOnlyRecords = 0
+    /// Scheduled requests the model submitted and has not seen legitimately removed, by `app/identifier`.
+    var expectedRequests: Set<String> = []
+    /// Requests the current step may remove: one it cancelled, or one whose task it completed or ended.
+    var removableRequests: Set<String> = []
+    /// The task each request runs, as `runScheduledTask` events and task ends show it.
+    var runningRequests: [String: TaskID] = [:]
+    /// When a running scheduled task was first seen with a constraint it asked for not holding.
+    var constraintLostSince: [TaskID: MonotonicInstant] = [:]
+    /// The conditions the model reports: power and network have sources, idle has none.
+    var conditions = Conditions(externalPower: true, network: true)
+    /// Scheduled tasks begun, for the coverage tally.
+    var scheduledRuns = 0
 
     static let names = ["a", "b", "c", "d", "e"]
 
@@ -53,7 +65,17 @@ private struct ModelRun {
         policy.queuedEventsPerAppMax = Int.random(in: 1...3, using: &random)
         policy.historySize = Int.random(in: 1...4, using: &random)
         policy.reclaimForeground = random.chance(50)
+        policy.scheduledRequestsPerAppMax = Int.random(in: 1...3, using: &random)
+        policy.scheduledRequestsMax = Int.random(in: 2...8, using: &random)
+        policy.scheduledTasksMax = Int.random(in: 1...3, using: &random)
+        policy.scheduledTimePerDay =
+            random.chance(50) ? .zero : .milliseconds(Int64.random(in: 1_000...60_000, using: &random))
+        policy.refreshTaskTime = .milliseconds(Int64.random(in: 500...10_000, using: &random))
+        policy.processingTaskTime = .milliseconds(Int64.random(in: 1_000...40_000, using: &random))
+        conditions.externalPower = random.chance(50)
         h = PolicyHarness(policy: policy)
+        h.setWallClockOffset(.seconds(1_700_000_000))
+        h.setConditions(conditions)
         if checksChanges {
             h.startTrackingChanges()
             replica = h.core.saved
@@ -94,6 +116,8 @@ private struct ModelRun {
     mutating func run(steps: Int) -> String? {
         for step in 0..<steps {
             let before = h.core.snapshots(now: h.now, includeEnded: true)
+            let requestsBefore = h.core.scheduledRequests()
+            removableRequests = []
             let description: String
             var failed = false
             do {
@@ -104,7 +128,10 @@ private struct ModelRun {
             }
             if verbose { print("[\(seed):\(step)] @\(h.now) \(description)") }
             log.append("@\(h.now) \(description)")
-            if failed, h.core.snapshots(now: h.now, includeEnded: true) != before {
+            if failed,
+                h.core.snapshots(now: h.now, includeEnded: true) != before
+                    || h.core.scheduledRequests() != requestsBefore
+            {
                 return "step \(step): a refused request changed the state (\(description))"
             }
             if let violation = checkInvariants() ?? checkChanges() {
@@ -123,6 +150,7 @@ private struct ModelRun {
 
     /// Adds what this run's audit trail shows to the coverage tally.
     func tally(into coverage: inout [String: Int]) {
+        coverage["scheduled runs", default: 0] += scheduledRuns
         for case .audit(let entry) in h.actions {
             coverage["kind \(entry.kind)", default: 0] += 1
             if entry.kind == .terminated, let reason = entry.reason {
@@ -131,11 +159,21 @@ private struct ModelRun {
             if entry.kind == .stateChanged, let state = entry.state {
                 coverage["state \(state)", default: 0] += 1
             }
+            if entry.kind == .taskEnded, let end = entry.taskEnd {
+                coverage["task end \(end.rawValue)", default: 0] += 1
+            }
         }
     }
 
-    mutating func performRandomOperation() throws(LifecycleError) -> String {
-        let roll = Int.random(in: 0..<100, using: &random)
+    /// The request a scheduled task runs, if it runs one.
+    func requestKey(runningAs task: TaskID) -> String? {
+        h.core.scheduledRequests().first { $0.state.task == task }.map {
+            "\($0.request.appName)/\($0.request.identifier)"
+        }
+    }
+
+    mutating func performRandomOperation() throws -> String {
+        let roll = Int.random(in: 0..<116, using: &random)
         let app = randomApp()
         switch roll {
         case 0..<10:
@@ -166,6 +204,7 @@ private struct ModelRun {
             let task =
                 random.chance(80) && !open.isEmpty
                 ? open.randomElement(using: &random)! : TaskID(rawValue: Int64.random(in: 1...40, using: &random))
+            if let key = requestKey(runningAs: task) { removableRequests.insert(key) }
             try h.end(app, task)
             return "end \(app) \(task)"
         case 47..<55:
@@ -228,7 +267,9 @@ private struct ModelRun {
             } else if after != before {
                 restartProblem = "the restart changed the apps: \(before) became \(after)"
             } else if h.core.nextDeadline != deadline {
-                restartProblem = "the restart moved the next deadline from \(String(describing: deadline))"
+                restartProblem =
+                    "the restart moved the next deadline from \(String(describing: deadline)) to "
+                    + "\(String(describing: h.core.nextDeadline)), holding \(h.core.scheduledRequests())"
             }
             // A restarted daemon saves its whole state, then journals the changes after it.
             if replica != nil {
@@ -244,11 +285,131 @@ private struct ModelRun {
             let step = target > h.now ? target - h.now : .zero
             h.advance(by: step)
             return "advance to deadline (\(step))"
+        case 100..<106:
+            let name = Self.names.randomElement(using: &random)!
+            let identifier = ["r1", "r2", "r3"].randomElement(using: &random)!
+            let kind = ScheduledTaskKind.allCases.randomElement(using: &random)!
+            let due = h.wallNow + .milliseconds(Int64.random(in: -5_000...20_000, using: &random))
+            let constraints = Set(
+                [Constraint.externalPower, .network, .idle].filter { random.chance($0 == .idle ? 5 : 35) })
+            let isLaunchable = random.chance(30)
+            try h.submit(
+                ScheduledRequest(
+                    appName: name, identifier: identifier, kind: kind, earliestBegin: due, constraints: constraints),
+                isLaunchable: isLaunchable)
+            expectedRequests.insert("\(name)/\(identifier)")
+            return
+                "submit \(name)/\(identifier) \(kind) due \(due) needs \(constraints.sorted()) launchable \(isLaunchable)"
+        case 106..<108:
+            let name = Self.names.randomElement(using: &random)!
+            let identifier = ["r1", "r2", "r3"].randomElement(using: &random)!
+            removableRequests.insert("\(name)/\(identifier)")
+            try h.cancel(app: name, identifier: identifier)
+            return "cancel \(name)/\(identifier)"
+        case 108..<112:
+            let running = h.core.scheduledRequests().compactMap { snapshot -> (AppID, TaskID, String)? in
+                guard case .running(let app, let task) = snapshot.state else { return nil }
+                return (app, task, "\(snapshot.request.appName)/\(snapshot.request.identifier)")
+            }
+            let outcome: ScheduledTaskOutcome =
+                [.success, .failure(retry: false), .failure(retry: true)].randomElement(using: &random)!
+            guard let (app, task, key) = running.randomElement(using: &random), random.chance(90) else {
+                guard let app else { return "no app" }
+                let task = TaskID(rawValue: Int64.random(in: 1...40, using: &random))
+                if let key = requestKey(runningAs: task) { removableRequests.insert(key) }
+                try h.complete(app, task, outcome)
+                return "complete \(app) \(task) \(outcome)"
+            }
+            removableRequests.insert(key)
+            try h.complete(app, task, outcome)
+            return "complete \(key) \(task) \(outcome)"
+        case 112..<115:
+            if random.chance(50) {
+                conditions.externalPower?.toggle()
+            } else {
+                conditions.network?.toggle()
+            }
+            h.setConditions(conditions)
+            return "conditions ac \(conditions.externalPower!) network \(conditions.network!)"
+        case 115:
+            let name = Self.names.randomElement(using: &random)!
+            h.launchFailed(name)
+            return "launch of \(name) failed"
         default:
             let step = Duration.milliseconds(Int64.random(in: 0...8_000, using: &random))
             h.advance(by: step)
             return "advance \(step)"
         }
+    }
+
+    /// The invariants of scheduled work: no task runs on beyond its warning grace with a constraint it asked for
+    /// not holding, no request runs twice at once, no more run than `ScheduledTasksMax`, every submitted request
+    /// is held until the model removes it (cancel, completion, end) or it finishes, and nothing runnable waits.
+    mutating func checkScheduling(_ newActions: ArraySlice<Action>) -> String? {
+        let now = h.now
+        for action in newActions {
+            switch action {
+            case .send(let event, let app) where event.kind == .runScheduledTask:
+                guard let name = h.core.apps[app]?.name, let identifier = event.name, let task = event.taskIDs?.first
+                else { return "runScheduledTask without its app, identifier or task" }
+                let key = "\(name)/\(identifier)"
+                if let other = runningRequests[key] { return "\(key) runs as \(task) while it runs as \(other)" }
+                runningRequests[key] = task
+                scheduledRuns += 1
+            case .audit(let entry) where entry.kind == .taskEnded:
+                if let task = entry.taskID, let key = runningRequests.first(where: { $0.value == task })?.key {
+                    runningRequests[key] = nil
+                    constraintLostSince[task] = nil
+                }
+            default:
+                break
+            }
+        }
+        let held = h.core.scheduledRequests()
+        var running: [String: TaskID] = [:]
+        for snapshot in held {
+            if case .running(_, let task) = snapshot.state {
+                running["\(snapshot.request.appName)/\(snapshot.request.identifier)"] = task
+            }
+        }
+        if running != runningRequests { return "running requests \(running) but the events say \(runningRequests)" }
+        let scheduledLeases = h.core.apps.values.flatMap { $0.openTasks.filter { $0.isScheduled == true }.map(\.id) }
+        if Set(scheduledLeases) != Set(running.values) || scheduledLeases.count != running.count {
+            return "scheduled leases \(scheduledLeases.sorted()) but running requests \(running)"
+        }
+        let active = held.count { if case .pending = $0.state { false } else { true } }
+        if active > h.core.policy.scheduledTasksMax {
+            return "\(active) scheduled tasks running or launching, over ScheduledTasksMax"
+        }
+        if held.count > h.core.policy.scheduledRequestsMax { return "\(held.count) requests held, over the bound" }
+        let warning = h.core.policy.defaultAppPolicy.expirationWarning
+        for snapshot in held {
+            guard case .running(_, let task) = snapshot.state else { continue }
+            if conditions.satisfy(snapshot.request.constraints) { continue }
+            let since = constraintLostSince[task] ?? now
+            constraintLostSince[task] = since
+            if now - since > warning {
+                return "\(task) runs \(now - since) after a constraint it needs stopped holding"
+            }
+        }
+        let present = Set(held.map { "\($0.request.appName)/\($0.request.identifier)" })
+        for key in expectedRequests.subtracting(present) {
+            guard removableRequests.contains(key) else { return "\(key) was lost" }
+            expectedRequests.remove(key)
+        }
+        if let unknown = present.subtracting(expectedRequests).first { return "\(unknown) is held but never submitted" }
+        // Nothing runnable waits: due, its constraints holding, its app running, a slot and its time free.
+        if active < h.core.policy.scheduledTasksMax {
+            for snapshot in held {
+                guard case .pending(let due, let waitingOn) = snapshot.state, due <= h.wallNow, waitingOn.isEmpty,
+                    let id = h.core.liveAppID(named: snapshot.request.appName), let app = h.core.apps[id],
+                    app.isRegistered, app.state.isRunning || app.state == .suspended,
+                    h.core.policy.scheduledTimePerDay == .zero
+                else { continue }
+                return "\(snapshot.request.appName)/\(snapshot.request.identifier) is runnable but waits"
+            }
+        }
+        return nil
     }
 
     /// The invariants of the issue, plus the shell contract; nil when all hold.
@@ -266,6 +427,7 @@ private struct ModelRun {
         // Each task ends exactly once.
         let newActions = h.actions[processedActions...]
         processedActions = h.actions.count
+        if let violation = checkScheduling(newActions) { return violation }
         var leftForeground: Set<AppID> = []
         for case .audit(let entry) in newActions {
             switch entry.kind {
@@ -311,8 +473,8 @@ private struct ModelRun {
                 return "\(id) is stopped in state \(app.state)"
             }
             if app.state == .terminated && !app.openTasks.isEmpty { return "terminated \(id) holds tasks" }
-            // No app stays in background past its budget with an open task.
-            if app.state == .background && !app.openTasks.isEmpty {
+            // No app stays in background past its budget with an open lease (scheduled tasks have their own time).
+            if app.state == .background && app.hasOrdinaryTasks {
                 guard let end = app.budgetEnd, end > now else {
                     return "\(id) in background past its budget with tasks"
                 }
@@ -325,7 +487,9 @@ private struct ModelRun {
             lastRemaining[id] = remaining
         }
         // The armed deadline equals the earliest pending one, and nothing due is left pending.
-        let earliest = h.core.apps.values.compactMap { $0.deadlines.earliest?.order.instant }.min()
+        let earliest =
+            (h.core.apps.values.compactMap { $0.deadlines.earliest?.order.instant }
+            + [h.core.nextSchedulingDeadline].compactMap { $0 }).min()
         if h.armedDeadline != earliest {
             return "armed \(String(describing: h.armedDeadline)) but earliest \(String(describing: earliest))"
         }
@@ -333,9 +497,29 @@ private struct ModelRun {
             return "queue says \(String(describing: h.core.nextDeadline)) but earliest \(String(describing: earliest))"
         }
         if let earliest, earliest <= now { return "deadline \(earliest) left pending at \(now)" }
+        if let planned = h.core.nextSchedulingDeadline, planned != h.core.plannedSchedulingDeadline(after: now),
+            h.core.plannedSchedulingDeadline(after: now).map({ $0 < planned }) ?? false
+        {
+            return "scheduled work planned for \(planned), but something changes sooner"
+        }
         if h.core.deadlines.count != h.core.apps.values.filter({ !$0.deadlines.isEmpty }).count {
             return "deadline queue holds \(h.core.deadlines.count) apps"
         }
+        return nil
+    }
+}
+
+extension PolicyHarness {
+    /// The wall-clock time now, with the offset the model reports (it never changes it).
+    fileprivate var wallNow: WallClockInstant {
+        WallClockInstant(nanoseconds: 0) + .nanoseconds(now.nanoseconds) + .seconds(1_700_000_000)
+    }
+}
+
+extension ScheduledRequestState {
+    /// The task of a running request.
+    fileprivate var task: TaskID? {
+        if case .running(_, let task) = self { return task }
         return nil
     }
 }
@@ -380,6 +564,7 @@ struct ModelTests {
         let expected =
             TerminationReason.allCases.map { "reason \($0.rawValue)" } + AuditKind.allCases.map { "kind \($0)" }
             + AppState.allCases.filter { $0 != .notRunning }.map { "state \($0)" } + ["state notRunning"]
+            + TaskEndCause.allCases.map { "task end \($0.rawValue)" } + ["scheduled runs"]
         let missing = expected.filter { coverage[$0] == nil }
         #expect(missing.isEmpty, "never reached: \(missing)")
         print(

@@ -140,4 +140,86 @@ struct SavedStateTests {
         #expect(try encoder.encode(first.saved) == encoder.encode(second.saved))
         #expect(try encoder.encode(first.saved) == encoder.encode(h.core.saved))
     }
+
+    /// A harness holding scheduled requests in every phase: one running, one pending behind a failure with a
+    /// replacement-free retry time, one waiting on power; with a ledger and last-foreground times.
+    private func schedulingHarness() throws -> PolicyHarness {
+        let h = PolicyHarness()
+        h.setWallClockOffset(.seconds(1_800_000_000))
+        h.setConditions(Conditions(externalPower: false, network: true))
+        let mail = try h.register("mail")
+        let wall = WallClockInstant.seconds(1_800_001_000)
+        try h.submit(ScheduledRequest(appName: "mail", identifier: "retry", kind: .refresh, earliestBegin: wall))
+        h.advance(by: .seconds(5))
+        let first = try #require(h.core.scheduledRequests(app: "mail").first)
+        guard case .running(_, let task) = first.state else {
+            Issue.record("the request did not run: \(first)")
+            return h
+        }
+        try h.complete(mail, task, .failure(retry: true))
+        try h.submit(ScheduledRequest(appName: "mail", identifier: "sync", kind: .refresh, earliestBegin: wall))
+        try h.submit(
+            ScheduledRequest(
+                appName: "news", identifier: "backup", kind: .processing, earliestBegin: wall + .seconds(60),
+                constraints: [.externalPower]), isLaunchable: true)
+        return h
+    }
+
+    @Test("scheduled requests, ledgers and last-foreground times survive a save and a restore, a running task too")
+    func schedulingRoundTrip() throws {
+        let h = try schedulingHarness()
+        let requests = h.core.scheduledRequests()
+        #expect(requests.count == 3)
+        #expect(requests.contains { if case .running = $0.state { true } else { false } })
+        let wall = WallClockInstant.seconds(1_800_001_005)
+        let used = h.core.scheduledTimeUsed(by: "mail", at: wall)
+        #expect(used == .seconds(5))
+        let deadline = h.core.nextDeadline
+        let savedBefore = h.core.saved
+        try h.restart()
+        #expect(h.core.scheduledRequests() == requests)
+        #expect(h.core.scheduledTimeUsed(by: "mail", at: wall) == used)
+        #expect(h.core.nextDeadline == deadline)
+        #expect(h.core.saved.savedScheduling == savedBefore.savedScheduling)
+        #expect(h.core.saved.savedScheduling.lastForeground["mail"] != nil)
+    }
+
+    @Test("a state saved before there were scheduled requests still loads, holding none")
+    func oldFormatLoads() throws {
+        let h = try busyHarness()
+        let restored = try restore(h) { object in
+            #expect(object["scheduling"] != nil)
+            object["scheduling"] = nil
+            // Leases saved then had no isScheduled member, as ordinary leases still have none.
+            let apps = object["apps"] as? [[String: Any]] ?? []
+            let tasks = apps.flatMap { $0["openTasks"] as? [[String: Any]] ?? [] }
+            #expect(!tasks.isEmpty && tasks.allSatisfy { $0["isScheduled"] == nil })
+        }
+        #expect(restored.scheduledRequestCount == 0)
+        #expect(restored.snapshots(now: h.now) == h.core.snapshots(now: h.now))
+    }
+
+    @Test(
+        "scheduled state that contradicts the registrations is refused",
+        arguments: ["a running request whose task is not held", "a scheduled task no request runs"])
+    func schedulingContradictions(_ flaw: String) throws {
+        let h = try schedulingHarness()
+        let error = #expect(throws: SavedStateError.self) {
+            _ = try restore(h) { object in
+                var scheduling = object["scheduling"] as? [String: Any] ?? [:]
+                var requests = scheduling["requests"] as? [String: Any] ?? [:]
+                switch flaw {
+                case "a running request whose task is not held":
+                    var apps = object["apps"] as? [[String: Any]] ?? []
+                    apps[0]["openTasks"] = [[String: Any]]()
+                    object["apps"] = apps
+                default:
+                    requests["mail/sync"] = nil
+                }
+                scheduling["requests"] = requests
+                object["scheduling"] = scheduling
+            }
+        }
+        #expect(error != nil, "\(flaw) was restored")
+    }
 }

@@ -206,7 +206,7 @@ final class LeasedCommand: Sendable {
                 } catch {
                     context.progress("could not acknowledge \(event.kind.rawValue): \(failure(error).message)")
                 }
-            case .willResignActive, .didBecomeActive, .willEnterForeground, .memoryWarning:
+            case .willResignActive, .didBecomeActive, .willEnterForeground, .memoryWarning, .runScheduledTask:
                 break
             }
         }
