@@ -157,6 +157,36 @@ struct MemoryMonitorTests {
         #expect(host.log.contains("reclaiming"))
     }
 
+    @Test("an app registered while a sample is out is weighed before anyone is reclaimed, and dies first if heaviest")
+    func newcomerWeighedBeforeReclaiming() throws {
+        let host = try FakeMemoryHost()
+        let first = try host.addApp("first", serial: 1)
+        let second = try host.addApp("second", serial: 2)
+        let monitor = makeMonitor(host)
+        monitor.appsChanged()
+        host.clock.advance(to: host.clock.now)
+        monitor.sampleArrived(sample([1: 50 * mebibyte, 2: 55 * mebibyte]))
+        #expect(host.reclaimed.isEmpty, "a warning first")
+
+        // The grace is up and a sample of the two is out when a heavier app registers (or, after a restart, is
+        // adopted again): ranked on that sample alone, `second` would die before it.
+        host.jobs = []
+        host.clock.advance(to: host.clock.now + .seconds(1))
+        #expect(sampledKeys(host) == [1, 2])
+        let newcomer = try host.addApp("newcomer", serial: 3)
+        monitor.sampleArrived(sample([1: 50 * mebibyte, 2: 55 * mebibyte]))
+        #expect(host.reclaimed.isEmpty, "nobody reclaimed before the newcomer is weighed")
+        #expect(sampledKeys(host) == [1, 2, 3])
+
+        // Weighed, the newcomer is the heaviest of the band and goes first; the two others were over the limit
+        // without it, so the heavier of them follows. An app registered meanwhile does not put the decision off.
+        let fourth = try host.addApp("fourth", serial: 4)
+        monitor.sampleArrived(sample([1: 50 * mebibyte, 2: 55 * mebibyte, 3: 70 * mebibyte]))
+        #expect(host.reclaimed == [newcomer, second])
+        #expect(!host.reclaimed.contains(first))
+        #expect(!host.reclaimed.contains(fourth))
+    }
+
     @Test("a victim that does not exit within victimExitTimeout is given up on; its memory still counts")
     func stuckVictimIsAbandoned() throws {
         let host = try FakeMemoryHost()

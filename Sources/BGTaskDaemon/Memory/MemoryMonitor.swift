@@ -32,6 +32,9 @@ final class MemoryMonitor {
     /// Whether a sample is on the worker, and whether the next one must include the apps (asked meanwhile).
     private var isSampling = false
     private var isProcessSampleWanted = false
+    /// Whether the sample out was asked for because a reclaimable app had no reading when a decision was due: the
+    /// decision on it goes ahead whatever came meanwhile, so a stream of new apps cannot put reclamation off.
+    private var isWeighingNewcomers = false
     /// How long reclamation waits for a victim's process to exit before it stops waiting and goes on with the next.
     /// A SIGKILLed process is gone within milliseconds (a few for a stopped one); one that is not gone after this
     /// will not go soon: its kill was refused, or it is stuck in the kernel (`D` state, such as a task frozen by a
@@ -263,6 +266,14 @@ final class MemoryMonitor {
         return readings
     }
 
+    /// Whether a process of an app that reclamation could choose has never been measured.
+    private func hasUnweighedReclaimableApp(_ host: any MemoryMonitorHost) -> Bool {
+        let core = host.core
+        return host.monitoredProcesses.contains { process in
+            process.memoryBytes == nil && process.apps.contains { core.reclamationBand(of: $0) != nil }
+        }
+    }
+
     private func systemReading(_ sample: MemorySample, appsBytes: UInt64 = 0) -> MemoryReading {
         MemoryReading(
             appsBytes: appsBytes, availableBytes: sample.memoryInfo.map { UInt64(max(0, $0.availableBytes)) },
@@ -276,6 +287,20 @@ final class MemoryMonitor {
         guard let host else { return }
         // Reclamation goes on with the next victim instead of stalling for the rest of the episode.
         victims.abandonOverdue(now: clock.freshNow, host: host, logger: logger)
+        // An app that registered, or was adopted again after a restart, while this sample was out has no reading:
+        // ranked without it, lighter apps of its band would die before it. When memory calls for action, weigh it
+        // first (once: the decision on the next sample goes ahead), keeping the trigger's time.
+        let weighingNewcomers = isWeighingNewcomers
+        isWeighingNewcomers = false
+        if !weighingNewcomers, hasUnweighedReclaimableApp(host),
+            machine.isUnderPressure
+                || machine.assess(systemReading(sample, appsBytes: readings().values.reduce(0, +))).level > .normal
+        {
+            isWeighingNewcomers = true
+            requestSample(includingProcesses: true)
+            if isSampling { return }
+            isWeighingNewcomers = false
+        }
         let apps = readings()
         let current = systemReading(sample, appsBytes: apps.values.reduce(0, +) + abandonedBytes)
         // Dated from the trigger that led to this sample, if one did (the threshold fires in the allocation that
