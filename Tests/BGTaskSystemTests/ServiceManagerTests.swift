@@ -229,8 +229,13 @@ extension ServiceManagerTests {
             let loop = try EventLoop()
             // The manager listens on $XDG_RUNTIME_DIR/bus (dbus.socket of sockets.target) and starts the bus on the
             // first connection; the bus then waits for the manager to take its name.
+            // The manager answers before its start-up jobs are done: wait for dbus.socket to listen (on a busy
+            // machine that can take seconds after the manager first answers).
+            let bus = try systemd.waitFor(
+                "dbus.socket", ["LoadState", "ActiveState"], timeout: .seconds(60), what: "listening"
+            ) { $0["ActiveState"] == "active" || $0["LoadState"] == "not-found" }
             let busSocket = systemd.runtimeDirectory + "/bus"
-            guard access(busSocket, F_OK) == 0 else {
+            guard bus["ActiveState"] == "active", access(busSocket, F_OK) == 0 else {
                 Issue.record("the contained manager has no bus socket (no dbus.socket among its user units)")
                 return
             }
