@@ -14,9 +14,10 @@ import Glibc
 public final class DaemonHarness {
     /// A policy in seconds so end-to-end timelines take seconds each. Where an app (a real process, on a machine
     /// the other tests keep busy) must act in time, the window is wide: acknowledging `didEnterBackground` (20 s),
-    /// registering once launched (30 s), ending its task once warned (3 s), printing `willTerminate` before the kill
-    /// (3 s). Where only the daemon's own countdown runs (a lock holder that never lets go), it stays short. A
-    /// test of a timeout itself shortens that one (`fastPolicy(_:_:)`): there the app does nothing, by design.
+    /// registering once launched (30 s), ending its task once warned (3 s; a test that relays the warning to its
+    /// app through the test process gives it 20 s), printing `willTerminate` before the kill (3 s). Where only the
+    /// daemon's own countdown runs (a lock holder that never lets go), it stays short. A test of a timeout itself
+    /// shortens that one (`fastPolicy(_:_:)`): there the app does nothing, by design.
     public static let fastPolicy = """
         [Policy]
         BackgroundTimeSec=5s

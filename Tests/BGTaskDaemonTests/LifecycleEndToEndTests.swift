@@ -11,7 +11,11 @@ struct LifecycleEndToEndTests {
     @Test("register → background → lease → warning → end → suspended (T in /proc) → foreground → running")
     func leaseWarningSuspensionAndResume() async throws {
         try await offThePool {
-            let daemon = try DaemonHarness()
+            // The test relays the warning to the app, which ends its task: 20 s for that round trip, which a busy
+            // machine can stretch past the fast policy's 3 s; the warning still comes 5 s into the background.
+            let daemon = try DaemonHarness(
+                configuration: DaemonHarness.fastPolicy("BackgroundTimeSec", "25s").replacingOccurrences(
+                    of: "ExpirationWarningSec=3s", with: "ExpirationWarningSec=20s"))
             let watch = try WatchStream(daemon)
             let app = try pythonApp(daemon, name: "mail")
             try app.send("begin upload")
@@ -22,7 +26,7 @@ struct LifecycleEndToEndTests {
             try app.waitForLine(startingWith: "event willResignActive")
             try app.waitForLine(startingWith: "event didEnterBackground")
             let remaining = try control.app("mail")["backgroundTimeRemaining"]?.doubleValue ?? 0
-            #expect(remaining > 0 && remaining <= 5)
+            #expect(remaining > 0 && remaining <= 25)
             let warning = try app.waitForLine(startingWith: "event backgroundTaskExpiring")
             #expect(warning.contains("tasks=\(task)"))
             try app.send("end \(task)")
