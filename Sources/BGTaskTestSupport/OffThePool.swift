@@ -1,6 +1,7 @@
 // Runs test bodies that block (on processes, sockets, the clock) on threads of their own, a few at a time, so they
 // neither hold the test runner's cooperative threads nor all run at once.
 
+import BGTaskPOSIX
 import Foundation
 import Testing
 
@@ -14,23 +15,30 @@ import Testing
 /// body that measures time as the machine gives it (wake-ups, dispatch durations, lateness) asks to run `alone`:
 /// it waits for the others to finish, and none starts until it is done. A body that loads the machine for a long
 /// while without measuring its timing (a soak: a daemon and dozens of apps for a minute or more) asks to run `heavy`:
-/// it takes all places but two, so at most two other bodies run beside it and no two heavy ones run at once.
+/// it takes all places but two, so at most two other bodies run beside it and no two heavy ones run at once. A body
+/// that only computes for a long while (a seeded model test: no process, no socket, no clock) asks to run
+/// `computing`: it takes no place and runs at a low CPU priority (nice 10), so it uses the CPU the others leave idle
+/// rather than delaying a daemon under test; it does not run beside a body running alone, whose timing it would
+/// disturb. A heavy body is admitted before the others, a body running alone after them (`BlockingTestLimiter`).
 ///
 /// With `BGTASK_TEST_TIMELINE=PATH`, each body appends a line to PATH when it ends: the test, whether it ran alone,
 /// and when it asked for its place, got it and ended (seconds on `CLOCK_MONOTONIC`): where the suite's time goes.
-public func offThePool<Value>(alone: Bool = false, heavy: Bool = false, _ body: () throws -> Value) async rethrows
-    -> Value
-{
+public func offThePool<Value>(
+    alone: Bool = false, heavy: Bool = false, computing: Bool = false, _ body: () throws -> Value
+) async rethrows -> Value {
+    precondition([alone, heavy, computing].filter { $0 }.count <= 1, "offThePool: one of alone, heavy or computing")
     let limiter = BlockingTestLimiter.shared
-    let places = alone ? limiter.width : heavy ? max(1, limiter.width - 2) : 1
+    let places = computing ? 0 : alone ? limiter.width : heavy ? max(1, limiter.width - 2) : 1
     let asked = TestTimeline.now()
     await limiter.acquire(places)
     let admitted = TestTimeline.now()
-    let executor = DedicatedThreadExecutor()
+    let executor = DedicatedThreadExecutor(niceness: computing ? 10 : nil)
     defer {
         executor.stop()
         Task { await limiter.release(places) }
-        TestTimeline.record(alone: alone, heavy: heavy, asked: asked, admitted: admitted)
+        TestTimeline.record(
+            kind: alone ? "alone" : heavy ? "heavy" : computing ? "computing" : "shared", asked: asked,
+            admitted: admitted)
     }
     return try await withTaskExecutorPreference(executor) { try body() }
 }
@@ -46,18 +54,19 @@ enum TestTimeline {
         return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
     }
 
-    static func record(alone: Bool, heavy: Bool, asked: Double, admitted: Double) {
+    static func record(kind: String, asked: Double, admitted: Double) {
         guard let path else { return }
         let name = Test.current.map { "\($0.id)" } ?? "?"
         let line = String(
-            format: "%.3f %.3f %.3f %@ %@\n", asked, admitted, now(), alone ? "alone" : heavy ? "heavy" : "shared",
-            name)
+            format: "%.3f %.3f %.3f %@ %@\n", asked, admitted, now(), kind, name)
         lock.lock()
         defer { lock.unlock() }
-        if let handle = FileHandle(forWritingAtPath: path) ?? {
-            FileManager.default.createFile(atPath: path, contents: nil)
-            return FileHandle(forWritingAtPath: path)
-        }() {
+        if let handle = FileHandle(forWritingAtPath: path)
+            ?? {
+                FileManager.default.createFile(atPath: path, contents: nil)
+                return FileHandle(forWritingAtPath: path)
+            }()
+        {
             handle.seekToEndOfFile()
             handle.write(Data(line.utf8))
             try? handle.close()
@@ -65,9 +74,13 @@ enum TestTimeline {
     }
 }
 
-/// Admits a bounded number of blocking test bodies at a time, first come first served, but for one exception: while
-/// a heavy body runs (one that leaves places for others), bodies of one place may pass the waiters that cannot start
-/// before it ends, into the places it leaves free.
+/// Admits a bounded number of blocking test bodies at a time, in an order that keeps the suite short: a heavy body
+/// (a soak: a minute or more of real time whatever the machine does) first, as soon as its places are free, so that
+/// the longest bodies start at the beginning of the run and everything else runs beside them; bodies of one place in
+/// the order they asked, into the places a waiting heavy body does not need; computing bodies (no place) at once; and
+/// a body running alone last, once nothing else runs or waits, so the machine is quiet while it measures. A heavy
+/// waiter is never passed into the places it needs, and only computing bodies and bodies of one place pass it into
+/// the others; a body running alone waits for the suite's other bodies, which are finitely many.
 public actor BlockingTestLimiter {
     /// The limiter every `offThePool` shares.
     public static let shared = BlockingTestLimiter(
@@ -76,28 +89,27 @@ public actor BlockingTestLimiter {
     /// How many places there are: bodies that may run at once.
     public nonisolated let width: Int
     private var taken = 0
-    /// Waiters in arrival order, with the places each needs. A waiter that cannot start is passed only by bodies of
-    /// one place, and only into places it could not have had: while a heavy body runs, or behind a heavy waiter.
-    /// Neither can starve: a heavy waiter finds its places once the heavy body before it ends (the small ones hold
-    /// at most the places a heavy body leaves), and once no heavy body runs, nothing passes a waiter that needs
-    /// every place (a body running alone), which then gets them as the bodies running end.
+    /// Waiters in arrival order, with the places each needs: none for a computing body, `width` for one running
+    /// alone.
     private var waiting: [(places: Int, continuation: CheckedContinuation<Void, Never>)] = []
     /// Heavy bodies running (more than one place, fewer than all).
     private var heavyRunning = 0
+    /// Computing bodies running (no place).
+    private var computingRunning = 0
+    /// Whether a body running alone holds every place.
+    private var isAloneRunning = false
 
     init(width: Int) {
         self.width = width
     }
 
-    /// Waits for `places` places (at most `width`).
+    /// The places each waiting body asked for, in arrival order (for tests of the order).
+    var waitingPlaces: [Int] { waiting.map(\.places) }
+
+    /// Waits for `places` places (at most `width`; none for a computing body).
     func acquire(_ places: Int) async {
-        let places = min(places, width)
-        if waiting.isEmpty && taken + places <= width {
-            take(places)
-            return
-        }
         await withCheckedContinuation {
-            waiting.append((places, $0))
+            waiting.append((min(places, width), $0))
             admit()
         }
     }
@@ -106,32 +118,49 @@ public actor BlockingTestLimiter {
     func release(_ places: Int) {
         let places = min(places, width)
         taken -= places
+        if places == 0 { computingRunning -= 1 }
         if places > 1 && places < width { heavyRunning -= 1 }
+        if places == width { isAloneRunning = false }
         admit()
     }
 
-    private func take(_ places: Int) {
-        taken += places
-        if places > 1 && places < width { heavyRunning += 1 }
+    /// Admits heavy waiters that fit, then bodies of one place into the places the first heavy waiter that does
+    /// not fit leaves (all of them while a heavy body runs: the waiter cannot start before it ends anyway),
+    /// computing bodies unless one runs alone, and last a body running alone.
+    private func admit() {
+        guard !isAloneRunning else { return }
+        let isHeavy = { (places: Int) in places > 1 && places < self.width }
+        while let index = waiting.firstIndex(where: { isHeavy($0.places) && taken + $0.places <= width }) {
+            start(at: index)
+        }
+        // A heavy waiter left cannot start before the places it needs are free: none of them is given away, unless
+        // a heavy body runs (the waiter cannot start beside it anyway).
+        let reserved = heavyRunning > 0 ? 0 : waiting.first { isHeavy($0.places) }?.places ?? 0
+        var index = 0
+        while index < waiting.count {
+            let places = waiting[index].places
+            if places == 0 || (places == 1 && places < width && taken + 1 + reserved <= width) {
+                start(at: index)
+            } else {
+                index += 1
+            }
+        }
+        // Only bodies running alone wait now, if any.
+        guard taken == 0, computingRunning == 0, !waiting.isEmpty, waiting.allSatisfy({ $0.places == width }) else {
+            return
+        }
+        taken = width
+        isAloneRunning = true
+        waiting.removeFirst().continuation.resume()
     }
 
-    /// Admits waiters in order while they fit; past one that does not, only bodies of one place, and past one that
-    /// needs every place only while a heavy body runs.
-    private func admit() {
-        var index = 0
-        var isPastAWaiter = false
-        while index < waiting.count {
-            let waiter = waiting[index]
-            if (!isPastAWaiter || waiter.places == 1) && taken + waiter.places <= width {
-                waiting.remove(at: index)
-                take(waiter.places)
-                waiter.continuation.resume()
-                continue
-            }
-            if waiter.places >= width && heavyRunning == 0 { return }
-            isPastAWaiter = true
-            index += 1
-        }
+    /// Admits the waiter at `index`.
+    private func start(at index: Int) {
+        let places = waiting[index].places
+        taken += places
+        if places == 0 { computingRunning += 1 }
+        if places > 1 && places < width { heavyRunning += 1 }
+        waiting.remove(at: index).continuation.resume()
     }
 }
 
@@ -142,10 +171,21 @@ final class DedicatedThreadExecutor: TaskExecutor, @unchecked Sendable {
     private var jobs: [UnownedJob] = []
     private var isStopping = false
 
-    init() {
-        let thread = Thread { [self] in runJobs() }
-        thread.name = "bgtask-blocking-test"
-        thread.start()
+    /// The name its thread shows in `/proc/PID/task/TID/comm`, `top -H` and a debugger's thread list. (Foundation's
+    /// `Thread.name` names no thread on Linux: `Thread.current.name` there reads the dispatch thread's name.)
+    static let threadName = "bgtask-blocking"
+
+    /// Starts the thread, at `niceness` if given (Linux keeps a nice value per thread; `setpriority` of
+    /// `PRIO_PROCESS` 0 sets the calling thread's).
+    init(niceness: Int32? = nil) {
+        do {
+            try DetachedThread.start(name: Self.threadName) { [self] in
+                if let niceness { _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, niceness) }
+                runJobs()
+            }
+        } catch {
+            fatalError("offThePool cannot start a thread for a test body: \(error)")
+        }
     }
 
     private func runJobs() {

@@ -532,7 +532,11 @@ struct ModelTests {
     }
 
     @Test("10,000 random sequences keep every invariant after every step")
-    func randomSequences() {
+    func randomSequences() async {
+        await offThePool(computing: true) { randomSequencesBody() }
+    }
+
+    private func randomSequencesBody() {
         if let replay = Self.environment("BGTASK_MODEL_SEED").flatMap(UInt64.init) {
             var run = ModelRun(seed: replay, verbose: true)
             let failure = run.run(steps: 80)
@@ -573,7 +577,11 @@ struct ModelTests {
     }
 
     @Test("400 random sequences: the state saved at the start plus each step's changes is the state after it")
-    func changesReplayToTheState() {
+    func changesReplayToTheState() async {
+        await offThePool(computing: true) { changesReplayToTheStateBody() }
+    }
+
+    private func changesReplayToTheStateBody() {
         var failures = 0
         var journaledApps = 0
         var taskOnlyRecords = 0

@@ -88,7 +88,11 @@ struct ChangesJSONTests {
     }
 
     @Test("400 random sequences: each step's changes written by hand equal their Encodable form, and read back and applied they give the state after it")
-    func randomSequences() throws {
+    func randomSequences() async throws {
+        try await offThePool(computing: true) { try randomSequencesBody() }
+    }
+
+    private func randomSequencesBody() throws {
         // What the records carried: whole apps, and leases alone (the short form).
         var recordsWithApps = 0
         var leaseRecords = 0
