@@ -178,15 +178,19 @@ public struct AllocationChange: Hashable, Sendable {
     public var app: String
     /// Its process.
     public var pid: Int
-    /// What that process held mapped for the soak from then on.
+    /// What that process held mapped for the soak from then on; while `isTouching`, the most it holds until its
+    /// next change (it is touching a new chunk's pages, and holds at least what it held before).
     public var allocatedBytes: Int
+    /// Whether the process started mapping and touching a chunk here, to hold `allocatedBytes` once done.
+    public var isTouching: Bool
 
     /// A change.
-    public init(at: Duration, app: String, pid: Int, allocatedBytes: Int) {
+    public init(at: Duration, app: String, pid: Int, allocatedBytes: Int, isTouching: Bool = false) {
         self.at = at
         self.app = app
         self.pid = pid
         self.allocatedBytes = allocatedBytes
+        self.isTouching = isTouching
     }
 }
 

@@ -214,6 +214,8 @@ final class AppMemory: Sendable {
                 guard let pointer = mmap(nil, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0),
                     pointer != MAP_FAILED
                 else { return }
+                // Logged before it is touched, marked: a reading from now on may see any part of it.
+                log?.record(held + size, touching: true)
                 for offset in stride(from: 0, to: size, by: 4096) {
                     pointer.storeBytes(of: 1, toByteOffset: offset, as: UInt8.self)
                 }
@@ -231,7 +233,8 @@ final class AppMemory: Sendable {
 }
 
 /// An app's log of the memory it maps (`--memory-log`): the file `APP.PID` in the directory, one line per change,
-/// `CLOCK_MONOTONIC` in nanoseconds and the bytes held from then on. The harness reads it after the run, so that
+/// `CLOCK_MONOTONIC` in nanoseconds and the bytes held from then on, and `touching` when a chunk's pages are about
+/// to be touched (the bytes it will hold once they are). The harness reads it after the run, so that
 /// `heaviest-first` knows what an app weighed between its readings (`SoakEvidence.allocationChanges`).
 final class AllocationLog: Sendable {
     private let file: FileDescriptor
@@ -246,9 +249,9 @@ final class AllocationLog: Sendable {
         self.file = file
     }
 
-    /// Logs that the process holds `bytes` from now on.
-    func record(_ bytes: Int) {
-        try? file.writeAll(Array("\(MonotonicClock.now()) \(bytes)\n".utf8))
+    /// Logs that the process holds `bytes` from now on, or, `touching`, that it starts touching pages to hold them.
+    func record(_ bytes: Int, touching: Bool = false) {
+        try? file.writeAll(Array("\(MonotonicClock.now()) \(bytes)\(touching ? " touching" : "")\n".utf8))
     }
 }
 

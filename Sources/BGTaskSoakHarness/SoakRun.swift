@@ -457,11 +457,13 @@ extension SoakRun {
             let app = String(file[..<dot])
             for line in text.split(separator: "\n") {
                 let fields = line.split(separator: " ")
-                guard fields.count == 2, let nanoseconds = Int64(fields[0]), let bytes = Int(fields[1]) else {
-                    continue
-                }
+                guard fields.count == 2 || (fields.count == 3 && fields[2] == "touching"),
+                    let nanoseconds = Int64(fields[0]), let bytes = Int(fields[1])
+                else { continue }
                 changes.append(
-                    AllocationChange(at: clock.since(nanoseconds), app: app, pid: pid, allocatedBytes: bytes))
+                    AllocationChange(
+                        at: clock.since(nanoseconds), app: app, pid: pid, allocatedBytes: bytes,
+                        isTouching: fields.count == 3))
             }
         }
         return changes

@@ -309,6 +309,44 @@ struct SoakCheckerTests {
         #expect(example.app == "mail" && example.evidence.contains("while photos in the same band suspended"))
     }
 
+    @Test("a survivor read while it touched a new chunk is judged with that chunk whole, as it may not have had it")
+    func survivorReadWhileTouching() throws {
+        // Seed 8360582566104785993 under two busy loops: soak-21 was read at 18.1 MiB just before the kill while
+        // its log still said nothing was mapped (it logs a chunk once touched); the daemon had weighed it before.
+        // Here photos holds 10 MiB, starts touching 290 MiB more at t=19, is read at 300 MiB at t=19.1 and after
+        // the kill, and logs the chunk touched at t=19.3.
+        var scenario = SoakScenario()
+        scenario.evidence.entries.removeAll {
+            $0.entry.app == "photos" && (at(20)...at(20.3)).contains($0.observedAt)
+        }
+        scenario.evidence.memorySamples.removeAll { $0.app == "photos" }
+        scenario.evidence.memorySamples += [
+            MemorySample(takenAt: at(19.1), app: "photos", memoryBytes: mebibytes(300), pid: 700),
+            MemorySample(takenAt: at(20.6), app: "photos", memoryBytes: mebibytes(300), pid: 700),
+        ]
+        let change = { (time: Double, held: Int, touching: Bool) in
+            AllocationChange(
+                at: at(time), app: "photos", pid: 700, allocatedBytes: mebibytes(held), isTouching: touching)
+        }
+        scenario.evidence.allocationChanges = [
+            change(1, 0, false), change(5, 10, false), change(19, 300, true), change(19.3, 300, false),
+        ]
+        let result = SoakChecker.check(.heaviestFirst, scenario.evidence, scenario.criteria)
+        #expect(result.violationCount == 0, "\(result.counterExamples)")
+        // Without the mark the reading counts whole, and the daemon is blamed.
+        scenario.evidence.allocationChanges = [change(1, 0, false), change(5, 10, false), change(19.3, 300, false)]
+        let example = try #require(
+            SoakChecker.check(.heaviestFirst, scenario.evidence, scenario.criteria).counterExamples.first)
+        #expect(example.app == "mail" && example.evidence.contains("while photos in the same band suspended"))
+        // A chunk being touched never lowers the least it held: touching since before the window, photos held 10
+        // MiB at its least, so a reading of 300 MiB with the chunk counted whole is 10 MiB, as above, and one of
+        // 300 MiB while it held 290 MiB all along (marked chunk of 10 MiB) is heavy.
+        scenario.evidence.allocationChanges = [change(1, 0, false), change(5, 290, false), change(19, 300, true)]
+        let heavy = try #require(
+            SoakChecker.check(.heaviestFirst, scenario.evidence, scenario.criteria).counterExamples.first)
+        #expect(heavy.app == "mail")
+    }
+
     @Test("a survivor that freed memory and mapped more between two readings is judged by its own allocation log")
     func survivorLighterOnlyBetweenReadings() throws {
         // Seed 8360582566104785993 again, once the bracket was in: soak-37 was read at 7.8 MiB before the kill and
