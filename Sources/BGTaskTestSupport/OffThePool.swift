@@ -10,19 +10,21 @@ import Testing
 /// those that would run in a millisecond. The body still runs in the test's task, so `#expect` and `Issue.record`
 /// report to the test as usual.
 ///
-/// At most `BlockingTestLimiter.width` bodies run at once (`BGTASK_TEST_PARALLELISM`, default 6): enough to overlap
-/// the waiting of end-to-end tests, few enough that daemons with millisecond policies still get the CPU on time. A
-/// body that measures time as the machine gives it (wake-ups, dispatch durations, lateness) asks to run `alone`:
-/// it waits for the others to finish, and none starts until it is done. A body that loads the machine for a long
-/// while without measuring its timing (a soak: a daemon and dozens of apps for a minute or more) asks to run `heavy`:
-/// it takes all places but two, so at most two other bodies run beside it and no two heavy ones run at once. A body
-/// that only computes for a long while (a seeded model test: no process, no socket, no clock) asks to run
-/// `computing`: it takes no place and runs at a low CPU priority (nice 10), so it uses the CPU the others leave idle
-/// rather than delaying a daemon under test; it does not run beside a body running alone, whose timing it would
-/// disturb. A heavy body is admitted before the others, a body running alone after them (`BlockingTestLimiter`).
+/// At most `BlockingTestLimiter.width` bodies that take a place run at once (`BGTASK_TEST_PARALLELISM`, default 6):
+/// enough to overlap the waiting of end-to-end tests, few enough that daemons with millisecond policies still get
+/// the CPU on time. A body that measures time as the machine gives it (wake-ups, dispatch durations, lateness) asks
+/// to run `alone`: it waits for the others that take a place to finish, and none of those starts until it is done. A
+/// body that loads the machine
+/// for a long while without measuring its timing (a soak: a daemon and dozens of apps for a minute or more) asks to
+/// run `heavy`: it takes all places but two, so at most two other bodies that take a place run beside it and no two
+/// heavy ones run at once. A body that only computes for a long while (a seeded model test: no process, no socket,
+/// no clock) asks to run `computing`: it takes no place, so it neither holds a cooperative thread (where it would
+/// keep other tests from even starting) nor a place a blocking body could use, and it runs beside every other body.
+/// A heavy body is admitted before the others (`BlockingTestLimiter`).
 ///
-/// With `BGTASK_TEST_TIMELINE=PATH`, each body appends a line to PATH when it ends: the test, whether it ran alone,
-/// and when it asked for its place, got it and ended (seconds on `CLOCK_MONOTONIC`): where the suite's time goes.
+/// With `BGTASK_TEST_TIMELINE=PATH`, each body appends a line to PATH when it ends: when it asked for its place, got
+/// it and ended (seconds on `CLOCK_MONOTONIC`), how it ran (`shared`, `alone`, `heavy` or `computing`) and the test:
+/// where the suite's time goes.
 public func offThePool<Value>(
     alone: Bool = false, heavy: Bool = false, computing: Bool = false, _ body: () throws -> Value
 ) async rethrows -> Value {
@@ -32,7 +34,7 @@ public func offThePool<Value>(
     let asked = TestTimeline.now()
     await limiter.acquire(places)
     let admitted = TestTimeline.now()
-    let executor = DedicatedThreadExecutor(niceness: computing ? 10 : nil)
+    let executor = DedicatedThreadExecutor()
     defer {
         executor.stop()
         Task { await limiter.release(places) }
@@ -76,11 +78,14 @@ enum TestTimeline {
 
 /// Admits a bounded number of blocking test bodies at a time, in an order that keeps the suite short: a heavy body
 /// (a soak: a minute or more of real time whatever the machine does) first, as soon as its places are free, so that
-/// the longest bodies start at the beginning of the run and everything else runs beside them; bodies of one place in
-/// the order they asked, into the places a waiting heavy body does not need; computing bodies (no place) at once; and
-/// a body running alone last, once nothing else runs or waits, so the machine is quiet while it measures. A heavy
-/// waiter is never passed into the places it needs, and only computing bodies and bodies of one place pass it into
-/// the others; a body running alone waits for the suite's other bodies, which are finitely many.
+/// the longest bodies start at the beginning of the run and everything else runs beside them; computing bodies (no
+/// place) at once; the others in the order they asked, bodies of one place into the places a waiting heavy body
+/// does not need. A body running alone waits for the bodies running when it asked and holds back those that ask
+/// after it, but while a heavy body runs or waits (the body running alone cannot start before it ends), bodies of
+/// one place pass it. A heavy waiter is never passed into the places it needs. Computing bodies run beside every
+/// other, one running alone included: they are few, and a body running alone compares its timings with a
+/// reference measured in the same run (`docs/TESTING.md`); waiting for them would leave it waiting for as long as
+/// a busy machine starves them, past its time limit.
 public actor BlockingTestLimiter {
     /// The limiter every `offThePool` shares.
     public static let shared = BlockingTestLimiter(
@@ -94,10 +99,6 @@ public actor BlockingTestLimiter {
     private var waiting: [(places: Int, continuation: CheckedContinuation<Void, Never>)] = []
     /// Heavy bodies running (more than one place, fewer than all).
     private var heavyRunning = 0
-    /// Computing bodies running (no place).
-    private var computingRunning = 0
-    /// Whether a body running alone holds every place.
-    private var isAloneRunning = false
 
     init(width: Int) {
         self.width = width
@@ -118,48 +119,45 @@ public actor BlockingTestLimiter {
     func release(_ places: Int) {
         let places = min(places, width)
         taken -= places
-        if places == 0 { computingRunning -= 1 }
-        if places > 1 && places < width { heavyRunning -= 1 }
-        if places == width { isAloneRunning = false }
+        if isHeavy(places) { heavyRunning -= 1 }
         admit()
     }
 
-    /// Admits heavy waiters that fit, then bodies of one place into the places the first heavy waiter that does
-    /// not fit leaves (all of them while a heavy body runs: the waiter cannot start before it ends anyway),
-    /// computing bodies unless one runs alone, and last a body running alone.
+    private func isHeavy(_ places: Int) -> Bool { places > 1 && places < width }
+
+    /// Admits computing waiters, heavy waiters that fit, then the others in order: bodies of one place into the
+    /// places the first heavy waiter that does not fit leaves (all of them while a heavy body runs: the waiter
+    /// cannot start before it ends anyway), and a body running alone once nothing runs.
     private func admit() {
-        guard !isAloneRunning else { return }
-        let isHeavy = { (places: Int) in places > 1 && places < self.width }
+        while let index = waiting.firstIndex(where: { $0.places == 0 }) { start(at: index) }
         while let index = waiting.firstIndex(where: { isHeavy($0.places) && taken + $0.places <= width }) {
             start(at: index)
         }
-        // A heavy waiter left cannot start before the places it needs are free: none of them is given away, unless
-        // a heavy body runs (the waiter cannot start beside it anyway).
+        let isHeavyWaiting = waiting.contains { isHeavy($0.places) }
         let reserved = heavyRunning > 0 ? 0 : waiting.first { isHeavy($0.places) }?.places ?? 0
         var index = 0
         while index < waiting.count {
             let places = waiting[index].places
-            if places == 0 || (places == 1 && places < width && taken + 1 + reserved <= width) {
+            if places >= width {
+                if taken == 0 {
+                    start(at: index)
+                    return
+                }
+                // Bodies of one place pass it only while a heavy body runs or waits.
+                guard heavyRunning > 0 || isHeavyWaiting else { return }
+            } else if places == 1 && taken + 1 + reserved <= width {
                 start(at: index)
-            } else {
-                index += 1
+                continue
             }
+            index += 1
         }
-        // Only bodies running alone wait now, if any.
-        guard taken == 0, computingRunning == 0, !waiting.isEmpty, waiting.allSatisfy({ $0.places == width }) else {
-            return
-        }
-        taken = width
-        isAloneRunning = true
-        waiting.removeFirst().continuation.resume()
     }
 
     /// Admits the waiter at `index`.
     private func start(at index: Int) {
         let places = waiting[index].places
         taken += places
-        if places == 0 { computingRunning += 1 }
-        if places > 1 && places < width { heavyRunning += 1 }
+        if isHeavy(places) { heavyRunning += 1 }
         waiting.remove(at: index).continuation.resume()
     }
 }
@@ -175,14 +173,9 @@ final class DedicatedThreadExecutor: TaskExecutor, @unchecked Sendable {
     /// `Thread.name` names no thread on Linux: `Thread.current.name` there reads the dispatch thread's name.)
     static let threadName = "bgtask-blocking"
 
-    /// Starts the thread, at `niceness` if given (Linux keeps a nice value per thread; `setpriority` of
-    /// `PRIO_PROCESS` 0 sets the calling thread's).
-    init(niceness: Int32? = nil) {
+    init() {
         do {
-            try DetachedThread.start(name: Self.threadName) { [self] in
-                if let niceness { _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, niceness) }
-                runJobs()
-            }
+            try DetachedThread.start(name: Self.threadName) { [self] in runJobs() }
         } catch {
             fatalError("offThePool cannot start a thread for a test body: \(error)")
         }
