@@ -46,7 +46,8 @@ extension SoakChecker {
                         at: time, app: victim,
                         "reclaimed from band \(band) at \(moment(time)) while \(other) was still in band \(otherBand)")
                 } else if otherBand == band, let weight,
-                    let otherWeight = readings.lightest(of: other, around: time, within: window),
+                    let otherWeight = readings.lightest(
+                        of: other, around: time, within: window, since: record.registeredAt),
                     Double(otherWeight) > Double(weight) * (1 + criteria.memoryTolerance)
                 {
                     log.violated(
@@ -154,13 +155,19 @@ struct MemoryReadings {
     /// reading before, and the least it held in the window before the kill, are its weight then less the memory
     /// that stays (the runtime, its libraries). The window is as wide as the one readings are taken from: the
     /// daemon weighs the apps of a round at its start, and a weighing older than that would itself be a fault.
-    func lightest(of app: String, around time: Duration, within window: Duration) -> Int? {
+    ///
+    /// Only what was read of the app's current registration counts (`since`, when it registered): the name's
+    /// earlier process, reclaimed or ended, weighed nothing of the new one (seed 3831752957692394277 under two busy
+    /// loops: soak-24 was reclaimed at 14.1 MiB, registered again 0.3 s later from a fresh process, and the daemon
+    /// was blamed for sparing that newcomer on the dead process's weight).
+    func lightest(of app: String, around time: Duration, within window: Duration, since: Duration? = nil) -> Int? {
+        let earliest = max(time - window, since ?? time - window)
+        guard earliest <= time else { return nil }
         let harness = harnessByApp[app] ?? []
-        let before = harness.last { ((time - window)...time).contains($0.time) }
+        let before = harness.last { (earliest...time).contains($0.time) }
         let after = harness.first { $0.time > time && $0.time <= time + window }
         let asVictim =
-            victimWeights[app]?.filter { ((time - window)...(time + window)).contains($0.time) }.map(\.memoryBytes)
-            ?? []
+            victimWeights[app]?.filter { (earliest...(time + window)).contains($0.time) }.map(\.memoryBytes) ?? []
         // A reading after the kill alone is no evidence: it may be heavier only for memory shared with the victims.
         var readings = before.map { [$0.memoryBytes] + (after.map { [$0.memoryBytes] } ?? []) } ?? []
         if let before, let pid = before.pid,

@@ -347,6 +347,42 @@ struct SoakCheckerTests {
         #expect(heavy.app == "mail")
     }
 
+    @Test("a name registered again after its reclaim is weighed by its new process alone, not the dead one's readings")
+    func newRegistrationAfterReclaim() throws {
+        // Seed 3831752957692394277 under two busy loops: soak-24 (14.1 MiB) was reclaimed, registered again from a
+        // fresh process 0.3 s later, and the daemon was blamed for sparing that newcomer on the dead process's
+        // weight. Here photos (300 MiB) is reclaimed at t=20, registers again at t=20.4 and is suspended at 20.5;
+        // clock, suspended too, is reclaimed at t=21 with 50 MiB.
+        var scenario = SoakScenario()
+        func receive(_ time: Double, _ app: String, _ kind: AuditKind, state: AppState? = nil) {
+            scenario.receive(HistoryEntry(time: 0, app: app, kind: kind, state: state), at: at(time))
+        }
+        receive(20.4, "photos", .registered)
+        receive(20.4, "photos", .stateChanged, state: .active)
+        receive(20.5, "photos", .stateChanged, state: .background)
+        receive(20.5, "photos", .stateChanged, state: .suspended)
+        receive(20.6, "clock", .stateChanged, state: .background)
+        receive(20.6, "clock", .stateChanged, state: .suspended)
+        receive(21, "clock", .stateChanged, state: .terminated)
+        scenario.receive(
+            HistoryEntry(
+                time: 0, app: "clock", kind: .terminated, reason: .memoryReclaim, band: .suspended,
+                memoryBytes: mebibytes(50)),
+            at: at(21))
+        let result = SoakChecker.check(.heaviestFirst, scenario.evidence, scenario.criteria)
+        #expect(result.violationCount == 0, "\(result.counterExamples)")
+        // A reading of the new process counts: light, it excuses the daemon; heavy, it does not.
+        scenario.evidence.memorySamples.append(
+            MemorySample(takenAt: at(20.8), app: "photos", memoryBytes: mebibytes(20), pid: 900))
+        #expect(SoakChecker.check(.heaviestFirst, scenario.evidence, scenario.criteria).violationCount == 0)
+        scenario.evidence.memorySamples.removeLast()
+        scenario.evidence.memorySamples.append(
+            MemorySample(takenAt: at(20.8), app: "photos", memoryBytes: mebibytes(400), pid: 900))
+        let example = try #require(
+            SoakChecker.check(.heaviestFirst, scenario.evidence, scenario.criteria).counterExamples.first)
+        #expect(example.app == "clock" && example.evidence.contains("while photos in the same band suspended"))
+    }
+
     @Test("a survivor that freed memory and mapped more between two readings is judged by its own allocation log")
     func survivorLighterOnlyBetweenReadings() throws {
         // Seed 8360582566104785993 again, once the bracket was in: soak-37 was read at 7.8 MiB before the kill and
