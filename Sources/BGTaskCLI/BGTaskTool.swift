@@ -60,7 +60,8 @@ public enum BGTaskTool {
     /// The subcommands, in the order the help lists them.
     public static let subcommands: [any Subcommand.Type] = [
         Status.self, Apps.self, Run.self, Begin.self, End.self, Remaining.self, Foreground.self, Background.self,
-        Deactivate.self, Launch.self, Terminate.self, Post.self, Watch.self, History.self, Demo.self,
+        Deactivate.self, Launch.self, Terminate.self, Post.self, Schedule.self, Requests.self, Cancel.self,
+        Watch.self, History.self, Demo.self,
     ]
 
     /// What a command line of bgtask asks for, with the subcommand built from its arguments.

@@ -126,6 +126,9 @@ public enum ConnectionEvent: Sendable, CustomStringConvertible {
     /// A call made on the app's behalf with no caller to report to (an acknowledgement, the end of a lease)
     /// failed.
     case requestFailed(method: String, ClientError)
+    /// A scheduled request's task began with no launch handler registered for its identifier: it was completed
+    /// as failed, not to be retried (`register(forTaskWithIdentifier:launchHandler:)`).
+    case noLaunchHandler(identifier: String)
 
     public var description: String {
         switch self {
@@ -134,6 +137,7 @@ public enum ConnectionEvent: Sendable, CustomStringConvertible {
         case .reconnected(let app, let attempt): "reconnected on attempt \(attempt), state \(app.state.rawValue)"
         case .gaveUp(let error): "gave up reconnecting: \(error)"
         case .requestFailed(let method, let error): "\(method) failed: \(error)"
+        case .noLaunchHandler(let identifier): "no launch handler for the scheduled task \(identifier.debugDescription)"
         }
     }
 }

@@ -118,7 +118,8 @@ extension BackgroundApplication {
     /// A re-attached registration keeps its leases (the daemon saves them across its restarts): tasks whose
     /// lease it lists keep it, with the same id, and listed leases no task claims (tasks ended while the link was
     /// down) are ended. A task whose lease the daemon no longer lists (it lost its state) is never begun again,
-    /// which would hand the app a fresh budget: its expiration handler runs, as when time runs out. Tasks begun
+    /// which would hand the app a fresh budget: its expiration handler runs, as when time runs out. Scheduled tasks
+    /// are claimed the same way, and one the daemon no longer lists is over: its expiration handler runs. Tasks begun
     /// while the link was down have their leases begun now; one the daemon refuses has its expiration handler
     /// run, since its work is not covered.
     func carryLeasesOver(to registration: Registration) throws(ClientError) -> Bool {
@@ -134,6 +135,14 @@ extension BackgroundApplication {
                     state.leases[identifier]?.taskId = nil
                     state.leases[identifier]?.isLost = true
                     if let handler = state.takeExpirationHandler(identifier) { lostHandlers.append(handler) }
+                }
+            }
+            for (taskId, task) in state.scheduledTasks {
+                if kept.contains(taskId) {
+                    claimed.insert(taskId)
+                } else {
+                    state.scheduledTasks[taskId] = nil
+                    if let handler = task.takeExpirationHandler() { lostHandlers.append(handler) }
                 }
             }
             state.expiringUnclaimed = []

@@ -53,9 +53,7 @@ extension BackgroundApplication {
                 name: event.name ?? "", payload: event.payload.map(JSONValue.object), count: event.count ?? 1)
             delegate?.application(self, didReceive: notification)
         case .runScheduledTask:
-            // Seen by the observers above; the daemon sends it only for scheduled requests, which this client does
-            // not submit yet.
-            break
+            startScheduledTask(identifier: event.name ?? "", taskId: event.taskIds?.first)
         }
         let shouldAcknowledge = state.withLock { $0.acknowledgesAutomatically && $0.link.isAlive }
         guard shouldAcknowledge else { return }
@@ -75,6 +73,11 @@ extension BackgroundApplication {
         let handlers = state.withLock { (state: inout State) -> [@Sendable () -> Void] in
             var handlers: [@Sendable () -> Void] = []
             for taskId in taskIds {
+                if let task = state.scheduledTasks.removeValue(forKey: taskId) {
+                    // Its task ends now or within the warning: the app completes it or the daemon ends it.
+                    if let handler = task.takeExpirationHandler() { handlers.append(handler) }
+                    continue
+                }
                 guard let identifier = state.identifier(forTaskId: taskId) else {
                     // A lease whose BeginBackgroundTask reply is still on its way: its handler runs when it lands.
                     state.expiringUnclaimed.insert(taskId)

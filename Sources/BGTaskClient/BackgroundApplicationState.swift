@@ -56,6 +56,10 @@ struct State {
     var expiringUnclaimed: Set<Int> = []
     var lastRemaining: (seconds: Double, measuredAt: Int64)?
     var reconnectCount = 0
+    /// The launch handler of each scheduled request identifier (`register(forTaskWithIdentifier:launchHandler:)`).
+    var launchHandlers: [String: @Sendable (ScheduledTask) -> Void] = [:]
+    /// The scheduled tasks running in the app, by the daemon's task id, until completed or ended.
+    var scheduledTasks: [Int: ScheduledTask] = [:]
     var eventObservers: [ObserverToken: @Sendable (EventInfo) -> Void] = [:]
     var connectionObservers: [ObserverToken: @Sendable (ConnectionEvent) -> Void] = [:]
     var nextObserverNumber = 1

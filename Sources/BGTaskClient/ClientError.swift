@@ -85,6 +85,12 @@ public enum ClientError: Error, Hashable, Sendable, CustomStringConvertible {
         case .noSuchEvent(let app, let eventId): "app \(app.debugDescription) was never sent event \(eventId)"
         case .invalidMessage(let reason): "the daemon could not read the message: \(reason)"
         case .launchFailed(let app, let reason): "cannot launch \(app.debugDescription): \(reason)"
+        case .noSuchRequest(let app, let identifier):
+            "app \(app.debugDescription) has no scheduled request \(identifier.debugDescription)"
+        case .conditionUnavailable(let conditions):
+            "this host has no source for "
+                + conditions.map(\.rawValue).joined(separator: ", ")
+                + " (bgtask status lists the sources found), so the request would never run"
         }
     }
 

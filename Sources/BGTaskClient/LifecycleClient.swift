@@ -159,6 +159,37 @@ public final class LifecycleClient: Sendable {
         }
     }
 
+    // MARK: Scheduled work
+
+    /// Submits a scheduled request for `app` (`BGTaskScheduler.submit`): it runs once it is due (`earliestBegin`,
+    /// seconds since the Unix epoch; nil: now) and every one of `requires` holds. Replaces a request of `app` with
+    /// the same identifier.
+    public func submitRequest(
+        app: String, identifier: String, kind: ScheduledTaskKind? = nil, earliestBegin: Double? = nil,
+        requires: [Constraint]? = nil
+    ) throws(ClientError) -> RequestInfo {
+        try call(
+            SubmitRequestParameters(
+                app: app, identifier: identifier, kind: kind, earliestBegin: earliestBegin, requires: requires)
+        ).request
+    }
+
+    /// Cancels the request `identifier` of `app` (`BGTaskScheduler.cancel`); a running one's task ends at once.
+    public func cancelRequest(app: String, identifier: String) throws(ClientError) {
+        _ = try call(CancelRequestParameters(app: app, identifier: identifier))
+    }
+
+    /// The scheduled requests the caller may see, of `app` alone or of every app when nil.
+    public func listRequests(app: String? = nil) throws(ClientError) -> [RequestInfo] {
+        try call(ListRequestsParameters(app: app)).requests
+    }
+
+    /// Reports how the scheduled task `taskId` of `app` went and ends it (`setTaskCompleted(success:)`); a failure
+    /// with `retry` runs the request again after a backoff.
+    public func setTaskCompleted(app: String, taskId: Int, success: Bool, retry: Bool? = nil) throws(ClientError) {
+        _ = try call(SetTaskCompletedParameters(app: app, taskId: taskId, success: success, retry: retry))
+    }
+
     // MARK: org.varlink.service
 
     /// Who implements the service and which interfaces it serves.

@@ -9,6 +9,7 @@ enum ConfigurationSection: String, CaseIterable, Sendable {
     case limits = "Limits"
     case access = "Access"
     case conditions = "Conditions"
+    case scheduling = "Scheduling"
 }
 
 /// A `[Policy]` key; these are also the only keys of `apps.d/NAME.conf`. Declared in `--dump-config` order.
@@ -55,9 +56,16 @@ enum DaemonKey: String, CaseIterable, Sendable {
     case queuedEventsPerAppMax = "QueuedEventsPerAppMax"
     case postPayloadSizeMax = "PostPayloadSizeMax"
     case historySize = "HistorySize"
+    case scheduledRequestsPerAppMax = "ScheduledRequestsPerAppMax"
+    case scheduledRequestsPerUserMax = "ScheduledRequestsPerUserMax"
+    case scheduledRequestsMax = "ScheduledRequestsMax"
     case controllerGroup = "ControllerGroup"
     case powerSupplyPath = "PowerSupplyPath"
     case batteryLowPercent = "BatteryLowPercent"
+    case scheduledTasksMax = "ScheduledTasksMax"
+    case scheduledTimePerDaySec = "ScheduledTimePerDaySec"
+    case refreshTaskSec = "RefreshTaskSec"
+    case processingTaskSec = "ProcessingTaskSec"
 
     /// The section the key belongs to.
     var section: ConfigurationSection {
@@ -66,12 +74,15 @@ enum DaemonKey: String, CaseIterable, Sendable {
             .reclaimForeground, .reclaimDryRun, .cgroupRoot, .memoryCgroupRoot:
             return .memory
         case .tasksPerAppMax, .appsPerUserMax, .connectionsMax, .connectionsPerUserMax, .messageSizeMax,
-            .queuedEventsPerAppMax, .postPayloadSizeMax, .historySize:
+            .queuedEventsPerAppMax, .postPayloadSizeMax, .historySize, .scheduledRequestsPerAppMax,
+            .scheduledRequestsPerUserMax, .scheduledRequestsMax:
             return .limits
         case .controllerGroup:
             return .access
         case .powerSupplyPath, .batteryLowPercent:
             return .conditions
+        case .scheduledTasksMax, .scheduledTimePerDaySec, .refreshTaskSec, .processingTaskSec:
+            return .scheduling
         }
     }
 
@@ -106,6 +117,15 @@ enum DaemonKey: String, CaseIterable, Sendable {
         case .controllerGroup: return .groupName(\.access.controllerGroup)
         case .powerSupplyPath: return .absolutePath(\.conditions.powerSupplyPath)
         case .batteryLowPercent: return .percentage(\.conditions.batteryLowPercent)
+        // At least one request and one running task: zero would refuse every submit rather than be strict.
+        case .scheduledRequestsPerAppMax: return .count(\.core.scheduledRequestsPerAppMax, 1...Int.max)
+        case .scheduledRequestsPerUserMax: return .count(\.core.scheduledRequestsPerUserMax, 1...Int.max)
+        case .scheduledRequestsMax: return .count(\.core.scheduledRequestsMax, 1...Int.max)
+        case .scheduledTasksMax: return .count(\.core.scheduledTasksMax, 1...Int.max)
+        // Zero turns the daily budget off.
+        case .scheduledTimePerDaySec: return .duration(\.core.scheduledTimePerDay)
+        case .refreshTaskSec: return .duration(\.core.refreshTaskTime)
+        case .processingTaskSec: return .duration(\.core.processingTaskTime)
         }
     }
 }

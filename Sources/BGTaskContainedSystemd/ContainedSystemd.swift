@@ -51,10 +51,12 @@ public final class ContainedSystemd {
     /// The manager's process (the caller's child); with a lifetime, the `timeout(1)` whose only child is the
     /// manager.
     public let manager: SpawnedProcess
-    /// The manager's `XDG_CONFIG_HOME` and `XDG_DATA_HOME`, in the scratch directory: `systemctl --user enable`
-    /// writes its links under the first, and unit files in `DATA_HOME/systemd/user` are found as a user's are.
+    /// The manager's `XDG_CONFIG_HOME`, `XDG_DATA_HOME` and `XDG_STATE_HOME`, in the scratch directory:
+    /// `systemctl --user enable` writes its links under the first, unit files in `DATA_HOME/systemd/user` are found
+    /// as a user's are, and a unit's `StateDirectory=` is made under the last.
     public let configHome: String
     public let dataHome: String
+    public let stateHome: String
     private var isClosed = false
 
     /// Starts a manager and waits (at most 30 s) until `systemctl --user` reaches it. `dataHome` is its
@@ -72,6 +74,7 @@ public final class ContainedSystemd {
         runtimeDirectory = directory.path + "/run"
         unitDirectory = runtimeDirectory + "/systemd/user"
         configHome = directory.path + "/config"
+        stateHome = directory.path + "/state"
         self.dataHome = directory.path + "/" + dataHome
         try makeDirectories(unitDirectory)
         chmod(runtimeDirectory, 0o700)
@@ -97,7 +100,7 @@ public final class ContainedSystemd {
             export XDG_RUNTIME_DIR='\(runtimeDirectory)'
             # The user's configuration and data directories are the caller's too: nothing under $HOME is read or
             # written.
-            export XDG_CONFIG_HOME='\(configHome)' XDG_DATA_HOME='\(self.dataHome)'
+            export XDG_CONFIG_HOME='\(configHome)' XDG_DATA_HOME='\(self.dataHome)' XDG_STATE_HOME='\(stateHome)'
             exec \(bound)/lib/systemd/systemd --user
             """
         let scriptPath = try directory.write("start-manager", script)
@@ -135,6 +138,7 @@ public final class ContainedSystemd {
         environment["XDG_RUNTIME_DIR"] = runtimeDirectory
         environment["XDG_CONFIG_HOME"] = configHome
         environment["XDG_DATA_HOME"] = dataHome
+        environment["XDG_STATE_HOME"] = stateHome
         environment["DBUS_SESSION_BUS_ADDRESS"] = nil
         return environment
     }

@@ -11,6 +11,8 @@ struct NameTable<Value: Sendable & Codable>: Sendable {
     private var changedNames: Set<String> = []
     /// Whether changes are recorded: only a daemon saving its state takes them, so without one nothing is kept.
     var isTracking = false
+    /// Counts every change, tracked or not: a store keeping the table elsewhere compares it with what it wrote.
+    private(set) var revision: UInt64 = 0
 
     init(_ storage: [String: Value] = [:]) {
         self.storage = storage
@@ -42,6 +44,7 @@ struct NameTable<Value: Sendable & Codable>: Sendable {
     var count: Int { storage.count }
 
     private mutating func noteChange(of name: String) {
+        revision &+= 1
         if isTracking { changedNames.insert(name) }
     }
 

@@ -1,23 +1,5 @@
-// The host conditions scheduled work waits on: the constraints a request can ask for, and what the host's
-// sources say about each now (docs/ARCHITECTURE.md).
-
-/// A condition a scheduled request can require before it runs, by its name on the wire and on the command line.
-public enum Constraint: String, CaseIterable, Codable, Sendable, Comparable {
-    /// On external power: an AC adapter or another supply is online (UPower's `OnBattery` false).
-    case externalPower = "ac"
-    /// The battery is not low, or there is no battery.
-    case batteryNotLow = "battery"
-    /// Online: a default route through an interface that is up.
-    case network
-    /// Online through a connection that is not metered (NetworkManager's `Metered`).
-    case unmeteredNetwork = "unmetered"
-    /// The user is idle (logind's `IdleHint`).
-    case idle
-
-    public static func < (lhs: Constraint, rhs: Constraint) -> Bool {
-        allCases.firstIndex(of: lhs)! < allCases.firstIndex(of: rhs)!
-    }
-}
+// The host conditions scheduled work waits on: what the host's sources say now about each constraint a request can
+// ask for (`Constraint`, a word of the shared vocabulary; docs/ARCHITECTURE.md).
 
 /// What the host's sources say now, one value per condition: nil where this host has no source for it (a
 /// request asking for that condition is refused at submit instead of waiting forever).

@@ -167,6 +167,13 @@ extension Lifecycle {
             guard ofApp < policy.scheduledRequestsPerAppMax else {
                 throw .limitExceeded(limit: "ScheduledRequestsPerAppMax", max: policy.scheduledRequestsPerAppMax)
             }
+            if let owner = request.ownerUID {
+                let ofUser = scheduling.requests.values.lazy.filter { $0.request.ownerUID == owner }.count
+                guard ofUser < policy.scheduledRequestsPerUserMax else {
+                    throw .limitExceeded(
+                        limit: "ScheduledRequestsPerUserMax", max: policy.scheduledRequestsPerUserMax)
+                }
+            }
             guard scheduling.requests.count < policy.scheduledRequestsMax else {
                 throw .limitExceeded(limit: "ScheduledRequestsMax", max: policy.scheduledRequestsMax)
             }
@@ -265,6 +272,20 @@ extension Lifecycle {
 
     /// Number of requests held.
     public var scheduledRequestCount: Int { scheduling.requests.count }
+
+    /// Changes whenever a request, a ledger or a last-foreground time changes (never back to a value it had within
+    /// one `Lifecycle`): a store keeping `savedScheduling` elsewhere writes it again only when this moved.
+    public var schedulingRevision: UInt64 {
+        scheduling.requests.revision &+ scheduling.ledgers.revision &+ scheduling.lastForeground.revision
+    }
+
+    /// The requests, ledgers and last-foreground times alone: what must outlive a reboot (`saved` holds them too,
+    /// with every registration).
+    public var savedScheduling: SavedScheduling {
+        SavedScheduling(
+            requests: scheduling.requests.storage, ledgers: scheduling.ledgers.storage,
+            lastForeground: scheduling.lastForeground.storage)
+    }
 
     /// Scheduled time `name` used over the 24 hours before wall-clock time `now`.
     public func scheduledTimeUsed(by name: String, at now: WallClockInstant) -> Duration {
@@ -591,9 +612,11 @@ extension Lifecycle {
         }
     }
 
-    /// Where `record`'s app stands.
+    /// Where `record`'s app stands. A registration of the name by another user than the request's owner is not its
+    /// app: the request waits (it neither runs there nor launches another).
     private func availability(of record: ScheduledRecord) -> AppAvailability {
         if let id = liveNames[record.request.appName], let app = apps[id] {
+            if let owner = record.request.ownerUID, app.uid != owner { return .unavailable }
             if app.isRegistered, app.state.isRunning || app.state == .suspended { return .running(id) }
             if app.state == .notRunning { return .awaitingLaunch }
         }

@@ -78,6 +78,11 @@ public struct CorePolicy: Hashable, Sendable {
     /// has a handful of kinds of deferred work, so reaching it means a leak.
     public var scheduledRequestsPerAppMax: Int = 64
 
+    /// `ScheduledRequestsPerUserMax`: scheduled requests one uid may own, root included. 256: four apps' worth at
+    /// `ScheduledRequestsPerAppMax`, so one user cycling through app names cannot take `ScheduledRequestsMax` from
+    /// the others.
+    public var scheduledRequestsPerUserMax: Int = 256
+
     /// `ScheduledRequestsMax`: scheduled requests held host-wide. 4096 bounds what every peer together can make
     /// the daemon keep (and save) to a few hundred KiB, and keeps each re-plan of the requests cheap.
     public var scheduledRequestsMax: Int = 4096

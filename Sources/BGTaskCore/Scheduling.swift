@@ -43,14 +43,6 @@ public struct WallClockInstant: Hashable, Comparable, Sendable, Codable, CustomS
     }
 }
 
-/// The two kinds of scheduled request, as iOS has them; each kind's time is a policy setting.
-public enum ScheduledTaskKind: String, Codable, CaseIterable, Sendable {
-    /// Short work, such as fetching new content (`BGAppRefreshTaskRequest`; `RefreshTaskSec`).
-    case refresh
-    /// Longer work, such as a backup or an index (`BGProcessingTaskRequest`; `ProcessingTaskSec`).
-    case processing
-}
-
 /// A request for work to run later, when it is due and its constraints hold (`BGTaskRequest`).
 public struct ScheduledRequest: Hashable, Sendable, Codable {
     /// The app it runs in.
@@ -64,21 +56,25 @@ public struct ScheduledRequest: Hashable, Sendable, Codable {
     public var earliestBegin: WallClockInstant
     /// Every one of these must hold for it to start, and while it runs.
     public var constraints: Set<Constraint>
+    /// The user it belongs to: it runs only in a registration of its app by this uid, and counts against this
+    /// uid's `ScheduledRequestsPerUserMax`. nil: in any registration of its app (none the daemon makes).
+    public var ownerUID: UInt32?
 
     /// Creates a request.
     public init(
         appName: String, identifier: String, kind: ScheduledTaskKind, earliestBegin: WallClockInstant,
-        constraints: Set<Constraint> = []
+        constraints: Set<Constraint> = [], ownerUID: UInt32? = nil
     ) {
         self.appName = appName
         self.identifier = identifier
         self.kind = kind
         self.earliestBegin = earliestBegin
         self.constraints = constraints
+        self.ownerUID = ownerUID
     }
 
     private enum CodingKeys: String, CodingKey {
-        case appName, identifier, kind, earliestBegin, constraints
+        case appName, identifier, kind, earliestBegin, constraints, ownerUID
     }
 
     public init(from decoder: any Decoder) throws {
@@ -88,6 +84,7 @@ public struct ScheduledRequest: Hashable, Sendable, Codable {
         kind = try container.decode(ScheduledTaskKind.self, forKey: .kind)
         earliestBegin = try container.decode(WallClockInstant.self, forKey: .earliestBegin)
         constraints = Set(try container.decode([Constraint].self, forKey: .constraints))
+        ownerUID = try container.decodeIfPresent(UInt32.self, forKey: .ownerUID)
     }
 
     /// Encodes the constraints in the enum's order: the same request always saves as the same bytes.
@@ -98,6 +95,7 @@ public struct ScheduledRequest: Hashable, Sendable, Codable {
         try container.encode(kind, forKey: .kind)
         try container.encode(earliestBegin, forKey: .earliestBegin)
         try container.encode(constraints.sorted(), forKey: .constraints)
+        try container.encodeIfPresent(ownerUID, forKey: .ownerUID)
     }
 
     /// The longest identifier, in bytes of UTF-8.

@@ -29,6 +29,8 @@ public struct DaemonOptions: Equatable, Sendable {
     public var configurationPath: String?
     /// The state file given with `--state-file`, if any.
     public var statePath: String?
+    /// The file of scheduled requests given with `--schedule-file`, if any.
+    public var scheduledPath: String?
     /// The directory launched apps' output goes to (`--log-dir`), instead of the journal.
     public var logDirectory: String?
 
@@ -48,6 +50,12 @@ public struct DaemonOptions: Equatable, Sendable {
         "state-file", valueName: "PATH",
         help: "Save the apps' state in PATH as it changes and restore it on start, so a restart loses no lease.",
         defaultValue: "$RUNTIME_DIRECTORY/state.json, else state.json beside the socket")
+    /// `--schedule-file PATH`.
+    static let scheduleFile = OptionSpec(
+        "schedule-file", valueName: "PATH",
+        help: "Keep the scheduled requests in PATH, where they outlive reboots.",
+        defaultValue: "$STATE_DIRECTORY/scheduled.json; else, with --socket, scheduled.json beside the socket; else "
+            + "/var/lib/bgtaskd/scheduled.json, with --user $XDG_STATE_HOME/bgtaskd/scheduled.json")
     /// `--log-dir DIR`.
     static let logDirectory = OptionSpec(
         "log-dir", valueName: "DIR",
@@ -75,7 +83,8 @@ public struct DaemonOptions: Equatable, Sendable {
             Signals: SIGTERM and SIGINT stop (every stopped app is resumed first); SIGHUP reloads the \
             configuration. Exit status: 0 on a clean stop, 1 on a failure to start or run, 64 on bad usage.
             """,
-        globalOptions: [socket, config, stateFile, logDirectory], globalFlags: [user, dumpConfig, releaseStopped],
+        globalOptions: [socket, config, stateFile, scheduleFile, logDirectory],
+        globalFlags: [user, dumpConfig, releaseStopped],
         exitStatuses: [
             ExitStatusSpec("0", "A clean stop."), ExitStatusSpec("1", "A failure to start or run."),
             ExitStatusSpec("64", "Bad usage."),
@@ -110,6 +119,7 @@ public struct DaemonOptions: Equatable, Sendable {
             options.configurationPath = parsed.text(config)
             options.isUserInstance = parsed.isSet(user)
             options.statePath = parsed.text(stateFile)
+            options.scheduledPath = parsed.text(scheduleFile)
             options.logDirectory = parsed.text(logDirectory)
             if parsed.isSet(dumpConfig) { options.mode = .dumpConfiguration }
             if parsed.isSet(releaseStopped) { options.mode = .releaseStopped }
@@ -141,6 +151,24 @@ public struct DaemonOptions: Equatable, Sendable {
             return "\(runtime)/state.json"
         }
         return StateStore.directory(of: socketPath) + "/state.json"
+    }
+
+    /// The file of scheduled requests: the service's state directory (`StateDirectory=`), else, for an instance
+    /// given its own socket (a test's, the demo's), beside that socket with the rest of its state, else the
+    /// system's or the user's state directory. Unlike the runtime state, it outlives a reboot.
+    public func resolvedScheduledPath(socketPath: String, environment: [String: String]) -> String {
+        if let scheduledPath { return scheduledPath }
+        if let state = environment["STATE_DIRECTORY"]?.split(separator: ":").first, !state.isEmpty {
+            return "\(state)/scheduled.json"
+        }
+        if self.socketPath != nil { return StateStore.directory(of: socketPath) + "/scheduled.json" }
+        if isUserInstance {
+            let base =
+                environment["XDG_STATE_HOME"].flatMap { $0.isEmpty ? nil : $0 }
+                ?? "\(environment["HOME"] ?? "")/.local/state"
+            return "\(base)/bgtaskd/scheduled.json"
+        }
+        return "/var/lib/bgtaskd/scheduled.json"
     }
 
     /// The configuration file to read, from the options and the environment.

@@ -66,9 +66,9 @@ enum CallableMethod {
         case .service(.getInfo), .service(.getInterfaceDescription): true
         case .lifecycle(let method):
             switch method {
-            case .backgroundTimeRemaining, .listApps, .getApp, .history, .watch, .getStatus: true
+            case .backgroundTimeRemaining, .listApps, .getApp, .history, .watch, .getStatus, .listRequests: true
             case .register, .beginBackgroundTask, .endBackgroundTask, .acknowledge, .setState, .launch, .terminate,
-                .post:
+                .post, .submitRequest, .cancelRequest, .setTaskCompleted:
                 false
             }
         }
@@ -109,6 +109,12 @@ enum CallableMethod {
             case .history: .anyone(HistoryParameters.self, Manager.history)
             case .watch: .anyone(WatchParameters.self, Manager.watch)
             case .getStatus: .anyone(GetStatusParameters.self, Manager.getStatus)
+            // A request's owner may differ from the live app's (none may be live): authorized by the handler.
+            case .submitRequest: .anyone(SubmitRequestParameters.self, Manager.submitRequest)
+            case .cancelRequest: .anyone(CancelRequestParameters.self, Manager.cancelRequest)
+            case .listRequests: .anyone(ListRequestsParameters.self, Manager.listRequests)
+            case .setTaskCompleted:
+                .aboutApp(SetTaskCompletedParameters.self, name: \.app, as: .app, Manager.setTaskCompleted)
             }
         }
     }
@@ -385,7 +391,7 @@ extension Manager {
         memoryMonitor?.refreshForDisplay()
         var conditionsStatus: [String: JSONValue] = [:]
         for constraint in Constraint.allCases {
-            conditionsStatus[constraint.rawValue] = latestConditions[constraint].map { .bool($0) } ?? .null
+            conditionsStatus[constraint.rawValue] = core.conditions?[constraint].map { .bool($0) } ?? .null
         }
         return CallOutcome(
             reply: GetStatusReply(

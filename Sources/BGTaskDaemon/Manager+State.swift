@@ -65,16 +65,23 @@ extension Manager {
     /// `exited`. Suspended apps are suspended again, and a deadline that passed meanwhile is acted on at once.
     /// A file that cannot be used is set aside and logged; the daemon starts empty then.
     func restoreState() {
-        guard let state = persistence.loadSavedState(now: clock.freshNow) else { return }
+        guard let state = persistence.loadSavedState(now: clock.freshNow) else {
+            restoreScheduledRequests()
+            return
+        }
         let restored: Lifecycle
         do {
             // Queued payloads are sent as they are written (`EventReply`): each must be a JSON object.
-            restored = try Lifecycle(restoring: state.lifecycle, policy: configuration.core) { text in
-                if case .object? = try? JSONParser.parse(text.utf8) { return true }
-                return false
-            }
+            // Scheduled requests are judged from the start by the conditions and the wall clock as they are now.
+            restored = try Lifecycle(
+                restoring: state.lifecycle, policy: configuration.core,
+                isValidPayload: { text in
+                    if case .object? = try? JSONParser.parse(text.utf8) { return true }
+                    return false
+                }, conditions: settledConditions, wallClockOffset: clock.wallClockOffset, now: now)
         } catch {
             persistence.setAside(because: "its apps contradict themselves: \(error)")
+            restoreScheduledRequests()
             return
         }
         core = restored

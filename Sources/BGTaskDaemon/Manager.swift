@@ -46,6 +46,8 @@ public final class Manager {
     /// The state saved for the next daemon: the journal, its snapshots, the history file, and the output held
     /// until the state it reflects is saved (`Persistence/`).
     let persistence: StatePersistence
+    /// The scheduled requests where they outlive a reboot (`--schedule-file`); nil: only in the runtime state.
+    let scheduledStore: ScheduledStore?
     /// The apps' event streams a previous daemon kept in the fd store (taken back while restoring); see
     /// `Manager+FileDescriptorStore.swift`.
     let streamStore: StreamStore
@@ -54,10 +56,10 @@ public final class Manager {
 
     /// Made in `start()`: it needs the manager.
     var memoryMonitor: MemoryMonitor?
-    /// The host's conditions and their sources (`Conditions/`), made in `start()`.
+    /// The host's conditions and their sources (`Conditions/`), made in `start()`; it reports them to the core.
     var conditionMonitor: ConditionMonitor?
-    /// What the condition monitor last reported; reported only (`GetStatus`), nothing waits on them yet.
-    var latestConditions = Conditions()
+    /// Tells the core the wall clock's offset, at start and whenever the clock is set (`Manager+Scheduling.swift`).
+    var wallClockWatch: WallClockWatch?
     /// The clients: listening, admitting, framing, the backlog of pipelined calls, the streams.
     let connectionServer: ConnectionServer
     /// The one timer of the policy, armed wherever the core asks (`.armTimer`).
@@ -78,11 +80,12 @@ public final class Manager {
     private var isPerforming = false
 
     /// Creates a manager; nothing listens until `start()`. `statePath` is where the state is saved for the next
-    /// daemon and restored from (nil: nothing is kept across restarts), `procFS` is where `/proc` is read (a fake
-    /// tree in tests), and `clock` where time comes from (a manual clock in tests).
+    /// daemon and restored from (nil: nothing is kept across restarts), `scheduledPath` where the scheduled requests
+    /// are kept across reboots too (nil: only in the state), `procFS` is where `/proc` is read (a fake tree in
+    /// tests), and `clock` where time comes from (a manual clock in tests).
     public init(
         configuration: DaemonConfiguration, configurationPath: String, socketPath: String, statePath: String? = nil,
-        logger: Logger, procFS: ProcFS = ProcFS(), clock: ManagerClockMode = .loop
+        scheduledPath: String? = nil, logger: Logger, procFS: ProcFS = ProcFS(), clock: ManagerClockMode = .loop
     ) throws(Errno) {
         loop = try EventLoop()
         self.clock = ManagerClock(mode: clock, loop: loop)
@@ -100,6 +103,11 @@ public final class Manager {
             store: statePath.map(StateStore.init(path:)), bootID: StateStore.bootID(procFS: procFS), loop: loop,
             logger: logger)
         trail.gathersUnsaved = persistence.isEnabled
+        if let scheduledPath {
+            scheduledStore = ScheduledStore(path: scheduledPath, logger: logger, loop: loop, clock: self.clock)
+        } else {
+            scheduledStore = nil
+        }
         statusReporter = StatusReporter(sink: ServiceNotifier(), clock: self.clock, logger: logger)
         streamStore = StreamStore(backend: ServiceNotifier(), logger: logger)
         persistence.source = self
@@ -151,7 +159,10 @@ public final class Manager {
             // What the handlers changed is saved once the loop has served everything ready (one journal record
             // per wake-up, however many calls it served), and the replies waiting on it go out, with no extra
             // turn of the loop per call; under a load that never lets the loop fall idle, every 64th dispatch.
-            loop.whenIdle = { [persistence] in persistence.saveChanges() }
+            loop.whenIdle = { [unowned self] in
+                self.persistence.saveChanges()
+                self.saveScheduledRequests()
+            }
             loop.afterDispatch = { [persistence] in persistence.countDispatch() }
             try connectionServer.makeBacklogSource()
             _ = try loop.enableWatchdog()
@@ -164,6 +175,8 @@ public final class Manager {
             throw StartupError(description: "cannot start the /proc worker thread: \(error)")
         }
         try persistence.startWriter()
+        try scheduledStore?.start()
+        scheduledStore?.writeIfChanged = { [unowned self] in self.saveScheduledRequests() }
         resolveAccessSettings()
         processTable.findDaemonCgroup()
         try processTable.startSupervisor(memory: configuration.memory, unitManager: unitManager)
@@ -172,6 +185,7 @@ public final class Manager {
         streamStore.readLimit()
         try takeListenedDescriptors()
         restoreState()
+        try startScheduling()
         startJournal()
         discardStoredStreams()
         try openListeners()
@@ -191,7 +205,9 @@ public final class Manager {
         let code = try loop.run()
         processTable.stopThreads()
         persistence.stopWriter()
+        scheduledStore?.stop(final: core.savedScheduling)
         conditionMonitor?.stop()
+        wallClockWatch?.stop()
         clock.cancelAll()
         loop.cancelAllSources()
         return code
@@ -352,8 +368,9 @@ public final class Manager {
         case .forget(let app):
             pruneProcess(of: app)
         case .launch(let name):
-            // The daemon submits no scheduled request yet, so the core asks for no launch; were it to, the request
-            // is told the launch cannot happen and waits again, rather than waiting on a launch never made.
+            // Every request is submitted as not launchable (launching an app for its requests is not built yet), so
+            // the core asks for no launch; were it to, the request is told the launch cannot happen and waits
+            // again, rather than waiting on a launch never made.
             logger.notice("cannot launch \(name) for its scheduled requests: not supported yet", [.app(name)])
             feedLater { [unowned self] in self.core.scheduledLaunchFailed(app: name, now: self.now) }
         case .audit(let record):

@@ -42,6 +42,13 @@ final class ManagerClock {
     /// The time right now, read afresh: for the moment of an act that is measured (a kill against its trigger).
     var freshNow: MonotonicInstant { manualNow ?? MonotonicInstant(nanoseconds: MonotonicClock.now()) }
 
+    /// `CLOCK_REALTIME` less this clock: what turns one of its instants into wall-clock time. On the manual clock,
+    /// the wall clock now less the manual reading, so the wall-clock times a test gives map onto its timeline.
+    var wallClockOffset: Duration {
+        if let manualNow { return .nanoseconds(WallClock.nanosecondsSince1970() &- manualNow.nanoseconds) }
+        return .nanoseconds(WallClock.offsetFromMonotonic())
+    }
+
     /// A disarmed timer calling `handler` when it fires; `accuracy` is how late the loop may fire it to coalesce
     /// wake-ups (ignored by the manual clock, which fires at the deadline).
     func makeTimer(name: String, accuracy: Duration, handler: @escaping () -> Void) throws(Errno) -> ManagerTimer {

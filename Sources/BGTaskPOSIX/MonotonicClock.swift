@@ -22,4 +22,29 @@ public enum WallClock {
         precondition(result == 0, "clock_gettime(CLOCK_REALTIME) failed")
         return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
     }
+
+    /// Nanoseconds since the Unix epoch (saturating far past the year 2262).
+    public static func nanosecondsSince1970() -> Int64 {
+        var time = timespec()
+        let result = clock_gettime(CLOCK_REALTIME, &time)
+        precondition(result == 0, "clock_gettime(CLOCK_REALTIME) failed")
+        let (seconds, overflow) = Int64(time.tv_sec).multipliedReportingOverflow(by: 1_000_000_000)
+        return overflow ? .max : seconds &+ Int64(time.tv_nsec)
+    }
+
+    /// `CLOCK_REALTIME` less `CLOCK_MONOTONIC`, in nanoseconds: what turns a monotonic instant into wall-clock time.
+    /// The two clocks are read back to back, monotonic on both sides, and the reading with the narrowest gap of
+    /// three is kept, so a preemption between the reads cannot skew it by more than that gap.
+    public static func offsetFromMonotonic() -> Int64 {
+        var best: (gap: Int64, offset: Int64)?
+        for _ in 0..<3 {
+            let before = MonotonicClock.now()
+            let wall = nanosecondsSince1970()
+            let after = MonotonicClock.now()
+            let offset = wall &- (before / 2 &+ after / 2)
+            if best.map({ after - before < $0.gap }) ?? true { best = (after - before, offset) }
+        }
+        // The loop ran three times, so `best` is set.
+        return best!.offset
+    }
 }

@@ -40,8 +40,11 @@ extension LifecycleMethod {
     /// Which side makes this call (the interface says it in the comments that open each side's methods).
     public var caller: LifecycleCaller {
         switch self {
-        case .register, .beginBackgroundTask, .endBackgroundTask, .backgroundTimeRemaining, .acknowledge: .app
-        case .listApps, .getApp, .setState, .launch, .terminate, .post, .history, .watch, .getStatus: .controller
+        case .register, .beginBackgroundTask, .endBackgroundTask, .backgroundTimeRemaining, .acknowledge,
+            .submitRequest, .cancelRequest, .setTaskCompleted:
+            .app
+        case .listApps, .getApp, .setState, .launch, .terminate, .post, .history, .watch, .getStatus, .listRequests:
+            .controller
         }
     }
 
@@ -50,7 +53,8 @@ extension LifecycleMethod {
         switch self {
         case .register, .watch: true
         case .beginBackgroundTask, .endBackgroundTask, .backgroundTimeRemaining, .acknowledge, .listApps, .getApp,
-            .setState, .launch, .terminate, .post, .history, .getStatus:
+            .setState, .launch, .terminate, .post, .history, .getStatus, .submitRequest, .cancelRequest,
+            .listRequests, .setTaskCompleted:
             false
         }
     }

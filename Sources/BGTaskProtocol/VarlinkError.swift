@@ -70,6 +70,10 @@ public enum LifecycleError: Error, Hashable, Sendable {
     /// `Launch` could not start the app; `reason` says what failed (the program was not found, its cgroup could not
     /// be made, exec failed, ...).
     case launchFailed(app: String, reason: String)
+    /// The app holds no scheduled request with this identifier.
+    case noSuchRequest(app: String, identifier: String)
+    /// The host has no source for these conditions, which a request required: it would wait forever.
+    case conditionUnavailable(conditions: [Constraint])
 
     /// The error's name within the interface.
     public var errorName: LifecycleErrorName {
@@ -84,6 +88,8 @@ public enum LifecycleError: Error, Hashable, Sendable {
         case .noSuchEvent: .noSuchEvent
         case .invalidMessage: .invalidMessage
         case .launchFailed: .launchFailed
+        case .noSuchRequest: .noSuchRequest
+        case .conditionUnavailable: .conditionUnavailable
         }
     }
 
@@ -106,6 +112,10 @@ public enum LifecycleError: Error, Hashable, Sendable {
             return ["reason": .string(reason)]
         case .launchFailed(let app, let reason):
             return ["app": .string(app), "reason": .string(reason)]
+        case .noSuchRequest(let app, let identifier):
+            return ["app": .string(app), "identifier": .string(identifier)]
+        case .conditionUnavailable(let conditions):
+            return ["conditions": .array(conditions.map { .string($0.rawValue) })]
         }
     }
 
@@ -156,6 +166,18 @@ public enum LifecycleError: Error, Hashable, Sendable {
                 return nil
             }
             self = .launchFailed(app: app, reason: reason)
+        case .noSuchRequest:
+            guard let app = parameters["app"]?.stringValue, let identifier = parameters["identifier"]?.stringValue
+            else { return nil }
+            self = .noSuchRequest(app: app, identifier: identifier)
+        case .conditionUnavailable:
+            guard let words = parameters["conditions"]?.arrayValue else { return nil }
+            var conditions: [Constraint] = []
+            for word in words {
+                guard let condition = word.stringValue.flatMap(Constraint.init(rawValue:)) else { return nil }
+                conditions.append(condition)
+            }
+            self = .conditionUnavailable(conditions: conditions)
         }
     }
 }
@@ -277,11 +299,22 @@ extension VarlinkError {
         VarlinkError(LifecycleError.noSuchEvent(app: app, eventId: eventId))
     }
 
-    /// `io.bgtask.Lifecycle.InvalidMessage`: the message was not a well-formed Varlink call.
+    /// `io.bgtask.Lifecycle.LaunchFailed`: `Launch` could not start the app; `reason` says what failed.
     public static func launchFailed(app: String, reason: String) -> VarlinkError {
         VarlinkError(LifecycleError.launchFailed(app: app, reason: reason))
     }
 
+    /// `io.bgtask.Lifecycle.NoSuchRequest`: the app holds no scheduled request with this identifier.
+    public static func noSuchRequest(app: String, identifier: String) -> VarlinkError {
+        VarlinkError(LifecycleError.noSuchRequest(app: app, identifier: identifier))
+    }
+
+    /// `io.bgtask.Lifecycle.ConditionUnavailable`: the host has no source for these conditions.
+    public static func conditionUnavailable(conditions: [Constraint]) -> VarlinkError {
+        VarlinkError(LifecycleError.conditionUnavailable(conditions: conditions))
+    }
+
+    /// `io.bgtask.Lifecycle.InvalidMessage`: the message was not a well-formed Varlink call.
     public static func invalidMessage(reason: String) -> VarlinkError {
         VarlinkError(LifecycleError.invalidMessage(reason: reason))
     }

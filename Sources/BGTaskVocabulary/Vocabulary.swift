@@ -1,4 +1,5 @@
-// The words bgtaskd speaks, from the policy core to the wire: states, event kinds, behaviours, reasons, bands.
+// The words bgtaskd speaks, from the policy core to the wire: states, event kinds, behaviours, reasons, bands, and
+// the kinds, constraints and states of scheduled requests.
 //
 // One definition each, shared by the policy core (BGTaskCore) and the interface (BGTaskProtocol): a raw value is
 // the word on the wire, in the journal and in the history, so adding a case here is the one change, and every
@@ -57,6 +58,44 @@ public enum EventKind: String, Codable, CaseIterable, Sendable {
     /// the task's id, which the app completes (`setTaskCompleted`) or ends; its expiration warning comes as
     /// `backgroundTaskExpiring` like any task's.
     case runScheduledTask
+}
+
+/// The two kinds of scheduled request, as iOS has them; each kind's time is a policy setting.
+public enum ScheduledTaskKind: String, Codable, CaseIterable, Sendable {
+    /// Short work, such as fetching new content (`BGAppRefreshTaskRequest`; `RefreshTaskSec`).
+    case refresh
+    /// Longer work, such as a backup or an index (`BGProcessingTaskRequest`; `ProcessingTaskSec`).
+    case processing
+}
+
+/// A condition a scheduled request can require before it runs, by its name on the wire and on the command line.
+public enum Constraint: String, CaseIterable, Codable, Sendable, Comparable {
+    /// On external power: an AC adapter or another supply is online (UPower's `OnBattery` false).
+    case externalPower = "ac"
+    /// The battery is not low, or there is no battery.
+    case batteryNotLow = "battery"
+    /// Online: a default route through an interface that is up.
+    case network
+    /// Online through a connection that is not metered (NetworkManager's `Metered`).
+    case unmeteredNetwork = "unmetered"
+    /// The user is idle (logind's `IdleHint`).
+    case idle
+
+    /// The order of declaration, which is the order constraints are listed in everywhere.
+    public static func < (lhs: Constraint, rhs: Constraint) -> Bool {
+        // Both are cases, so `allCases` holds both: the unwraps cannot fail.
+        allCases.firstIndex(of: lhs)! < allCases.firstIndex(of: rhs)!
+    }
+}
+
+/// Where a scheduled request stands (`Request.state`).
+public enum RequestState: String, Codable, CaseIterable, Sendable {
+    /// Waiting for its time, its constraints, a free slot, its daily budget or its app.
+    case pending
+    /// Its app is being launched to run it.
+    case launching
+    /// Its task runs, a lease of its app.
+    case running
 }
 
 /// What happens to a notification posted to a suspended app (`Post.behavior`).

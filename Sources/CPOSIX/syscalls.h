@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
+#include <sys/timerfd.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -226,6 +227,29 @@ static inline int bgtask_spawn_add_close_from(posix_spawn_file_actions_t *action
 /// heap for good.
 static inline int bgtask_set_mmap_threshold(int bytes) {
     return mallopt(M_MMAP_THRESHOLD, bytes);
+}
+
+/// Arms `fd`, a CLOCK_REALTIME timerfd, to report the next setting of the wall clock: an absolute expiry far in the
+/// future (year 36,000; the kernel saturates it) with TFD_TIMER_CANCEL_ON_SET, so a read fails with ECANCELED once
+/// the clock is set (settimeofday, clock_settime, an NTP step) and never returns an expiry. 0, or -1 with errno.
+static inline int bgtask_clock_set_arm(int fd) {
+    struct itimerspec when;
+    memset(&when, 0, sizeof when);
+    when.it_value.tv_sec = (time_t)1 << 40;
+    return timerfd_settime(fd, TFD_TIMER_ABSTIME | TFD_TIMER_CANCEL_ON_SET, &when, NULL);
+}
+
+/// A non-blocking, close-on-exec CLOCK_REALTIME timerfd armed by `bgtask_clock_set_arm`, or -1 with errno.
+static inline int bgtask_clock_set_watch(void) {
+    int fd = timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (fd < 0) return -1;
+    if (bgtask_clock_set_arm(fd) != 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    return fd;
 }
 
 #endif

@@ -53,6 +53,7 @@ do {
     fail("\(error)", status: 64)
 }
 let statePath = options.resolvedStatePath(socketPath: socketPath, environment: environment)
+let scheduledPath = options.resolvedScheduledPath(socketPath: socketPath, environment: environment)
 if options.mode == .releaseStopped {
     exit(StoppedRelease.run(statePath: statePath, logger: logger))
 }
@@ -71,7 +72,7 @@ do {
 do {
     let manager = try Manager(
         configuration: loaded.configuration, configurationPath: configurationPath, socketPath: socketPath,
-        statePath: statePath, logger: logger)
+        statePath: statePath, scheduledPath: scheduledPath, logger: logger)
     manager.logDirectory = options.logDirectory
     // Under systemd (which sets INVOCATION_ID for the services it starts) apps are launched as its units.
     var serviceManager: ServiceManagerScope?

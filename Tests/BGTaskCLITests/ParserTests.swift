@@ -57,6 +57,21 @@ let acceptedRows: [AcceptedRow] = [
     .ok(["run", "--on-expire=usr1", "x"], as: Run.self) { $0.expirationSignal == .user1 },
     .ok(["run", "--budget", "500ms", "x"], as: Run.self) { $0.budget == .milliseconds(500) },
     .ok(["run", "--budget=90", "x"], as: Run.self) { $0.budget == .seconds(90) },
+    .ok(["schedule", "org.a", "sync"], as: Schedule.self) {
+        $0.app == "org.a" && $0.identifier == "sync" && $0.kind == .refresh && $0.after == nil && $0.requires.isEmpty
+            && !$0.json
+    },
+    // Conditions come back in their declared order, whatever order they were given in.
+    .ok(
+        ["schedule", "org.a", "backup", "--processing", "--requires", "idle,ac,network", "--after", "1h", "--json"],
+        as: Schedule.self
+    ) {
+        $0.kind == .processing && $0.requires == [.externalPower, .network, .idle] && $0.after == .seconds(3_600)
+            && $0.json
+    },
+    .ok(["requests"], as: Requests.self) { $0.app == nil && !$0.json },
+    .ok(["requests", "--app", "org.a", "--json"], as: Requests.self) { $0.app == "org.a" && $0.json },
+    .ok(["cancel", "org.a", "backup"], as: Cancel.self) { $0.app == "org.a" && $0.identifier == "backup" },
     .ok(["begin", "org.a", "upload"], as: Begin.self) { $0.app == "org.a" && $0.name == "upload" && !$0.json },
     .ok(["end", "org.a", "42"], as: End.self) { $0.app == "org.a" && $0.taskId == 42 },
     .ok(["remaining", "org.a", "--json"], as: Remaining.self) { $0.app == "org.a" && $0.json },
@@ -141,6 +156,8 @@ struct UsageErrorRow: Sendable, CustomTestStringConvertible {
 
 /// The reasons the value parsers give, shared by several rows.
 let signalReason = "expected a signal name or number, such as TERM, SIGINT or 15"
+let conditionsReason =
+    "expected conditions joined with commas, such as ac,network (each one of ac, battery, network, unmetered, idle)"
 let invalidJSONReason = #"not valid JSON (expected an object such as '{"key": 1}')"#
 let notObjectReason = #"not a JSON object (expected an object such as '{"key": 1}')"#
 let durationUnits = "us, ms, s, min, h, d, w, M, y"
@@ -294,6 +311,21 @@ let usageErrorRows: [UsageErrorRow] = [
         ["post", "n", "--payload", deeplyNested],
         "invalid JSON '\(deeplyNested.prefix(64))...' for '--payload': JSON nested deeper than 64 levels",
         command: "post"),
+    // Conditions.
+    UsageErrorRow(
+        ["schedule", "a", "b", "--requires", "ac,charging"],
+        "invalid CONDITIONS 'ac,charging' for '--requires': unknown condition \"charging\" (" + conditionsReason + ")",
+        command: "schedule"),
+    UsageErrorRow(
+        ["schedule", "a", "b", "--requires", "ac,,idle"],
+        "invalid CONDITIONS 'ac,,idle' for '--requires': " + conditionsReason,
+        command: "schedule"),
+    UsageErrorRow(
+        ["schedule", "a", "b", "--requires", "ac,ac"],
+        "invalid CONDITIONS 'ac,ac' for '--requires': ac is given twice",
+        command: "schedule"),
+    UsageErrorRow(["schedule", "a"], "missing argument ID", command: "schedule"),
+    UsageErrorRow(["cancel", "a"], "missing argument ID", command: "cancel"),
     // Behaviours and states.
     UsageErrorRow(
         ["post", "n", "--behavior", "sometimes"],

@@ -332,6 +332,7 @@ let testOptions = BackgroundApplication.Options(
                     case .reconnected(_, let attempt): changes.append("reconnected \(attempt)")
                     case .gaveUp: changes.append("gave up")
                     case .requestFailed(let method, _): changes.append("request failed \(method)")
+                    case .noLaunchHandler(let identifier): changes.append("no launch handler \(identifier)")
                     }
                 }
                 options.eventObserver = { events.append($0) }

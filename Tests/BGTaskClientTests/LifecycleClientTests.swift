@@ -101,6 +101,38 @@ private let sampleStatus = GetStatusReply(
             sentExpectedParameters: { parameters($0, are: AcknowledgeParameters(app: "mail", eventId: 9)) },
             reply: EmptyReply(), call: { try $0.acknowledge(app: "mail", eventId: 9) == () }),
         TypedCallCase(
+            method: SubmitRequestParameters.methodName,
+            sentExpectedParameters: {
+                parameters(
+                    $0,
+                    are: SubmitRequestParameters(
+                        app: "backup", identifier: "nightly", kind: .processing, earliestBegin: 1_800_000_000,
+                        requires: [.externalPower, .network]))
+            },
+            reply: SubmitRequestReply(request: scheduledRequest),
+            call: {
+                try $0.submitRequest(
+                    app: "backup", identifier: "nightly", kind: .processing, earliestBegin: 1_800_000_000,
+                    requires: [.externalPower, .network]) == scheduledRequest
+            }),
+        TypedCallCase(
+            method: CancelRequestParameters.methodName,
+            sentExpectedParameters: { parameters($0, are: CancelRequestParameters(app: "backup", identifier: "n")) },
+            reply: EmptyReply(), call: { try $0.cancelRequest(app: "backup", identifier: "n") == () }),
+        TypedCallCase(
+            method: ListRequestsParameters.methodName,
+            sentExpectedParameters: { parameters($0, are: ListRequestsParameters(app: "backup")) },
+            reply: ListRequestsReply(requests: [scheduledRequest]),
+            call: { try $0.listRequests(app: "backup") == [scheduledRequest] }),
+        TypedCallCase(
+            method: SetTaskCompletedParameters.methodName,
+            sentExpectedParameters: {
+                parameters(
+                    $0, are: SetTaskCompletedParameters(app: "backup", taskId: 4, success: false, retry: true))
+            },
+            reply: EmptyReply(),
+            call: { try $0.setTaskCompleted(app: "backup", taskId: 4, success: false, retry: true) == () }),
+        TypedCallCase(
             method: GetInfoParameters.methodName, sentExpectedParameters: { parameters($0, are: GetInfoParameters()) },
             reply: GetInfoReply.bgtaskd(version: "1.0"), call: { try $0.getInfo() == .bgtaskd(version: "1.0") }),
         TypedCallCase(
@@ -111,6 +143,12 @@ private let sampleStatus = GetStatusReply(
             reply: GetInterfaceDescriptionReply(description: LifecycleInterface.description),
             call: { try $0.getInterfaceDescription(LifecycleInterface.name) == LifecycleInterface.description }),
     ]
+
+    /// A scheduled request as the daemon would describe it.
+    static let scheduledRequest = RequestInfo(
+        app: "backup", identifier: "nightly", kind: .processing, earliestBegin: 1_800_000_000,
+        requires: [.externalPower, .network], uid: 1000, state: .pending, due: 1_800_000_000,
+        waitingOn: [.externalPower], failures: 0, replaced: false)
 
     @Test(arguments: typedCalls)
     func typedCall(_ row: TypedCallCase) async throws {

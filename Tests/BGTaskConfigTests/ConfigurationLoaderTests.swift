@@ -47,12 +47,45 @@ let documentedDefaults = """
     QueuedEventsPerAppMax=64
     PostPayloadSizeMax=4K
     HistorySize=1000
+    ScheduledRequestsPerAppMax=64
+    ScheduledRequestsPerUserMax=256
+    ScheduledRequestsMax=4096
     [Access]
     ControllerGroup=
     [Conditions]
     PowerSupplyPath=
     BatteryLowPercent=15
+    [Scheduling]
+    ScheduledTasksMax=2
+    ScheduledTimePerDaySec=30min
+    RefreshTaskSec=30s
+    ProcessingTaskSec=10min
     """
+
+@Test func schedulingKeysSetTheirFields() {
+    let result = load([
+        mainPath: """
+        [Scheduling]
+        ScheduledTasksMax=3
+        ScheduledTimePerDaySec=0
+        RefreshTaskSec=45s
+        ProcessingTaskSec=20min
+        [Limits]
+        ScheduledRequestsPerAppMax=8
+        ScheduledRequestsPerUserMax=16
+        ScheduledRequestsMax=100
+        """
+    ])
+    #expect(result.diagnostics.isEmpty, "\(result.diagnostics)")
+    let core = result.configuration.core
+    #expect(core.scheduledTasksMax == 3 && core.scheduledTimePerDay == .zero)
+    #expect(core.refreshTaskTime == .seconds(45) && core.processingTaskTime == .seconds(1_200))
+    #expect(core.scheduledRequestsPerAppMax == 8 && core.scheduledRequestsPerUserMax == 16)
+    #expect(core.scheduledRequestsMax == 100)
+    // At least one running task and one request: zero is refused with the key's line.
+    let zero = load([mainPath: "[Scheduling]\nScheduledTasksMax=0\n"])
+    #expect(zero.diagnostics.count == 1 && zero.configuration.core.scheduledTasksMax == 2, "\(zero.diagnostics)")
+}
 
 @Test func conditionsKeysSetTheirFields() {
     let result = load([mainPath: "[Conditions]\nPowerSupplyPath=/run/test/power_supply\nBatteryLowPercent=20\n"])

@@ -24,11 +24,13 @@ let documentedKeys: [(section: String, keys: [String])] = [
         "Limits",
         [
             "TasksPerAppMax", "AppsPerUserMax", "ConnectionsMax", "ConnectionsPerUserMax", "MessageSizeMax",
-            "QueuedEventsPerAppMax", "PostPayloadSizeMax", "HistorySize",
+            "QueuedEventsPerAppMax", "PostPayloadSizeMax", "HistorySize", "ScheduledRequestsPerAppMax",
+            "ScheduledRequestsPerUserMax", "ScheduledRequestsMax",
         ]
     ),
     ("Access", ["ControllerGroup"]),
     ("Conditions", ["PowerSupplyPath", "BatteryLowPercent"]),
+    ("Scheduling", ["ScheduledTasksMax", "ScheduledTimePerDaySec", "RefreshTaskSec", "ProcessingTaskSec"]),
 ]
 
 @Test func theDumpShowsEverySectionAndKeyOnce() {

@@ -105,6 +105,43 @@ struct SchedulingTimelineTests {
         #expect(h.request("alpha", "one")?.request.kind == .processing)
     }
 
+    @Test("ScheduledRequestsPerUserMax counts a uid's requests over every app name; requests of no owner do not count")
+    func perUserBound() throws {
+        let h = scheduler { $0.scheduledRequestsPerUserMax = 2 }
+        func owned(_ app: String, _ identifier: String, by uid: UInt32?) -> ScheduledRequest {
+            ScheduledRequest(
+                appName: app, identifier: identifier, kind: .refresh, earliestBegin: h.wallNow, ownerUID: uid)
+        }
+        try h.submit(owned("alpha", "one", by: 1000))
+        try h.submit(owned("beta", "one", by: 1000))
+        #expect(throws: SchedulingError.limitExceeded(limit: "ScheduledRequestsPerUserMax", max: 2)) {
+            try h.submit(owned("gamma", "one", by: 1000))
+        }
+        // Another user, and a replacement of a request held, still fit.
+        try h.submit(owned("gamma", "one", by: 1001))
+        try h.submit(owned("alpha", "one", by: 1000))
+        try h.submit(owned("delta", "one", by: nil))
+        #expect(h.core.scheduledRequestCount == 4)
+    }
+
+    @Test(
+        "a request runs only in a registration of its owner's uid; another user's registration of the name leaves it waiting"
+    )
+    func ownerUID() throws {
+        let h = scheduler()
+        try h.submit(
+            ScheduledRequest(
+                appName: "mail", identifier: "sync", kind: .refresh, earliestBegin: h.wallNow, ownerUID: 1000))
+        let impostor = try h.register("mail", uid: 1001)
+        #expect(h.takeEffects() == [])
+        #expect(h.request("mail", "sync")?.state == .pending(due: h.wallNow, waitingOn: []))
+        #expect(h.core.nextDeadline == nil)
+        h.closeRegistration(impostor)
+        _ = h.takeEffects()
+        try h.register("mail", pid: 4242, uid: 1000)
+        #expect(h.takeEffects() == ["mail ← runScheduledTask [1](sync)"])
+    }
+
     @Test("a submit with an identifier in use replaces the request; one that is running is replaced when it ends")
     func replace() throws {
         let h = scheduler()

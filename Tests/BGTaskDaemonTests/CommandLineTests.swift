@@ -98,6 +98,31 @@ struct CommandLineTests {
         #expect(try DaemonOptions.parse(["--release-stopped"]).mode == .releaseStopped)
     }
 
+    @Test(
+        "the scheduled file: --schedule-file, else $STATE_DIRECTORY, else beside a --socket, else the state directory")
+    func scheduledPath() throws {
+        let explicit = try DaemonOptions.parse(["--schedule-file", "/var/tmp/q.json"])
+        #expect(explicit.resolvedScheduledPath(socketPath: "/run/x/sock", environment: [:]) == "/var/tmp/q.json")
+        let plain = try DaemonOptions.parse([])
+        #expect(
+            plain.resolvedScheduledPath(socketPath: "/run/x/sock", environment: ["STATE_DIRECTORY": "/var/lib/b:/c"])
+                == "/var/lib/b/scheduled.json")
+        #expect(
+            plain.resolvedScheduledPath(socketPath: "/run/bgtaskd/sock", environment: [:])
+                == "/var/lib/bgtaskd/scheduled.json")
+        // A private instance, given its own socket, keeps its requests with the rest of its state.
+        let own = try DaemonOptions.parse(["--socket", "/tmp/t/sock"])
+        #expect(own.resolvedScheduledPath(socketPath: "/tmp/t/sock", environment: [:]) == "/tmp/t/scheduled.json")
+        let user = try DaemonOptions.parse(["--user"])
+        #expect(
+            user.resolvedScheduledPath(socketPath: "/run/user/1/bgtaskd/sock", environment: ["HOME": "/home/u"])
+                == "/home/u/.local/state/bgtaskd/scheduled.json")
+        #expect(
+            user.resolvedScheduledPath(
+                socketPath: "/run/user/1/bgtaskd/sock", environment: ["HOME": "/home/u", "XDG_STATE_HOME": "/s"])
+                == "/s/bgtaskd/scheduled.json")
+    }
+
     @Test("--release-stopped with no state file has nothing to do and exits 0")
     func releaseWithoutState() async throws {
         try await offThePool {

@@ -142,4 +142,49 @@ struct PermissionTests {
                     == "io.bgtask.Lifecycle.PermissionDenied")
         }
     }
+
+    @Test("scheduled requests belong to a user: others cannot submit for, see or cancel them, nor run them")
+    func scheduledRequestsBelongToAUser() async throws {
+        try await offThePool {
+            let daemon = try DaemonHarness()
+            let app = try pythonApp(daemon, name: "rootapp")
+            defer { app.terminate() }
+            let control = try daemon.connect()
+            let tomorrow = JSONValue.number(Date().timeIntervalSince1970 + 86_400)
+            let later = try control.lifecycle(
+                "SubmitRequest", ["app": "rootapp", "identifier": "later", "earliestBegin": tomorrow])
+            #expect(later.parameters["request"]?["uid"] == 0, "\(later)")
+            let nobody = try OtherUser(uid: Self.nobody, gid: Self.nobody)
+            #expect(
+                try nobody.call(daemon, "SubmitRequest", ["app": "rootapp", "identifier": "mine"]).errorName
+                    == "io.bgtask.Lifecycle.PermissionDenied")
+            // Another user's request is not there for it: not listed, and cancelling it finds nothing.
+            #expect(
+                try nobody.call(daemon, "CancelRequest", ["app": "rootapp", "identifier": "later"]).errorName
+                    == "io.bgtask.Lifecycle.NoSuchRequest")
+            #expect(try nobody.call(daemon, "ListRequests").parameters["requests"] == [])
+
+            // A name no live app holds and apps.d does not pin: the request is its submitter's, and the name's
+            // requests stay with that user.
+            let own = try nobody.call(daemon, "SubmitRequest", ["app": "shared", "identifier": "sync"])
+            #expect(own.parameters["request"]?["uid"] == .number(Double(Self.nobody)), "\(own)")
+            let stranger = try OtherUser(uid: 4245, gid: 4245)
+            #expect(
+                try stranger.call(daemon, "SubmitRequest", ["app": "shared", "identifier": "other"]).errorName
+                    == "io.bgtask.Lifecycle.PermissionDenied")
+            #expect(try nobody.call(daemon, "ListRequests").parameters["requests"]?.arrayValue?.count == 1)
+            #expect(try control.lifecycle("ListRequests").parameters["requests"]?.arrayValue?.count == 2)
+
+            // Due now and needing nothing, it does not run in a registration of the name by another user: the
+            // registration plans the requests again before its reply, so a run would show at once.
+            let impostor = try pythonApp(daemon, name: "shared")
+            defer { impostor.terminate() }
+            let listed = try control.lifecycle("ListRequests", ["app": "shared"]).parameters["requests"]
+            #expect(listed?.arrayValue?.first?["state"] == "pending", "\(String(describing: listed))")
+            #expect(!impostor.transcript.contains { $0.hasPrefix("event runScheduledTask") })
+
+            #expect(try nobody.call(daemon, "CancelRequest", ["app": "shared", "identifier": "sync"]).errorName == nil)
+            #expect(try nobody.call(daemon, "ListRequests").parameters["requests"] == [])
+        }
+    }
 }

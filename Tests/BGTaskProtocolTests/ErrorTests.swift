@@ -14,6 +14,8 @@ struct ErrorTests {
         .limitExceeded(limit: "TasksPerAppMax", max: 64), .noSuchEvent(app: "org.example.mail", eventId: 31),
         .invalidMessage(reason: "message is not valid JSON"),
         .launchFailed(app: "org.example.mail", reason: "no executable mail in PATH"),
+        .noSuchRequest(app: "org.example.backup", identifier: "nightly"),
+        .conditionUnavailable(conditions: [.unmeteredNetwork, .idle]),
     ]
 
     static let serviceErrors: [VarlinkServiceError] = [

@@ -65,8 +65,31 @@ enum Samples {
         case .history: [HistoryParameters(limit: 50), HistoryParameters()]
         case .watch: [WatchParameters()]
         case .getStatus: [GetStatusParameters()]
+        case .submitRequest:
+            [
+                SubmitRequestParameters(
+                    app: "org.example.backup", identifier: "nightly", kind: .processing, earliestBegin: 1_800_000_000.5,
+                    requires: [.externalPower, .unmeteredNetwork]),
+                SubmitRequestParameters(app: "org.example.backup", identifier: "nightly"),
+            ]
+        case .cancelRequest: [CancelRequestParameters(app: "org.example.backup", identifier: "nightly")]
+        case .listRequests: [ListRequestsParameters(app: "org.example.backup"), ListRequestsParameters()]
+        case .setTaskCompleted:
+            [
+                SetTaskCompletedParameters(app: "org.example.backup", taskId: 9, success: false, retry: true),
+                SetTaskCompletedParameters(app: "org.example.backup", taskId: 9, success: true),
+            ]
         }
     }
+
+    static let pendingRequest = RequestInfo(
+        app: "org.example.backup", identifier: "nightly", kind: .processing, earliestBegin: 1_800_000_000.5,
+        requires: [.externalPower, .network], uid: 1000, state: .pending, due: 1_800_000_030.5,
+        waitingOn: [.externalPower], failures: 1, replaced: false)
+
+    static let runningRequest = RequestInfo(
+        app: "org.example.mail", identifier: "refresh", kind: .refresh, earliestBegin: 1_800_000_000, requires: [],
+        uid: 1000, state: .running, taskId: 12, failures: 0, replaced: true)
 
     /// Replies of `method`: every optional set, then every optional nil.
     static func replies(for method: LifecycleMethod) -> [any Codable & Hashable & Sendable] {
@@ -87,6 +110,10 @@ enum Samples {
         case .post: [PostReply(delivered: 2, queued: 1)]
         case .history: [HistoryReply(entries: [fullHistoryEntry, minimalHistoryEntry])]
         case .watch: [WatchReply(entry: fullHistoryEntry), WatchReply(entry: minimalHistoryEntry)]
+        case .submitRequest: [SubmitRequestReply(request: pendingRequest)]
+        case .cancelRequest, .setTaskCompleted: [EmptyReply()]
+        case .listRequests:
+            [ListRequestsReply(requests: [pendingRequest, runningRequest]), ListRequestsReply(requests: [])]
         case .getStatus:
             [
                 GetStatusReply(

@@ -6,6 +6,7 @@ obeys commands on stdin, one per line:
     begin NAME      -> "began ID"          end ID      -> "ended ID"
     remaining       -> "remaining SECONDS|unlimited"
     ack EVENTID     -> "acked EVENTID"     exit CODE   (exits at once)
+    complete ID success|failure|retry -> "completed ID" (SetTaskCompleted of a scheduled task)
     alloc MIB       -> "allocated MIB"     (memory written page by page, so it counts in PSS)
     lock KIND PATH  -> "locked KIND"       (KIND: flock, posix or ofd, an exclusive lock on PATH, kept)
     lead            -> "leading"           (makes a process group of our own, after registering)
@@ -134,6 +135,10 @@ def main():
             elif words[0] == "remaining":
                 seconds = getattr(calls.BackgroundTimeRemaining(args.name), "seconds", None)
                 out("remaining", "unlimited" if seconds is None else seconds)
+            elif words[0] == "complete":
+                outcome = words[2]
+                calls.SetTaskCompleted(args.name, int(words[1]), outcome == "success", outcome == "retry")
+                out("completed", words[1])
             elif words[0] == "ack":
                 ack_connection.Acknowledge(args.name, int(words[1]))
                 out("acked", words[1])

@@ -1,4 +1,5 @@
-// bgtask's own kinds of value for options and arguments: durations, signals, JSON payloads, behaviours, states.
+// bgtask's own kinds of value for options and arguments: durations, signals, JSON payloads, behaviours, states,
+// and the conditions a scheduled request requires.
 import BGTaskArguments
 import BGTaskConfig
 import BGTaskJSON
@@ -26,6 +27,10 @@ extension ValueType {
     public static let state = ValueType(name: "state") { text throws(ValueError) in
         ParsedValue(try ValueParsers.state(text))
     }
+    /// Conditions a scheduled request requires, joined with commas (`ac,network`).
+    public static let conditions = ValueType(name: "conditions") { text throws(ValueError) in
+        ParsedValue(try ValueParsers.conditions(text))
+    }
 }
 
 extension ParsedArguments {
@@ -45,6 +50,9 @@ extension ParsedArguments {
 
     /// The state of an option; nil when absent.
     public func state(_ option: OptionSpec) -> AppState? { value(option, as: AppState.self) }
+
+    /// The conditions of an option, in their declared order; nil when absent.
+    public func conditions(_ option: OptionSpec) -> [Constraint]? { value(option, as: [Constraint].self) }
 }
 
 /// The parsers behind `ValueType.parse(_:)`, each usable alone.
@@ -102,6 +110,25 @@ public enum ValueParsers {
             throw ValueError("expected one of " + DeliveryBehavior.allCases.map(\.rawValue).joined(separator: ", "))
         }
         return behavior
+    }
+
+    /// Conditions joined with commas, each spelled as the interface spells it (`ac`, `battery`, `network`,
+    /// `unmetered`, `idle`); each once, none empty. Returned in their declared order.
+    public static func conditions(_ text: String) throws(ValueError) -> [Constraint] {
+        let expected =
+            "expected conditions joined with commas, such as ac,network (each one of "
+            + Constraint.allCases.map(\.rawValue).joined(separator: ", ") + ")"
+        var conditions: Set<Constraint> = []
+        for word in text.split(separator: ",", omittingEmptySubsequences: false) {
+            guard let condition = Constraint(rawValue: String(word)) else {
+                guard !word.isEmpty else { throw ValueError(expected) }
+                throw ValueError("unknown condition \(String(reflecting: String(word))) (\(expected))")
+            }
+            guard conditions.insert(condition).inserted else {
+                throw ValueError("\(condition.rawValue) is given twice")
+            }
+        }
+        return conditions.sorted()
     }
 
     /// An app lifecycle state, spelled as the interface spells it (`active`, `notRunning`, ...).

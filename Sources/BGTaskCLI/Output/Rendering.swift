@@ -182,6 +182,44 @@ public enum Rendering {
         "delivered to \(reply.delivered) app\(reply.delivered == 1 ? "" : "s"), queued for \(reply.queued)\n"
     }
 
+    // MARK: Scheduled requests
+
+    /// What a scheduled request waits for, or how it runs: `due 14:05:00`, `waiting on ac,network`, `task 12`.
+    static func requestStatus(_ request: RequestInfo, now: Double, timeZone: TimeZone) -> String {
+        switch request.state {
+        case .running: return request.taskId.map { "task \($0)" } ?? "running"
+        case .launching: return "launching its app"
+        case .pending:
+            var parts: [String] = []
+            if let due = request.due, due > now { parts.append("due " + Formatting.wallClock(due, timeZone: timeZone)) }
+            if let waiting = request.waitingOn, !waiting.isEmpty {
+                parts.append("waiting on " + waiting.map(\.rawValue).joined(separator: ","))
+            }
+            if request.failures > 0 { parts.append("\(request.failures) failed") }
+            return parts.isEmpty ? "runnable" : parts.joined(separator: ", ")
+        }
+    }
+
+    /// One line per request: app, identifier, kind, conditions, state and what it waits for.
+    public static func requestTable(_ requests: [RequestInfo], now: Double, timeZone: TimeZone) -> String {
+        guard !requests.isEmpty else { return "no scheduled requests\n" }
+        let rows = requests.map { request in
+            [
+                Formatting.printable(request.app), Formatting.printable(request.identifier), request.kind.rawValue,
+                request.requires.isEmpty ? "-" : request.requires.map(\.rawValue).joined(separator: ","),
+                request.state.rawValue + (request.replaced ? " (replaced)" : ""),
+                requestStatus(request, now: now, timeZone: timeZone),
+            ]
+        }
+        return Formatting.table(header: ["APP", "IDENTIFIER", "KIND", "REQUIRES", "STATE", "STATUS"], rows: rows)
+    }
+
+    /// `org.example.mail/sync: pending, due 14:05:00, waiting on ac`, after a submit.
+    public static func submitted(_ request: RequestInfo, now: Double, timeZone: TimeZone) -> String {
+        "\(Formatting.printable(request.app))/\(Formatting.printable(request.identifier)): \(request.state.rawValue), "
+            + requestStatus(request, now: now, timeZone: timeZone) + "\n"
+    }
+
     // MARK: History
 
     /// The details of a history entry beyond its time, app and kind, in the order a reader asks about them: the

@@ -35,7 +35,7 @@ final class ConditionMonitor {
     private(set) var conditions = Conditions()
     /// The source serving each, as last reported (`sources`), to log a switch once.
     private var lastSources: [String: String] = [:]
-    /// Whether the first report (every source settled) has been logged.
+    /// Whether the first report (every source settled) has been logged and given to the host.
     private var hasLoggedSettled = false
     /// Whether `start()` has read every source once: changes the sources report while starting are part of that
     /// first reading, not changes to log.
@@ -226,8 +226,9 @@ final class ConditionMonitor {
         ].joined(separator: "; ")
     }
 
-    /// Whether every source has given its first answer (the bus's services their presence and properties).
-    private var isSettled: Bool {
+    /// Whether every source has given its first answer (the bus's services their presence and properties). Until
+    /// then the host hears nothing: a half-read set of conditions would make a running task's condition look lost.
+    var isSettled: Bool {
         busFailure != nil || [upower, networkManager, logind].allSatisfy { $0?.hasAnswered ?? true }
     }
 
@@ -251,8 +252,10 @@ final class ConditionMonitor {
         if !hasLoggedSettled && isSettled {
             hasLoggedSettled = true
             logger.notice("conditions: \(report)")
+            host?.conditionsChanged(conditions)
+        } else if hasLoggedSettled && previous != conditions {
+            host?.conditionsChanged(conditions)
         }
-        if previous != conditions { host?.conditionsChanged(conditions) }
     }
 
     /// The source's name alone (`power_supply`, `upower`, `none`…), without what it says.

@@ -13,13 +13,16 @@ protocol ConditionMonitorHost: AnyObject {
     /// The loop the sources (netlink sockets, inotify, the system bus) are watched on.
     var loop: EventLoop { get }
     /// The conditions changed (a value, or a condition gaining or losing its source); `conditions` is all of them
-    /// now. Called on the loop, once per change, after the monitor logged it.
+    /// now. Called on the loop: once when every source has first answered (a settled reading, changed or not),
+    /// then once per change, after the monitor logged it.
     func conditionsChanged(_ conditions: Conditions)
 }
 
 extension Manager: ConditionMonitorHost {
     func conditionsChanged(_ conditions: Conditions) {
-        // Reported only: the scheduled work that will wait on them is not there yet.
-        latestConditions = conditions
+        // Scheduled requests wait on them: the core starts those that can run now, and warns running tasks whose
+        // condition stopped holding.
+        perform(core.conditionsChanged(conditions, now: now))
+        updateStatus()
     }
 }

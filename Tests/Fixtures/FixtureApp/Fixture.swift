@@ -346,6 +346,7 @@ final class Fixture: Sendable {
         case .reconnected(let app, let attempt): "reconnected attempt=\(attempt) state=\(app.state.rawValue)"
         case .gaveUp(let error): "gave-up \(error)"
         case .requestFailed(let method, let error): "request-failed \(method) \(error)"
+        case .noLaunchHandler(let identifier): "no-launch-handler \(identifier)"
         }
     }
 

@@ -1,0 +1,246 @@
+// Scheduled requests on the real daemon with a real app (the Python varlink client): submitted over the interface,
+// run when the power_supply tree the test writes says the adapter is online or when a default route appears in the
+// daemon's own network namespace, expired when the condition goes, completed by the app. The reaction latencies
+// (from just before the change to the app printing the event) are printed, not asserted.
+
+import BGTaskJSON
+import BGTaskPOSIX
+import BGTaskTestSupport
+import Foundation
+import Glibc
+import Testing
+
+private func milliseconds(since start: Int64) -> String {
+    String(format: "%.1f ms", Double(MonotonicClock.now() - start) / 1e6)
+}
+
+/// The request `identifier` as `ListRequests` shows it, or nil when it is not held.
+private func request(_ identifier: String, of app: String, _ control: RawVarlinkClient) throws -> [String: JSONValue]? {
+    let reply = try control.lifecycle("ListRequests", ["app": .string(app)])
+    let requests = reply.parameters["requests"]?.arrayValue ?? []
+    return requests.compactMap(\.objectValue).first { $0["identifier"] == .string(identifier) }
+}
+
+/// The task id in an event line: `event runScheduledTask id=7 tasks=3 name=nightly` → 3.
+private func taskID(in line: String) throws -> Int {
+    guard let word = line.split(separator: " ").first(where: { $0.hasPrefix("tasks=") }),
+        let id = Int(word.dropFirst("tasks=".count))
+    else { throw HarnessError("no single task id in \(line)") }
+    return id
+}
+
+@Suite("scheduled work end to end", .serialized)
+struct ScheduledWorkEndToEndTests {
+    @Test(
+        "a processing request needing ac: waits on battery, runs when plugged, warned and constraints-lost when unplugged, completed"
+    )
+    func externalPower() async throws {
+        try await offThePool {
+            let tree = try FakePowerSupplies()
+            try tree.set("AC", ["type": "Mains", "online": "0"])
+            let scratch = try ScratchDirectory(prefix: "scheduled-power")
+            let daemon = try DaemonHarness(
+                configuration: DaemonHarness.fastPolicy + "\n[Conditions]\nPowerSupplyPath=\(tree.path)\n",
+                environment: ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=\(scratch.path)/no-bus"])
+            let watch = try WatchStream(daemon)
+            let app = try pythonApp(daemon, name: "backup")
+            let control = try daemon.connect()
+            // In background with nothing to do, the app is suspended: the task must wake it.
+            try control.lifecycle("SetState", ["app": "backup", "state": "background"])
+            try watch.waitFor("stateChanged", app: "backup", ["state": "suspended"])
+
+            let submitted = try control.lifecycle(
+                "SubmitRequest",
+                ["app": "backup", "identifier": "nightly", "kind": "processing", "requires": ["ac"]])
+            let held = submitted.parameters["request"]?.objectValue ?? [:]
+            // The submit itself decides: on battery the request waits on ac, and nothing else changes until an input.
+            #expect(held["state"] == "pending", "\(submitted)")
+            #expect(held["waitingOn"] == ["ac"], "\(submitted)")
+            #expect(held["requires"] == ["ac"] && held["kind"] == "processing", "\(submitted)")
+            #expect(held["uid"] == .number(Double(getuid())), "\(submitted)")
+            #expect(!app.transcript.contains { $0.hasPrefix("event runScheduledTask") })
+
+            var changedAt = MonotonicClock.now()
+            try tree.set("AC", ["online": "1"])
+            let run = try app.waitForLine(startingWith: "event runScheduledTask", timeout: .seconds(20))
+            let plugged = milliseconds(since: changedAt)
+            #expect(run.contains("name=nightly"), "\(run)")
+            let task = try taskID(in: run)
+            #expect(try request("nightly", of: "backup", control)?["taskId"] == .number(Double(task)))
+            #expect(try control.app("backup")["state"] == "background")
+
+            changedAt = MonotonicClock.now()
+            try tree.set("AC", ["online": "0"])
+            let warning = try app.waitForLine(startingWith: "event backgroundTaskExpiring", timeout: .seconds(20))
+            let unplugged = milliseconds(since: changedAt)
+            #expect(warning.contains("tasks=\(task)"), "\(warning)")
+            // The app does not end it: after its warning (ExpirationWarningSec) the task ends constraints-lost, and
+            // the request waits on ac again, with no backoff (the failure was not the app's).
+            try watch.waitFor(
+                "taskEnded", app: "backup", ["taskId": .number(Double(task)), "taskEnd": "constraints-lost"])
+            let requeued = try request("nightly", of: "backup", control)
+            #expect(
+                requeued?["state"] == "pending" && requeued?["waitingOn"] == ["ac"], "\(String(describing: requeued))")
+            #expect(requeued?["failures"] == 0, "\(String(describing: requeued))")
+
+            // Plugged again, it runs again; completed, the request is gone (one run per submit).
+            try tree.set("AC", ["online": "1"])
+            let again = try app.waitForLine(startingWith: "event runScheduledTask", timeout: .seconds(20))
+            let second = try taskID(in: again)
+            #expect(second != task)
+            // Its last task done, the app is suspended at once: the daemon's record of the end is what is waited
+            // for, not the app's line, which a suspension can hold back.
+            try app.send("complete \(second) success")
+            try watch.waitFor("taskEnded", app: "backup", ["taskId": .number(Double(second)), "taskEnd": "ended"])
+            #expect(try request("nightly", of: "backup", control) == nil)
+            print(
+                "scheduled task reaction: adapter plugged \(plugged) to runScheduledTask, unplugged \(unplugged) to its warning"
+            )
+            try daemon.stop()
+        }
+    }
+
+    @Test(
+        "a request needing network runs when a default route appears in the daemon's namespace and is warned when it goes",
+        .requires(.root(for: "a network namespace of the test's own"), .programs("unshare", "nsenter", "ip")))
+    func network() async throws {
+        try await offThePool {
+            let scratch = try ScratchDirectory(prefix: "scheduled-network")
+            let daemon = try DaemonHarness(
+                configuration: DaemonHarness.fastPolicy,
+                environment: ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=\(scratch.path)/no-bus"],
+                launchPrefix: ["unshare", "--net"])
+            let watch = try WatchStream(daemon)
+            let app = try pythonApp(daemon, name: "mail")
+            let control = try daemon.connect()
+            try runInNetworkNamespace(of: daemon.pid, ["link", "set", "lo", "up"])
+            let submitted = try control.lifecycle(
+                "SubmitRequest", ["app": "mail", "identifier": "fetch", "requires": ["network"]])
+            #expect(submitted.parameters["request"]?["waitingOn"] == ["network"], "\(submitted)")
+
+            var changedAt = MonotonicClock.now()
+            try runInNetworkNamespace(of: daemon.pid, ["route", "add", "default", "dev", "lo"])
+            let run = try app.waitForLine(startingWith: "event runScheduledTask", timeout: .seconds(20))
+            let online = milliseconds(since: changedAt)
+            let task = try taskID(in: run)
+
+            changedAt = MonotonicClock.now()
+            try runInNetworkNamespace(of: daemon.pid, ["route", "del", "default"])
+            let warning = try app.waitForLine(startingWith: "event backgroundTaskExpiring", timeout: .seconds(20))
+            let offline = milliseconds(since: changedAt)
+            #expect(warning.contains("tasks=\(task)"), "\(warning)")
+            // This app ends its task when warned, as an expiration handler does: the request waits for the network
+            // again, with no backoff.
+            try app.send("end \(task)")
+            try app.waitForLine(startingWith: "ended \(task)")
+            try watch.waitFor("taskEnded", app: "mail", ["taskId": .number(Double(task)), "taskEnd": "ended"])
+            let requeued = try request("fetch", of: "mail", control)
+            #expect(
+                requeued?["state"] == "pending" && requeued?["waitingOn"] == ["network"],
+                "\(String(describing: requeued))")
+            print(
+                "scheduled task reaction: default route added \(online) to runScheduledTask, removed \(offline) to its warning"
+            )
+            try daemon.stop()
+        }
+    }
+
+    @Test(
+        "refusals: a condition with no source, a bad identifier, another user's name, a task that is no scheduled task")
+    func refusals() async throws {
+        try await offThePool {
+            let scratch = try ScratchDirectory(prefix: "scheduled-refusals")
+            let empty = try FakePowerSupplies()
+            let daemon = try DaemonHarness(
+                configuration: DaemonHarness.fastPolicy + "\n[Conditions]\nPowerSupplyPath=\(empty.path)\n",
+                environment: ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=\(scratch.path)/no-bus"])
+            let app = try pythonApp(daemon, name: "photos")
+            let control = try daemon.connect()
+            // No bus: no logind for idle, no NetworkManager for unmetered; nothing is held.
+            let noSource = try control.lifecycle(
+                "SubmitRequest", ["app": "photos", "identifier": "upload", "requires": ["unmetered", "idle"]])
+            #expect(noSource.errorName == "io.bgtask.Lifecycle.ConditionUnavailable", "\(noSource)")
+            #expect(noSource.parameters["conditions"] == ["unmetered", "idle"], "\(noSource)")
+            for identifier in ["", "a/b", "line\nbreak", String(repeating: "x", count: 256)] {
+                let refused = try control.lifecycle(
+                    "SubmitRequest", ["app": "photos", "identifier": .string(identifier)])
+                #expect(refused.errorName == "org.varlink.service.InvalidParameter", "\(identifier): \(refused)")
+                #expect(refused.parameters["parameter"] == "identifier", "\(refused)")
+            }
+            let badCondition = try control.lifecycle(
+                "SubmitRequest", ["app": "photos", "identifier": "upload", "requires": ["charging"]])
+            #expect(badCondition.errorName == "org.varlink.service.InvalidParameter", "\(badCondition)")
+            let cancelled = try control.lifecycle("CancelRequest", ["app": "photos", "identifier": "upload"])
+            #expect(cancelled.errorName == "io.bgtask.Lifecycle.NoSuchRequest", "\(cancelled)")
+            #expect(try control.lifecycle("ListRequests").parameters["requests"] == [])
+
+            // An ordinary lease is no scheduled task: completing it is refused, and it stays open.
+            try app.send("begin plain")
+            let lease = try number(after: "began", in: try app.waitForLine(startingWith: "began"))
+            let completed = try control.lifecycle(
+                "SetTaskCompleted", ["app": "photos", "taskId": .number(Double(lease)), "success": true])
+            #expect(completed.errorName == "io.bgtask.Lifecycle.NoSuchTask", "\(completed)")
+            #expect(try control.app("photos")["tasks"]?.arrayValue?.count == 1)
+
+            // Held with no constraint and its app running: it runs at once.
+            let now = try control.lifecycle("SubmitRequest", ["app": "photos", "identifier": "thumbnails"])
+            #expect(now.parameters["request"]?["state"] == "running", "\(now)")
+            let run = try app.waitForLine(startingWith: "event runScheduledTask")
+            #expect(run.contains("name=thumbnails"), "\(run)")
+            try daemon.stop()
+        }
+    }
+
+    @Test("requests outlive kill -9 and a restart whose saved state is of another boot, keeping their wall-clock times")
+    func survivesARebootAfterKill() async throws {
+        try await offThePool {
+            let files = try ScratchDirectory(prefix: "scheduled-reboot")
+            let statePath = files.path + "/state.json"
+            let scheduledPath = files.path + "/scheduled.json"
+            let arguments = ["--state-file", statePath, "--schedule-file", scheduledPath]
+            let noBus = ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=\(files.path)/no-bus"]
+            let first = try DaemonHarness(arguments: arguments, environment: noBus)
+            let control = try first.connect()
+            let tomorrow = (Date().timeIntervalSince1970 + 86_400).rounded()
+            let later = try control.lifecycle(
+                "SubmitRequest",
+                ["app": "photos", "identifier": "later", "kind": "processing", "earliestBegin": .number(tomorrow)])
+            #expect(later.errorName == nil, "\(later)")
+            // A request that runs at once in a running app: the reboot ends its app, so it waits again with backoff.
+            let app = try pythonApp(first, name: "mail")
+            defer { app.terminate() }
+            let running = try control.lifecycle("SubmitRequest", ["app": "mail", "identifier": "now"])
+            #expect(running.parameters["request"]?["state"] == "running", "\(running)")
+            // Written within a second of the change (ScheduledStore.writeInterval).
+            let deadline = MonotonicClock.now() + Duration.seconds(20).nanosecondCount
+            var written = ""
+            while MonotonicClock.now() < deadline {
+                written = (try? String(contentsOfFile: scheduledPath, encoding: .utf8)) ?? ""
+                if written.contains("later") && written.contains("running") { break }
+                usleep(20_000)
+            }
+            #expect(written.contains("later") && written.contains("running"), "\(written)")
+            guard kill(first.pid, SIGKILL) == 0 else { throw Errno(rawValue: errno, operation: "kill(SIGKILL)") }
+            first.terminate()
+            // The next daemon finds the state of another boot, as after a reboot.
+            let state = try String(contentsOfFile: statePath, encoding: .utf8)
+            let rebooted = state.replacingOccurrences(
+                of: #""bootID":"[^"]*""#, with: #""bootID":"another-boot""#, options: .regularExpression)
+            #expect(rebooted != state)
+            try rebooted.write(toFile: statePath, atomically: true, encoding: .utf8)
+            let second = try DaemonHarness(arguments: arguments, environment: noBus)
+            #expect(second.log.contains("saved before the machine last booted"), "\(second.log)")
+            #expect(second.log.contains("restored 2 scheduled requests from \(scheduledPath)"), "\(second.log)")
+            let requests = try second.connect().lifecycle("ListRequests").parameters["requests"]?.arrayValue ?? []
+            let byIdentifier = Dictionary(
+                uniqueKeysWithValues: requests.compactMap(\.objectValue).map {
+                    ($0["identifier"]?.stringValue ?? "", $0)
+                })
+            #expect(byIdentifier["later"]?["earliestBegin"] == .number(tomorrow), "\(requests)")
+            #expect(byIdentifier["later"]?["due"] == .number(tomorrow), "\(requests)")
+            #expect(byIdentifier["later"]?["kind"] == "processing" && byIdentifier["later"]?["uid"] == 0)
+            #expect(byIdentifier["now"]?["state"] == "pending" && byIdentifier["now"]?["failures"] == 1, "\(requests)")
+            try second.stop()
+        }
+    }
+}
