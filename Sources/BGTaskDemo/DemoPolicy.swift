@@ -48,8 +48,10 @@ struct DemoPolicy: Hashable, Sendable {
     }
 
     /// The configuration file's text, as `bgtaskd --config` reads it, with the cgroups the daemon makes launched
-    /// apps' cgroups in when the demo has them.
-    func configuration(cgroupRoot: String? = nil, memoryCgroupRoot: String? = nil) -> String {
+    /// apps' cgroups in when the demo has them, and the power_supply tree the demo plugs and unplugs.
+    func configuration(
+        cgroupRoot: String? = nil, memoryCgroupRoot: String? = nil, powerSupplyPath: String? = nil
+    ) -> String {
         var cgroups = ""
         if let cgroupRoot { cgroups += "CgroupRoot=\(cgroupRoot)\n" }
         if let memoryCgroupRoot { cgroups += "MemoryCgroupRoot=\(memoryCgroupRoot)\n" }
@@ -65,7 +67,7 @@ struct DemoPolicy: Hashable, Sendable {
             AppsMemoryMax=\(appsMemoryMaxMebibytes)M
             MemoryWarningGraceSec=\(Self.milliseconds(memoryWarningGrace))
             \(cgroups)
-            """
+            """ + (powerSupplyPath.map { "\n[Conditions]\nPowerSupplyPath=\($0)\n" } ?? "")
     }
 
     /// The policy on one line, for the narration.

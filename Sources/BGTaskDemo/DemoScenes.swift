@@ -45,6 +45,8 @@ struct DemoScenes {
         try pause(Self.interlude)
         try memoryPressure()
         try pause(Self.interlude)
+        try scheduledWork()
+        try pause(Self.interlude)
         try summary()
     }
 

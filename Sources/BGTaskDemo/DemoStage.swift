@@ -17,6 +17,8 @@ final class DemoStage {
     private(set) var daemon: PrivateDaemon?
     private var controller: LifecycleClient?
     private var follower: AuditFollower?
+    /// The demo's power_supply tree: one Mains adapter, `AC`, which the scheduled-work scene plugs in and unplugs.
+    private(set) var powerSupplyPath: String?
     /// The cgroups made for the apps the daemon launches (as root, where the host has them).
     private(set) var cgroups: DemoCgroups?
     /// The apps the demo started, in order.
@@ -64,9 +66,13 @@ final class DemoStage {
         }
         transcript.say("runtime directory \(directory) (socket, configuration, logs; removed at the end)")
         makeCgroups()
+        let powerSupplyPath = directory + "/power_supply"
+        self.powerSupplyPath = powerSupplyPath
+        try setExternalPower(online: false)
         let configurationPath = directory + "/bgtaskd.conf"
         let configuration = policy.configuration(
-            cgroupRoot: cgroups?.control?.path, memoryCgroupRoot: cgroups?.memory?.path)
+            cgroupRoot: cgroups?.control?.path, memoryCgroupRoot: cgroups?.memory?.path,
+            powerSupplyPath: powerSupplyPath)
         do {
             try Data(configuration.utf8).write(to: URL(fileURLWithPath: configurationPath))
         } catch {
@@ -75,9 +81,11 @@ final class DemoStage {
         transcript.say("policy (bgtaskd.conf): \(policy.summary)")
         transcript.say(
             "starting bgtaskd under timeout(1), with a NOTIFY_SOCKET of the demo's own to learn when it is ready")
+        // Power comes from the demo's own power_supply tree, never from a UPower the host may run: the daemon is
+        // pointed at a system bus that is not there.
         let daemon = try PrivateDaemon(
             executable: products.daemon, directory: directory, configurationPath: configurationPath,
-            lifetime: lifetime)
+            lifetime: lifetime, environment: ["DBUS_SYSTEM_BUS_ADDRESS=unix:path=\(directory)/no-system-bus"])
         self.daemon = daemon
         let client = try daemonCall("connecting to \(daemon.socketPath)") { () throws(ClientError) in
             try LifecycleClient(socketPath: daemon.socketPath, timeout: .seconds(10))
@@ -91,6 +99,23 @@ final class DemoStage {
                 + "version \(status.version), backends \(backends)")
         follower = try AuditFollower(client: client, transcript: transcript)
         transcript.say("following the daemon's audit trail (Watch): its entries are quoted as \"bgtaskd | ...\"")
+    }
+
+    /// Writes the demo adapter's `online` (and, the first time, its `type`), each file renamed into place, which the
+    /// daemon's inotify watch reports as a change.
+    func setExternalPower(online: Bool) throws(DemoFailure) {
+        guard let powerSupplyPath else { throw DemoFailure("the demo has no power_supply tree") }
+        let adapter = powerSupplyPath + "/AC"
+        do {
+            try FileManager.default.createDirectory(atPath: adapter, withIntermediateDirectories: true)
+            if !FileManager.default.fileExists(atPath: adapter + "/type") {
+                try Data("Mains\n".utf8).write(to: URL(fileURLWithPath: adapter + "/type"), options: .atomic)
+            }
+            try Data((online ? "1\n" : "0\n").utf8).write(
+                to: URL(fileURLWithPath: adapter + "/online"), options: .atomic)
+        } catch {
+            throw DemoFailure("cannot write the demo's power supply in \(adapter): \(error)")
+        }
     }
 
     /// As root, makes the cgroups the daemon will make launched apps' cgroups in, and says where; otherwise says in

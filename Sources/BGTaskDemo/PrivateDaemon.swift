@@ -32,9 +32,10 @@ final class PrivateDaemon {
 
     /// Makes `DIRECTORY/logs`, starts `executable --socket DIRECTORY/io.bgtask.Lifecycle --config CONFIGURATION
     /// --log-dir DIRECTORY/logs` under `timeout LIFETIME` and waits at most `readyTimeout` for `READY=1`.
+    /// `environment` is added to the daemon's (`NAME=VALUE` each).
     init(
         executable: String, directory: String, configurationPath: String, lifetime: Duration,
-        readyTimeout: Duration = .seconds(30)
+        environment extra: [String] = [], readyTimeout: Duration = .seconds(30)
     ) throws(DemoFailure) {
         let socketPath = directory + "/io.bgtask.Lifecycle"
         let logPath = directory + "/bgtaskd.log"
@@ -46,7 +47,7 @@ final class PrivateDaemon {
             throw DemoFailure(
                 "cannot create \(appLogDirectory): \(Errno(rawValue: errno, operation: "mkdir"))")
         }
-        var environment = ["PATH=\(ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")"]
+        var environment = ["PATH=\(ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")"] + extra
         if let level = ProcessInfo.processInfo.environment["BGTASKD_LOG_LEVEL"] {
             environment.append("BGTASKD_LOG_LEVEL=\(level)")
         }

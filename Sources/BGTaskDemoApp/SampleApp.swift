@@ -47,10 +47,37 @@ public enum SampleApp {
         }
         // Events wait on the main queue until dispatchMain runs it, so this line comes before any event's.
         AppOutput.line("registered pid=\(getpid()) state=\(application.registeredApp.state.rawValue)")
+        if let identifier = options.scheduledIdentifier { scheduleBackup(identifier, in: application) }
         // The application must live as long as the process: the delegate is held weakly, as UIKit holds it.
         withExtendedLifetime((application, delegate)) {
             dispatchMain()
         }
+    }
+}
+
+/// The scheduled work of `--scheduled ID`, written as an iOS app writes a `BGProcessingTask`: a launch handler
+/// registered before the request is submitted; the task works until its expiration handler says to stop, and then
+/// completes as failed, to be retried.
+private func scheduleBackup(_ identifier: String, in application: BackgroundApplication) {
+    application.register(forTaskWithIdentifier: identifier) { task in
+        AppOutput.line("scheduled task \(task.identifier) began (task \(task.taskId)): backing up until told to stop")
+        task.expirationHandler = {
+            AppOutput.line(
+                "expiration handler of scheduled task \(task.identifier) ran: stopping, "
+                    + "setTaskCompleted(success: false, retry: true)")
+            task.setTaskCompleted(success: false, retry: true)
+        }
+    }
+    var request = BackgroundTaskRequest.processing(identifier: identifier)
+    request.requiresExternalPower = true
+    do {
+        let held = try application.submit(request)
+        let waiting = held.waitingOn.map {
+            $0.isEmpty ? "" : ", waiting on " + $0.map(\.rawValue).joined(separator: ",")
+        }
+        AppOutput.line("submitted \(identifier) (processing, requires ac): \(held.state.rawValue)\(waiting ?? "")")
+    } catch {
+        AppOutput.line("cannot submit \(identifier): \(error)")
     }
 }
 

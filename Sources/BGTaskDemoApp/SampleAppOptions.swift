@@ -28,11 +28,14 @@ public struct SampleAppOptions: Hashable, Sendable {
     /// The app exits by itself after this long (`--lifetime SECONDS`), so it never outlives a demo that lost
     /// track of it.
     public var lifetime: Duration = .seconds(120)
+    /// A processing request the app submits once registered, needing external power, with a launch handler that
+    /// works until told to stop (`--scheduled ID`); nil: none.
+    public var scheduledIdentifier: String?
 
     /// The usage line.
     public static let usage = """
         usage: bgtask-demo-app --name NAME --socket PATH [--work SECONDS | --work-forever] [--task NAME] \
-        [--allocate MIB] [--report-every SECONDS] [--lifetime SECONDS]
+        [--allocate MIB] [--report-every SECONDS] [--lifetime SECONDS] [--scheduled ID]
         """
 
     /// Options with the required values and every default.
@@ -50,6 +53,7 @@ public struct SampleAppOptions: Hashable, Sendable {
         var allocation = 0
         var report: Duration?
         var lifetime: Duration?
+        var scheduled: String?
         var remaining = arguments[...]
         func value(_ option: String) throws(SampleAppUsageError) -> String {
             guard let value = remaining.popFirst(), !value.isEmpty else {
@@ -73,6 +77,7 @@ public struct SampleAppOptions: Hashable, Sendable {
             case "--task": taskName = try value(argument)
             case "--report-every": report = try seconds(argument)
             case "--lifetime": lifetime = try seconds(argument)
+            case "--scheduled": scheduled = try value(argument)
             case "--allocate":
                 let text = try value(argument)
                 // Up to 4 GiB: enough to cross any sensible AppsMemoryMax, too little to be a typo's disaster.
@@ -92,6 +97,7 @@ public struct SampleAppOptions: Hashable, Sendable {
         if let taskName { options.taskName = taskName }
         if let report { options.reportInterval = report }
         if let lifetime { options.lifetime = lifetime }
+        options.scheduledIdentifier = scheduled
         return options
     }
 }

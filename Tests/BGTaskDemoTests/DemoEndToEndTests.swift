@@ -167,6 +167,21 @@ struct DemoEndToEndTests {
         #expect(run.line(containing: "bgtaskd | maps  terminated  reason=memory-reclaim") == nil, "\(transcript)")
         #expect(run.line(containing: "maps, suspended too but lighter") != nil, "\(transcript)")
 
+        // 6. Scheduled work: the request waits on ac, its task runs once the adapter is plugged in, is warned once
+        // it is unplugged, and the request waits for power again.
+        #expect(
+            run.line(containing: "backup | submitted nightly (processing, requires ac): pending, waiting on ac") != nil,
+            "\(transcript)")
+        let run6 = try #require(run.line(containing: "backup | event runScheduledTask"), "\(transcript)")
+        #expect(value(of: "name", in: run6.line) == "nightly", "\(run6.line)")
+        let began6 = try #require(run.line(containing: "backup | scheduled task nightly began"), "\(transcript)")
+        let expiring6 = try #require(run.line(containing: "backup | event backgroundTaskExpiring"), "\(transcript)")
+        #expect(began6.index < expiring6.index)
+        #expect(value(of: "taskIds", in: expiring6.line) == value(of: "taskIds", in: run6.line), "\(expiring6.line)")
+        #expect(run.line(containing: "backup | expiration handler of scheduled task nightly ran") != nil)
+        #expect(run.line(containing: "bgtaskd | backup  taskEnded") != nil, "\(transcript)")
+        #expect(run.line(containing: "the request waits for external power again") != nil)
+
         // The summary and the clean-up.
         #expect(run.line(containing: "== Summary ==") != nil)
         #expect(run.line(containing: "SIGTERM; exited with status 0") != nil, "the daemon stopped cleanly")
