@@ -254,20 +254,28 @@ extension Lifecycle {
         scheduling.requests.storage.values
             .filter { name == nil || $0.request.appName == name }
             .sorted { ($0.request.appName, $0.request.identifier) < ($1.request.appName, $1.request.identifier) }
-            .map { record in
-                let state: ScheduledRequestState =
-                    switch record.phase {
-                    case .pending:
-                        .pending(
-                            due: record.due,
-                            waitingOn: record.request.constraints.filter { scheduling.conditions[$0] != true }.sorted())
-                    case .launching: .launching
-                    case .running(let run): .running(app: run.app, task: run.task)
-                    }
-                return ScheduledRequestSnapshot(
-                    request: record.request, state: state, failures: record.failures,
-                    hasReplacement: record.replacement != nil)
+            .map(snapshot(of:))
+    }
+
+    /// The request `identifier` of `app`, with where it stands; nil when it holds none.
+    public func scheduledRequest(app name: String, identifier: String) -> ScheduledRequestSnapshot? {
+        scheduling.requests[SchedulingState.key(name, identifier)].map(snapshot(of:))
+    }
+
+    /// A held request as clients see it.
+    private func snapshot(of record: ScheduledRecord) -> ScheduledRequestSnapshot {
+        let state: ScheduledRequestState =
+            switch record.phase {
+            case .pending:
+                .pending(
+                    due: record.due,
+                    waitingOn: record.request.constraints.filter { scheduling.conditions[$0] != true }.sorted())
+            case .launching: .launching
+            case .running(let run): .running(app: run.app, task: run.task)
             }
+        return ScheduledRequestSnapshot(
+            request: record.request, state: state, failures: record.failures,
+            hasReplacement: record.replacement != nil)
     }
 
     /// Number of requests held.

@@ -163,10 +163,7 @@ public struct DaemonOptions: Equatable, Sendable {
         }
         if self.socketPath != nil { return StateStore.directory(of: socketPath) + "/scheduled.json" }
         if isUserInstance {
-            let base =
-                environment["XDG_STATE_HOME"].flatMap { $0.isEmpty ? nil : $0 }
-                ?? "\(environment["HOME"] ?? "")/.local/state"
-            return "\(base)/bgtaskd/scheduled.json"
+            return "\(Self.userDirectory("XDG_STATE_HOME", else: ".local/state", environment))/bgtaskd/scheduled.json"
         }
         return "/var/lib/bgtaskd/scheduled.json"
     }
@@ -175,11 +172,16 @@ public struct DaemonOptions: Equatable, Sendable {
     public func resolvedConfigurationPath(environment: [String: String]) -> String {
         if let configurationPath { return configurationPath }
         if isUserInstance {
-            let base =
-                environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 }
-                ?? "\(environment["HOME"] ?? "")/.config"
-            return "\(base)/bgtaskd/bgtaskd.conf"
+            return "\(Self.userDirectory("XDG_CONFIG_HOME", else: ".config", environment))/bgtaskd/bgtaskd.conf"
         }
         return "/etc/bgtaskd/bgtaskd.conf"
+    }
+
+    /// A user's base directory as the XDG Base Directory specification has it: `$VARIABLE` when set and not empty,
+    /// else `$HOME/fallback`.
+    private static func userDirectory(_ variable: String, else fallback: String, _ environment: [String: String])
+        -> String
+    {
+        environment[variable].flatMap { $0.isEmpty ? nil : $0 } ?? "\(environment["HOME"] ?? "")/\(fallback)"
     }
 }

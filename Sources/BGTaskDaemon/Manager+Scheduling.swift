@@ -172,7 +172,7 @@ extension Manager {
 
     /// The request `identifier` of `name`, as held.
     private func heldRequest(_ name: String, _ identifier: String) -> ScheduledRequestSnapshot? {
-        core.scheduledRequests(app: name).first { $0.request.identifier == identifier }
+        core.scheduledRequest(app: name, identifier: identifier)
     }
 
     /// Whether the caller may see the request: root and `ControllerGroup` see every one, anyone else their own.

@@ -7,8 +7,8 @@ import BGTaskSystem
 import Glibc
 
 /// The file that keeps the scheduled requests, the scheduled-time ledgers and the last-foreground times across
-/// reboots: `scheduled.json` in the service's state directory (`/var/lib/bgtaskd`, `$XDG_STATE_HOME/bgtaskd` for a
-/// user instance).
+/// reboots: `scheduled.json` in the service's state directory (`/var/lib/bgtaskd`, or the user manager's state
+/// directory for a user instance).
 ///
 /// The runtime state (`StateStore`) holds them too, with everything else, and is what a restart within one boot
 /// restores. This file is what is left after a reboot, when the runtime directory is gone or holds another boot's
@@ -213,28 +213,13 @@ final class ScheduledStore {
                     scheduling: scheduling)))
     }
 
-    /// Writes `bytes` in place of the file: a temporary file beside it, `fsync`, rename, `fsync` of the directory.
-    /// Returns why it failed, or nil. Runs on the worker thread.
+    /// Writes `bytes` in place of the file, durably (`FileReplacement`, with `fsync` of the file and its
+    /// directory). Returns why it failed, or nil. Runs on the worker thread.
     static func write(_ bytes: [UInt8], to path: String) -> String? {
-        let temporary = path + ".tmp"
         do {
-            let descriptor = try FileDescriptor.open(
-                temporary, .writeOnly, options: [.create, .truncate, .noFollow], permissions: 0o600)
-            do {
-                try descriptor.writeAll(bytes)
-                _ = try systemCall("fsync(\(temporary))") { fsync(descriptor.rawValue) }
-                try descriptor.close()
-            } catch {
-                try? descriptor.close()
-                throw error
-            }
-            _ = try systemCall("rename(\(temporary), \(path))") { rename(temporary, path) }
-            let directory = try FileDescriptor.open(StateStore.directory(of: path), .readOnly, options: [.directory])
-            defer { try? directory.close() }
-            _ = try systemCall("fsync(\(StateStore.directory(of: path)))") { fsync(directory.rawValue) }
+            try FileReplacement.replace(path, with: bytes, durably: true)
             return nil
         } catch {
-            unlink(temporary)
             return "cannot write the scheduled requests to \(path): \(error)"
         }
     }

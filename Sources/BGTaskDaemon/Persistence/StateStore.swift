@@ -154,9 +154,9 @@ struct StateStore: Sendable {
         let generation = state.journal ?? 0
         let bytes = try encoder.encode(state)
         let temporary = path + ".tmp-\(generation)"
-        try write(bytes, to: temporary)
+        try FileReplacement.write(bytes, to: temporary)
         return try fence.install(generation: generation) {
-            try moveIntoPlace(temporary, over: path)
+            try FileReplacement.moveIntoPlace(temporary, over: path)
         } dropping: {
             unlink(temporary)
         }
@@ -205,8 +205,7 @@ struct StateStore: Sendable {
         return bytes
     }
 
-    /// Replaces the file at `target` with `bytes` atomically: a temporary file in the same directory, then
-    /// `rename`.
+    /// Replaces the file at `target` with `bytes` atomically (`FileReplacement`).
     ///
     /// No `fsync`: the state guards against the daemon's end, not the kernel's. Written data is in the page cache
     /// the moment `write` returns, which a crash, a `kill -9` or a watchdog abort of the daemon does not touch;
@@ -214,32 +213,7 @@ struct StateStore: Sendable {
     /// another boot) would be set aside anyway. The runtime directory is a tmpfs besides, where `fsync` does
     /// nothing. Syncing a file on disk (`--state-file` elsewhere) would cost each write milliseconds for nothing.
     private func replace(_ target: String, with bytes: [UInt8]) throws {
-        let temporary = target + ".tmp"
-        try write(bytes, to: temporary)
-        try moveIntoPlace(temporary, over: target)
-    }
-
-    /// Writes `bytes` to a new file at `temporary` (replacing one left there); removes it if the write fails.
-    private func write(_ bytes: [UInt8], to temporary: String) throws {
-        let descriptor = try FileDescriptor.open(
-            temporary, .writeOnly, options: [.create, .truncate, .noFollow], permissions: 0o600)
-        do {
-            try descriptor.writeAll(bytes)
-            try descriptor.close()
-        } catch {
-            try? descriptor.close()
-            unlink(temporary)
-            throw error
-        }
-    }
-
-    /// Renames `temporary` over `target`; removes it if that fails.
-    private func moveIntoPlace(_ temporary: String, over target: String) throws {
-        guard Glibc.rename(temporary, target) == 0 else {
-            let error = Errno(rawValue: errno, operation: "rename(\(temporary), \(target))")
-            unlink(temporary)
-            throw error
-        }
+        try FileReplacement.replace(target, with: bytes)
     }
 
     /// The history entries up to `serial` (the state's `historySerial`), oldest first, and how many lines could
