@@ -175,8 +175,6 @@ public final class Manager {
             throw StartupError(description: "cannot start the /proc worker thread: \(error)")
         }
         try persistence.startWriter()
-        try scheduledStore?.start()
-        scheduledStore?.writeIfChanged = { [unowned self] in self.saveScheduledRequests() }
         resolveAccessSettings()
         processTable.findDaemonCgroup()
         try processTable.startSupervisor(memory: configuration.memory, unitManager: unitManager)
@@ -185,6 +183,10 @@ public final class Manager {
         streamStore.readLimit()
         try takeListenedDescriptors()
         restoreState()
+        // Only now: the service manager's probe above turns the loop, whose idle hook would otherwise write the empty
+        // policy of a daemon just started over the requests it is about to restore.
+        try scheduledStore?.start()
+        scheduledStore?.writeIfChanged = { [unowned self] in self.saveScheduledRequests() }
         try startScheduling()
         startJournal()
         discardStoredStreams()

@@ -1,6 +1,7 @@
 // bgtaskd as a real systemd user service, installed with scripts/install and run by a contained systemd manager:
 // socket activation, readiness, status, the watchdog, and restarts that lose nothing.
 
+import BGTaskJSON
 import BGTaskPOSIX
 import BGTaskProtocol
 import BGTaskTestSupport
@@ -115,6 +116,39 @@ struct UserServiceTests {
 
     /// Leases and remaining time kept, suspended apps suspended again, dead apps exited, passed deadlines acted on;
     /// stopping the service for good leaves nothing stopped.
+    @Test("scheduled requests go to the unit's StateDirectory, and come back from it when the runtime state is lost")
+    func scheduledRequestsInStateDirectory() async throws {
+        try await offThePool {
+            let service = try InstalledUserService()
+            defer { service.close() }
+            let control = try service.connect()
+            let tomorrow = JSONValue.number((Date().timeIntervalSince1970 + 86_400).rounded())
+            let submitted = try control.lifecycle(
+                "SubmitRequest", ["app": "backup", "identifier": "nightly", "earliestBegin": tomorrow])
+            #expect(submitted.errorName == nil, "\(submitted)")
+            control.close()
+            // StateDirectory=bgtaskd of the user unit: systemd 252 puts it in $XDG_CONFIG_HOME, the contained
+            // manager's own.
+            let file = service.systemd.directory.path + "/config/bgtaskd/scheduled.json"
+            #expect(
+                eventually { ((try? String(contentsOfFile: file, encoding: .utf8)) ?? "").contains("nightly") },
+                "no request in \(file); log:\n\(service.log)")
+            // What a reboot does to the runtime directory: the service stopped, its state there gone. The socket
+            // stays, and starts the daemon again on the next connection; the service manager's probe at its start
+            // turns the loop before the restore (a write of the empty state then lost the requests).
+            try service.systemd.systemctlSucceeding(["stop", "bgtaskd.service"])
+            for name in try FileManager.default.contentsOfDirectory(atPath: service.runtimeDirectory)
+            where name.hasPrefix("state") {
+                try FileManager.default.removeItem(atPath: service.runtimeDirectory + "/" + name)
+            }
+            let after = try service.connect()
+            defer { after.close() }
+            let requests = try after.lifecycle("ListRequests").parameters["requests"]?.arrayValue ?? []
+            #expect(requests.count == 1 && requests.first?["earliestBegin"] == tomorrow, "\(requests)")
+            #expect(service.log.contains("restored 1 scheduled requests from \(file)"), "\(service.log)")
+        }
+    }
+
     @Test("a restart loses nothing, and stopping the service leaves nothing stopped", arguments: Outage.allCases)
     func restartSurvival(_ outage: Outage) async throws {
         try await offThePool {
