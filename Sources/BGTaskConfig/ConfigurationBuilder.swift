@@ -142,44 +142,65 @@ struct ConfigurationBuilder {
     }
 
     /// `[Launch]` of an app file: `OOMScoreAdjust=` gives the app an `oom_score_adj` of its own, a whole number
-    /// from -1000 to 1000. A bad value is reported and leaves the earlier one (or the default, 0) in force;
-    /// `OOMScoreAdjust=` empty goes back to the default.
+    /// from -1000 to 1000; `ExecStart=` is the command that starts the app for its scheduled requests, split as
+    /// systemd splits its own (`CommandLineWords`). A bad value is reported and leaves the earlier one (or the
+    /// default: 0, no command) in force; a key assigned empty goes back to the default.
     private mutating func applyAppLaunch(_ file: INIFile, appName: String) {
         let launchSection = DaemonConfiguration.appLaunchSection
-        let key = DaemonConfiguration.appOOMScoreAdjustKey
-        var assignedLine: Int?
+        let adjustKey = DaemonConfiguration.appOOMScoreAdjustKey
+        let commandKey = DaemonConfiguration.appExecStartKey
+        var assignedLines: [String: Int] = [:]
         for entry in file.entries where entry.section == launchSection && !Self.isExtension(entry.key) {
-            guard entry.key == key else {
+            guard entry.key == adjustKey || entry.key == commandKey else {
                 report(
                     .warning, at: entry.location,
                     "unknown key \(String(reflecting: entry.key)) in [\(launchSection)] of an apps.d file; "
-                        + "ignoring it (the only key there is \(key)=)")
+                        + "ignoring it (the keys there are \(commandKey)= and \(adjustKey)=)")
                 continue
             }
             if entry.value.isEmpty {
-                configuration.launch.appOOMScoreAdjustments[appName] = nil
-                assignedLine = nil
+                if entry.key == adjustKey {
+                    configuration.launch.appOOMScoreAdjustments[appName] = nil
+                } else {
+                    configuration.launch.appCommands[appName] = nil
+                }
+                assignedLines[entry.key] = nil
                 continue
             }
-            let range = DaemonConfiguration.Launch.oomScoreAdjustRange
-            guard let value = Int32(entry.value), range.contains(value) else {
-                let kept = configuration.launch.oomScoreAdjust(for: appName)
-                let problem =
-                    Int(entry.value) == nil
-                    ? "\(String(reflecting: entry.value)) is not a whole number"
-                    : "\(entry.value) is out of range"
-                report(
-                    .error, at: entry.location,
-                    "\(key): \(problem) (expected \(range.lowerBound) to \(range.upperBound)); keeping \(key)=\(kept)")
-                continue
+            if entry.key == adjustKey {
+                let range = DaemonConfiguration.Launch.oomScoreAdjustRange
+                guard let value = Int32(entry.value), range.contains(value) else {
+                    let kept = configuration.launch.oomScoreAdjust(for: appName)
+                    let problem =
+                        Int(entry.value) == nil
+                        ? "\(String(reflecting: entry.value)) is not a whole number"
+                        : "\(entry.value) is out of range"
+                    report(
+                        .error, at: entry.location,
+                        "\(adjustKey): \(problem) (expected \(range.lowerBound) to \(range.upperBound)); "
+                            + "keeping \(adjustKey)=\(kept)")
+                    continue
+                }
+                configuration.launch.appOOMScoreAdjustments[appName] = value
+            } else {
+                let words: [String]
+                do {
+                    words = try CommandLineWords.split(entry.value)
+                } catch {
+                    let kept =
+                        configuration.launch.appCommands[appName].map { "keeping \(CommandLineWords.join($0))" }
+                        ?? "leaving it unset"
+                    report(.error, at: entry.location, "\(commandKey): \(error); \(kept)")
+                    continue
+                }
+                configuration.launch.appCommands[appName] = words
             }
-            if let assignedLine {
+            if let assignedLine = assignedLines[entry.key] {
                 report(
                     .warning, at: entry.location,
-                    "\(key) is already set on line \(assignedLine) of this file; the later value wins")
+                    "\(entry.key) is already set on line \(assignedLine) of this file; the later value wins")
             }
-            assignedLine = entry.location.line
-            configuration.launch.appOOMScoreAdjustments[appName] = value
+            assignedLines[entry.key] = entry.location.line
         }
     }
 

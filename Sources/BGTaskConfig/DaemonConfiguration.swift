@@ -127,6 +127,11 @@ public struct DaemonConfiguration: Hashable, Sendable {
         /// `defaultOOMScoreAdjust`.
         public var appOOMScoreAdjustments: [String: Int32] = [:]
 
+        /// `ExecStart=` of `[Launch]` in `apps.d/NAME.conf`, by app name: the program and its arguments the daemon
+        /// starts the app with when one of its scheduled requests is due and it is not running (through the service
+        /// manager where there is one, as `Launch` does). Names without one wait for their app to register.
+        public var appCommands: [String: [String]] = [:]
+
         /// The kernel's neutral 0: under the kernel's own OOM killer a launched app weighs as any process does,
         /// never as the daemon, whose unit lowers its own to -500 so that it outlives the apps.
         public static let defaultOOMScoreAdjust: Int32 = 0
@@ -159,8 +164,8 @@ extension DaemonConfiguration {
     /// `--dump-config`: every section and key with its value in force, in canonical syntax, then one
     /// `[Policy]` block per app override (after an `# apps.d/NAME.conf` comment) holding the values that
     /// differ from the default policy, an `[Access]` block with `User=` when the app's name is pinned, and a
-    /// `[Launch]` block with `OOMScoreAdjust=` when the app has one. `parseRenderedINI(_:fileName:)` reads it back
-    /// to the same configuration.
+    /// `[Launch]` block with `ExecStart=` and `OOMScoreAdjust=` when the app has them.
+    /// `parseRenderedINI(_:fileName:)` reads it back to the same configuration.
     public func renderINI() -> String {
         var lines = ["# bgtaskd effective configuration: every key with the value in force."]
         lines.append("[\(ConfigurationSection.policy.rawValue)]")
@@ -175,7 +180,7 @@ extension DaemonConfiguration {
             }
         }
         let appNames = Set(core.appPolicies.keys).union(access.appUsers.keys)
-            .union(launch.appOOMScoreAdjustments.keys)
+            .union(launch.appOOMScoreAdjustments.keys).union(launch.appCommands.keys)
         for name in appNames.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
             lines.append("")
             lines.append("\(DaemonConfiguration.appMarkerPrefix)\(name)\(DaemonConfiguration.appMarkerSuffix)")
@@ -188,10 +193,13 @@ extension DaemonConfiguration {
                 lines.append("[\(ConfigurationSection.access.rawValue)]")
                 lines.append("\(Self.appUserKey)=\(user)")
             }
-            if let adjustment = launch.appOOMScoreAdjustments[name] {
+            let adjustment = launch.appOOMScoreAdjustments[name]
+            let command = launch.appCommands[name]
+            if adjustment != nil || command != nil {
                 lines.append("[\(Self.appLaunchSection)]")
-                lines.append("\(Self.appOOMScoreAdjustKey)=\(adjustment)")
             }
+            if let command { lines.append(Self.assignment(Self.appExecStartKey, CommandLineWords.join(command))) }
+            if let adjustment { lines.append("\(Self.appOOMScoreAdjustKey)=\(adjustment)") }
         }
         return lines.joined(separator: "\n") + "\n"
     }
@@ -260,6 +268,7 @@ extension DaemonConfiguration {
     /// The section of an app file (only) saying how the app is launched, and its key.
     static let appLaunchSection = "Launch"
     static let appOOMScoreAdjustKey = "OOMScoreAdjust"
+    static let appExecStartKey = "ExecStart"
 
     static let appMarkerPrefix = "# apps.d/"
     static let appMarkerSuffix = ".conf"

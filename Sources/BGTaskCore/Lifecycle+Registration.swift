@@ -82,7 +82,9 @@ extension Lifecycle {
                 // It counts as a live app of the uid it runs as now.
                 countLiveApp(of: app.uid, by: -1)
                 countLiveApp(of: process.uid, by: 1)
-                start(existing, in: initialState, now: now, into: &actions)
+                start(
+                    existing, in: app.isLaunchedForScheduledWork == true ? .background : initialState, now: now,
+                    into: &actions)
                 noteAppChange(of: name)
             } else {
                 modify(existing) { $0.isRegistered = true }
@@ -107,8 +109,11 @@ extension Lifecycle {
 
     /// The daemon launched a managed app's process under `name`; it must register within `LaunchTimeoutSec`.
     /// Counts against `appsPerUserMax` like a registration (the shell checks `canLaunch` before starting anything).
+    /// `forScheduledWork`: launched because the policy asked (`.launch`) for its scheduled requests; it then starts
+    /// in background when it registers, whatever it asks.
     public mutating func appLaunched(
-        name: String, process: ProcessIdentity, exitsOnSuspend: Bool? = nil, now: MonotonicInstant
+        name: String, process: ProcessIdentity, exitsOnSuspend: Bool? = nil, forScheduledWork: Bool = false,
+        now: MonotonicInstant
     ) throws(LifecycleError) -> (app: AppID, actions: [Action]) {
         guard liveNames[name] == nil else { throw .appExists(name) }
         guard liveAppCount(uid: process.uid) < policy.appsPerUserMax else {
@@ -116,6 +121,7 @@ extension Lifecycle {
         }
         var actions: [Action] = []
         let id = createRecord(name: name, process: process, isManaged: true, exitsOnSuspend: exitsOnSuspend, now: now)
+        if forScheduledWork { modify(id) { $0.isLaunchedForScheduledWork = true } }
         setDeadline(.launch, of: id, at: now + tracked(id).policy.launchTimeout)
         audit(.registered, id, now: now, into: &actions) { $0.state = .notRunning }
         noteAppChange(of: name)

@@ -81,6 +81,10 @@ package struct TrackedApp: Sendable, Codable {
     package internal(set) var pid: Int32
     package internal(set) var uid: UInt32
     package let isManaged: Bool
+    /// Launched by the daemon for its scheduled requests: it starts in background when it registers, whatever its
+    /// registration asks, as iOS launches an app into the background for its task. Absent (nil) otherwise, and in
+    /// states saved before there were these.
+    package internal(set) var isLaunchedForScheduledWork: Bool? = nil
     /// Resolved once at registration: defaults, the app's override file, then the registration's own request.
     package let policy: AppPolicy
     package internal(set) var state: AppState

@@ -1,5 +1,5 @@
-// Managed apps (`Launch`): the call checked, the launch handed to the supervisor (`AppSupervisor`), and the app taken on
-// once its program has started.
+// Managed apps, launched for a `Launch` call or for their scheduled requests: the launch checked, handed to the
+// supervisor (`AppSupervisor`), and the app taken on once its program has started.
 
 import BGTaskCore
 import BGTaskPOSIX
@@ -34,43 +34,102 @@ extension Manager {
             exitsOnSuspend: parameters.exitsOnSuspend, logDirectory: logDirectory,
             socketPath: socketPath, oomScoreAdjust: configuration.launch.oomScoreAdjust(for: name))
         let timeout = configuration.core.appPolicy(for: name).launchTimeout
-        guard supervisor.submit(request, for: call, timeout: timeout) else {
+        guard supervisor.submit(request, for: .call(call), timeout: timeout) else {
             throw VarlinkError.limitExceeded(limit: "LaunchesInFlightMax", max: ProcessTable.launchesInFlightMax)
         }
         call.connection.holdCalls()
         return CallOutcome()
     }
 
+    /// `.launch`: the policy asks for `name` to be started for its scheduled requests, with the command
+    /// `apps.d/NAME.conf` gives (`ExecStart=`), as the requests' owner, through the same supervisor as `Launch`
+    /// (a unit of the service manager where there is one). The app starts in background when it registers. A
+    /// launch that cannot be made is told to the core at once: the requests wait again, with backoff.
+    func launchForScheduledWork(_ name: String) {
+        let owner = core.scheduledRequests(app: name).lazy.compactMap(\.request.ownerUID).first
+        let refusal: String? =
+            if configuration.launch.appCommands[name] == nil {
+                "apps.d/\(name).conf has no ExecStart="
+            } else if let owner, !canLaunchScheduledWork(as: owner) {
+                "bgtaskd runs as uid \(geteuid()) and cannot start an app as uid \(owner)"
+            } else if owner == nil {
+                "its requests have no owner"
+            } else if supervisor == nil || isStopping {
+                "bgtaskd is stopping"
+            } else if supervisor?.isLaunching(name) == true {
+                "a launch of \(name) is already under way"
+            } else {
+                nil
+            }
+        guard refusal == nil, let argv = configuration.launch.appCommands[name], let uid = owner, let supervisor else {
+            return scheduledLaunchFailed(name, refusal ?? "")
+        }
+        settleExitedHolder(of: name)
+        do {
+            try core.canLaunch(name: name, uid: uid)
+        } catch {
+            return scheduledLaunchFailed(name, "\(error)")
+        }
+        let request = LaunchRequest(
+            name: name, argv: argv, uid: uid, changesUser: uid != geteuid(), exitsOnSuspend: nil,
+            logDirectory: logDirectory, socketPath: socketPath,
+            oomScoreAdjust: configuration.launch.oomScoreAdjust(for: name))
+        let timeout = configuration.core.appPolicy(for: name).launchTimeout
+        guard supervisor.submit(request, for: .scheduledWork, timeout: timeout) else {
+            return scheduledLaunchFailed(name, "LaunchesInFlightMax=\(ProcessTable.launchesInFlightMax) reached")
+        }
+        logger.info("launching \(name) as uid \(uid) for its scheduled requests", [.app(name)])
+    }
+
+    /// Whether the app of a request owned by `uid` can be launched for it: a daemon that is not root starts apps only
+    /// as itself.
+    func canLaunchScheduledWork(as uid: uid_t) -> Bool {
+        uid == geteuid() || geteuid() == 0
+    }
+
+    /// A launch for scheduled work was not made, or its app not taken on: logged, and the core told.
+    private func scheduledLaunchFailed(_ name: String, _ reason: String) {
+        logger.notice("cannot launch \(name) for its scheduled requests: \(reason)", [.app(name)])
+        feedLater { [unowned self] in self.core.scheduledLaunchFailed(app: name, now: self.now) }
+    }
+
     /// A launch ended: its program started (the app is tracked from now on, unless something changed meanwhile:
-    /// then the child is ended) or it could not be; the call is answered and its connection goes on.
+    /// then the child is ended) or it could not be. A `Launch` call is answered and its connection goes on; the core
+    /// hears of a launch for scheduled work that failed.
     func launchEnded(_ launch: LaunchAttempt, _ outcome: LaunchOutcome) {
-        let call = launch.call
         let name = launch.request.name
+        let call: IncomingCall? =
+            switch launch.origin {
+            case .call(let call): call
+            case .scheduledWork: nil
+            }
         defer {
-            call.connection.releaseCalls()
+            call?.connection.releaseCalls()
             updateStatus()
         }
-        func refuse(_ reason: String) {
+        func refuse(_ reason: String, _ answer: any Error) {
+            guard let call else { return scheduledLaunchFailed(name, reason) }
             logger.notice("cannot launch \(name) for uid \(call.credentials.uid): \(reason)", [.app(name)])
+            fail(call, answer)
         }
         switch outcome {
         case .failed(let reason):
-            refuse(reason)
-            fail(call, VarlinkError.launchFailed(app: name, reason: reason))
+            refuse(reason, VarlinkError.launchFailed(app: name, reason: reason))
         case .started(let started):
-            switch adopt(started, of: launch.request) {
+            switch adopt(started, of: launch.request, forScheduledWork: call == nil) {
             case .success(let launched):
-                if let info = appInfo(launched.app) {
-                    reply(call, LaunchReply(app: info))
-                } else {
-                    // Just launched, so known to the core: cannot happen.
-                    fail(call, VarlinkError.noSuchApp(app: name))
+                if let call {
+                    if let info = appInfo(launched.app) {
+                        reply(call, LaunchReply(app: info))
+                    } else {
+                        // Just launched, so known to the core: cannot happen.
+                        fail(call, VarlinkError.noSuchApp(app: name))
+                    }
                 }
                 perform(launched.actions)
             case .failure(let refusal):
                 supervisor?.end(started)
-                refuse(refusal.reason)
-                fail(call, refusal.answer)
+                refuse(refusal.reason, refusal.answer)
             }
         }
     }
@@ -85,7 +144,7 @@ extension Manager {
     /// tracked. Refused when the core no longer accepts it (the name registered meanwhile, `AppsPerUserMax` reached)
     /// or the daemon is stopping: the child is then the caller's to end.
     private func adopt(
-        _ started: StartedApp, of request: LaunchRequest
+        _ started: StartedApp, of request: LaunchRequest, forScheduledWork: Bool
     ) -> Result<(app: AppID, actions: [Action]), AdoptionRefusal> {
         let name = request.name
         guard !isStopping else {
@@ -99,7 +158,7 @@ extension Manager {
         do {
             launched = try core.appLaunched(
                 name: name, process: ProcessIdentity(pid: started.pid, uid: request.uid),
-                exitsOnSuspend: request.exitsOnSuspend, now: now)
+                exitsOnSuspend: request.exitsOnSuspend, forScheduledWork: forScheduledWork, now: now)
         } catch {
             let reason =
                 switch error {
@@ -119,7 +178,8 @@ extension Manager {
         stateChanged()
         memoryMonitor?.appsChanged()
         logger.notice(
-            "launched \(name) as pid \(started.pid) (uid \(request.uid))"
+            "launched \(name)\(forScheduledWork ? " for its scheduled requests" : "") as pid \(started.pid) "
+                + "(uid \(request.uid))"
                 + (started.unit.map { " as \($0)" } ?? "")
                 + (started.cgroups?.control.map { " in \($0.path)" } ?? " without a cgroup")
                 + ": \(request.argv.joined(separator: " "))",

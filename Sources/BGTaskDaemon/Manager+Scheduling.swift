@@ -97,10 +97,12 @@ extension Manager {
         let request = ScheduledRequest(
             appName: name, identifier: parameters.identifier, kind: parameters.kind ?? .refresh,
             earliestBegin: earliestBegin, constraints: Set(parameters.requires ?? []), ownerUID: owner)
+        // An app with a command in apps.d (`ExecStart=`) is launched for its requests when it is not running; any
+        // other waits for its app to register.
+        let isLaunchable = configuration.launch.appCommands[name] != nil && canLaunchScheduledWork(as: owner)
         let actions: [Action]
         do {
-            // Launching an app for its requests is not built yet: a request waits for its app to register.
-            actions = try core.submit(request, isLaunchable: false, now: now)
+            actions = try core.submit(request, isLaunchable: isLaunchable, now: now)
         } catch {
             throw varlinkError(error)
         }

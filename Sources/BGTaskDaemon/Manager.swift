@@ -370,11 +370,7 @@ public final class Manager {
         case .forget(let app):
             pruneProcess(of: app)
         case .launch(let name):
-            // Every request is submitted as not launchable (launching an app for its requests is not built yet), so
-            // the core asks for no launch; were it to, the request is told the launch cannot happen and waits
-            // again, rather than waiting on a launch never made.
-            logger.notice("cannot launch \(name) for its scheduled requests: not supported yet", [.app(name)])
-            feedLater { [unowned self] in self.core.scheduledLaunchFailed(app: name, now: self.now) }
+            launchForScheduledWork(name)
         case .audit(let record):
             guard let entry = trail.publish(record, isWatched: !watchers.isEmpty) else { return }
             // Encoded once, on the first watcher allowed to see it, for every watcher.

@@ -84,11 +84,14 @@ public final class PolicyHarness {
         return registration.app
     }
 
-    /// Records a launch of a managed app.
+    /// Records a launch of a managed app (`forScheduledWork`: one the policy asked for with `.launch`).
     @discardableResult
-    public func launch(_ name: String, pid: Int32? = nil) throws(LifecycleError) -> AppID {
+    public func launch(_ name: String, pid: Int32? = nil, forScheduledWork: Bool = false) throws(LifecycleError)
+        -> AppID
+    {
         let launched = try core.appLaunched(
-            name: name, process: ProcessIdentity(pid: pid ?? Self.pid(for: name), uid: 0), now: now)
+            name: name, process: ProcessIdentity(pid: pid ?? Self.pid(for: name), uid: 0),
+            forScheduledWork: forScheduledWork, now: now)
         execute(launched.actions)
         return launched.app
     }

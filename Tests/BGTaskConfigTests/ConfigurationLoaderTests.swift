@@ -500,8 +500,53 @@ func aBadOOMScoreAdjustIsAnErrorAndKeepsTheEarlierValue(value: String, message: 
     ])
     #expect(places(result) == ["\(mainPath):1: warning", "\(app):3: warning", "\(app):4: warning", "\(app):5: error"])
     #expect(result.diagnostics[0].message.contains("[Launch] belongs in apps.d/NAME.conf"))
-    #expect(result.diagnostics[1].message.contains("the only key there is OOMScoreAdjust="))
+    #expect(result.diagnostics[1].message.contains("the keys there are ExecStart= and OOMScoreAdjust="))
     #expect(result.diagnostics[2].message.contains("already set on line 2"))
     #expect(result.diagnostics[3].message.contains("[Policy], [Access] and [Launch]"))
     #expect(result.configuration.launch.appOOMScoreAdjustments == ["mail": -7])
+}
+
+@Test func appFilesSayHowToStartTheAppForItsScheduledRequests() {
+    let app = "\(appsPath)/mail.conf"
+    let result = load([
+        app: """
+        [Launch]
+        ExecStart=/usr/bin/mail-sync --account "Work Mail" 'a b'c --rate=50%% \\"x\\"
+        """,
+        "\(appsPath)/reset.conf": "[Launch]\nExecStart=/bin/true\nExecStart=\n",
+        "\(appsPath)/bad.conf": "[Launch]\nExecStart=/bin/good\nExecStart=/bin/bad \"open\n",
+    ])
+    #expect(places(result) == ["\(appsPath)/bad.conf:3: error"])
+    #expect(result.diagnostics.first?.message == "ExecStart: a \" quote is never closed; keeping /bin/good")
+    #expect(
+        result.configuration.launch.appCommands == [
+            "mail": ["/usr/bin/mail-sync", "--account", "Work Mail", "a bc", "--rate=50%", "\"x\""],
+            "bad": ["/bin/good"],
+        ])
+}
+
+@Test(
+    arguments: [
+        ("   ", CommandLineWords.Problem.empty),
+        ("\"\"", .empty),
+        ("/bin/x \"a", .unterminatedQuote("\"")),
+        ("/bin/x 'a", .unterminatedQuote("'")),
+        ("/bin/x a\\", .trailingBackslash),
+        ("/bin/x %n", .unsupported("the % specifier")),
+        ("/bin/x \"%h\"", .unsupported("the % specifier")),
+        ("-/bin/x", .unsupported("the prefix - of the program")),
+        ("@/bin/x name", .unsupported("the prefix @ of the program")),
+        ("/bin/x \\x41", .unsupported("the escape \\x")),
+    ] as [(String, CommandLineWords.Problem)])
+func aCommandThatDoesNotSplitIsRefused(line: String, problem: CommandLineWords.Problem) {
+    #expect(throws: problem) { try CommandLineWords.split(line) }
+}
+
+@Test(arguments: [
+    ["/bin/x"], ["/bin/x", ""], ["/bin/x", "a b", "tab\there", "new\nline", "cr\r"], ["/bin/x", "50%", "%%"],
+    ["/bin/x", "\"quoted\"", "it's", "back\\slash"], ["prog", "-", "--flag=value", "ünïcödé"],
+])
+func aCommandIsWrittenSoThatItSplitsBackTheSame(words: [String]) throws {
+    let line = CommandLineWords.join(words)
+    #expect(try CommandLineWords.split(line) == words, "\(line)")
 }

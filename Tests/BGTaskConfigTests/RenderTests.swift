@@ -196,3 +196,21 @@ func valuesEndingInBackslashesSurviveDumpAndParse(value: String) {
     #expect(reparsed.diagnostics.isEmpty, "\(reparsed.diagnostics)")
     #expect(reparsed.configuration.launch == configuration.launch)
 }
+
+@Test func anAppsCommandSurvivesDumpAndParse() throws {
+    var configuration = DaemonConfiguration()
+    configuration.launch.appCommands = [
+        "com.example.mail": ["/usr/bin/mail-sync", "--account", "Work Mail", "50%", "\\"],
+        "com.example.plain": ["/bin/true"],
+    ]
+    configuration.launch.appOOMScoreAdjustments = ["com.example.mail": 100]
+    let text = configuration.renderINI()
+    #expect(
+        text.contains(
+            "[Launch]\nExecStart=/usr/bin/mail-sync --account \"Work Mail\" 50%% \"\\\\\"\nOOMScoreAdjust=100\n"),
+        "\(text)")
+    #expect(text.contains("# apps.d/com.example.plain.conf\n[Policy]\n[Launch]\nExecStart=/bin/true\n"), "\(text)")
+    let reparsed = DaemonConfiguration.parseRenderedINI(text, fileName: "dump")
+    #expect(reparsed.diagnostics.isEmpty, "\(reparsed.diagnostics)")
+    #expect(reparsed.configuration.launch == configuration.launch)
+}

@@ -335,12 +335,32 @@ struct SchedulingTimelineTests {
         try h.submit(request("mail", "sync", at: h.wallNow), isLaunchable: true)
         #expect(h.takeEffects() == ["launch mail"])
         #expect(h.request("mail", "sync")?.state == .launching)
-        try h.launch("mail")
-        let mail = try h.register("mail", uid: 0, initialState: .background)
+        try h.launch("mail", forScheduledWork: true)
+        // Launched for its task, it starts in background whatever its registration asks (here: active).
+        let mail = try h.register("mail", uid: 0)
         #expect(h.takeEffects() == ["mail ← didEnterBackground", "mail ← runScheduledTask [1](sync)"])
+        #expect(h.state(mail) == .background)
         try h.acknowledgeLast(.didEnterBackground, of: mail)
         try h.complete(mail, TaskID(rawValue: 1), .success)
         #expect(h.takeEffects() == ["suspend mail"])
+    }
+
+    @Test("an app launched for a task whose constraint is lost meanwhile still starts in background, and is suspended")
+    func launchedAppStartsInBackgroundWithoutItsTask() throws {
+        let h = scheduler(conditions: Conditions(externalPower: true))
+        try h.submit(request("mail", "backup", at: h.wallNow, requires: [.externalPower]), isLaunchable: true)
+        #expect(h.takeEffects() == ["launch mail"])
+        try h.launch("mail", forScheduledWork: true)
+        h.setConditions(Conditions(externalPower: false))
+        let mail = try h.register("mail", uid: 0)
+        #expect(h.takeEffects() == ["mail ← didEnterBackground"])
+        #expect(h.request("mail", "backup")?.state == .pending(due: h.wallNow, waitingOn: [.externalPower]))
+        try h.acknowledgeLast(.didEnterBackground, of: mail)
+        #expect(h.takeEffects() == ["suspend mail"])
+        // A launch the shell made for someone else (`Launch`) starts as its registration asks.
+        let other = try h.launch("notes")
+        #expect(try h.register("notes", uid: 0) == other)
+        #expect(h.state(other) == .active)
     }
 
     @Test("an app that is not running and not launchable: the request waits, with no wake-up, until it registers")

@@ -87,7 +87,9 @@ struct ChangesJSONTests {
         #expect(throws: SavedLifecycle.ReplayError.self) { try empty.apply(h.takeChanges()) }
     }
 
-    @Test("400 random sequences: each step's changes written by hand equal their Encodable form, and read back and applied they give the state after it")
+    @Test(
+        "400 random sequences: each step's changes written by hand equal their Encodable form, and read back and applied they give the state after it"
+    )
     func randomSequences() async throws {
         try await offThePool(computing: true) { try randomSequencesBody() }
     }
@@ -117,7 +119,10 @@ struct ChangesJSONTests {
                         let name = names.randomElement(using: &random)!
                         apps.append(try h.register(name, pid: Int32(100 + step), uid: 1000))
                     case 2:
-                        apps.append(try h.launch(names.randomElement(using: &random)!, pid: Int32(500 + step)))
+                        apps.append(
+                            try h.launch(
+                                names.randomElement(using: &random)!, pid: Int32(500 + step),
+                                forScheduledWork: random.next() % 2 == 0))
                     case 3, 4:
                         guard let app else { continue }
                         tasks[app, default: []].append(try h.begin(app, random.next() % 2 == 0 ? nil : "t\(step)"))
@@ -159,6 +164,7 @@ struct ChangesJSONTests {
                     "seed \(seed), step \(step): the replayed state differs from the state")
             }
         }
-        #expect(recordsWithApps > 0 && leaseRecords > 0, "\(recordsWithApps) records of apps, \(leaseRecords) of leases")
+        #expect(
+            recordsWithApps > 0 && leaseRecords > 0, "\(recordsWithApps) records of apps, \(leaseRecords) of leases")
     }
 }

@@ -20,6 +20,7 @@ final class LaunchFixture {
     let logDirectory: String
     private let configuration: String
     private let files: [String: String]
+    private let environment: [String: String]
     /// The app's program: the fixture in the source tree (a test may point it at a copy another user can read).
     var script = Products.packageRoot + "/Tests/Fixtures/launched_app.py"
     /// The interpreter: the first python3 in PATH (the one with the varlink package), or one another user may run.
@@ -27,7 +28,7 @@ final class LaunchFixture {
 
     init(
         _ hierarchy: ScratchCgroup.Hierarchy? = .unified, withMemory: Bool = true, configuration: String = "",
-        policy: String = DaemonHarness.fastPolicy, files: [String: String] = [:]
+        policy: String = DaemonHarness.fastPolicy, files: [String: String] = [:], environment: [String: String] = [:]
     ) throws {
         control = try hierarchy.map { try ScratchCgroup($0) }
         memory = withMemory && ScratchCgroup.unavailableReason(.memory) == nil ? try ScratchCgroup(.memory) : nil
@@ -38,8 +39,10 @@ final class LaunchFixture {
         logDirectory = logs.path
         self.configuration = policy + "\n" + memorySection + configuration
         self.files = files
+        self.environment = environment
         daemon = try DaemonHarness(
-            configuration: self.configuration, files: files, arguments: Self.arguments(logs.path))
+            configuration: self.configuration, files: files, arguments: Self.arguments(logs.path),
+            environment: environment)
         client = try daemon.connect()
         scratchLogs = logs
     }
@@ -55,7 +58,9 @@ final class LaunchFixture {
         _ = try daemon.daemonPidFD.waitForExit(timeout: .seconds(10))
         daemon.terminate()
         client.close()
-        daemon = try DaemonHarness(configuration: configuration, files: files, arguments: Self.arguments(logDirectory))
+        daemon = try DaemonHarness(
+            configuration: configuration, files: files, arguments: Self.arguments(logDirectory),
+            environment: environment)
         client = try daemon.connect()
     }
 

@@ -3,6 +3,7 @@
 // daemon's own network namespace, expired when the condition goes, completed by the app. The reaction latencies
 // (from just before the change to the app printing the event) are printed, not asserted.
 
+import BGTaskConfig
 import BGTaskJSON
 import BGTaskPOSIX
 import BGTaskTestSupport
@@ -188,6 +189,70 @@ struct ScheduledWorkEndToEndTests {
             let run = try app.waitForLine(startingWith: "event runScheduledTask")
             #expect(run.contains("name=thumbnails"), "\(run)")
             try daemon.stop()
+        }
+    }
+
+    @Test(
+        "a request for an app that is not running launches it (apps.d ExecStart=) into background when due, and its task follows the registration"
+    )
+    func launchesTheApp() async throws {
+        try await offThePool {
+            let tree = try FakePowerSupplies()
+            try tree.set("AC", ["type": "Mains", "online": "0"])
+            let scratch = try ScratchDirectory(prefix: "scheduled-launch")
+            let script = Products.packageRoot + "/Tests/Fixtures/launched_app.py"
+            // The app asks for nothing about its state: launched for its task, it starts in background anyway.
+            let command = CommandLineWords.join(["python3", script, "--lifetime", "90", "--complete-scheduled"])
+            let fixture = try LaunchFixture(
+                nil, withMemory: false, configuration: "[Conditions]\nPowerSupplyPath=\(tree.path)\n",
+                files: [
+                    "apps.d/backup.conf": "[Launch]\nExecStart=\(command)\n",
+                    "apps.d/broken.conf": "[Launch]\nExecStart=\(scratch.path)/no-such-program\n",
+                ],
+                environment: ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=\(scratch.path)/no-bus"])
+            defer { fixture.close() }
+            let watch = try WatchStream(fixture.daemon)
+            let control = fixture.client
+
+            let submitted = try control.lifecycle(
+                "SubmitRequest",
+                ["app": "backup", "identifier": "nightly", "kind": "processing", "requires": ["ac"]])
+            #expect(submitted.parameters["request"]?["waitingOn"] == ["ac"], "\(submitted)")
+            // Not due to run (on battery), the app is not started.
+            #expect(throws: (any Error).self) { try control.app("backup") }
+
+            let changedAt = MonotonicClock.now()
+            try tree.set("AC", ["online": "1"])
+            let run = try fixture.waitForOutput("backup", "event runScheduledTask", timeout: .seconds(30))
+            let started = milliseconds(since: changedAt)
+            #expect(run.contains("name=nightly"), "\(run)")
+            let task = try taskID(in: run)
+            // Registered in background (its own registration asked for active), told so, then given its task.
+            let lines = fixture.output(of: "backup").split(separator: "\n").map(String.init)
+            let registered = lines.firstIndex { $0.hasPrefix("registered background") }
+            let entered = lines.firstIndex { $0.hasPrefix("event didEnterBackground") }
+            let ran = lines.firstIndex { $0.hasPrefix("event runScheduledTask") }
+            #expect(registered != nil && entered != nil && registered! < entered! && entered! < ran!, "\(lines)")
+            #expect(try control.app("backup")["managed"] == true)
+            #expect(fixture.daemon.log.contains("launched backup for its scheduled requests as pid"))
+
+            // The app completes it: the request is gone (one run per submit) and the app, done, is suspended.
+            try fixture.waitForOutput("backup", "completed \(task)")
+            try watch.waitFor("taskEnded", app: "backup", ["taskId": .number(Double(task)), "taskEnd": "ended"])
+            #expect(try request("nightly", of: "backup", control) == nil)
+            try watch.waitFor("stateChanged", app: "backup", ["state": "suspended"])
+
+            // A command that cannot start: the request waits again, with backoff, and nothing is left running.
+            try control.lifecycle("SubmitRequest", ["app": "broken", "identifier": "sync"])
+            let deadline = MonotonicClock.now() + Duration.seconds(20).nanosecondCount
+            var held = try request("sync", of: "broken", control)
+            while held?["failures"] != .number(1), MonotonicClock.now() < deadline {
+                usleep(50_000)
+                held = try request("sync", of: "broken", control)
+            }
+            #expect(held?["failures"] == 1 && held?["state"] == "pending", "\(String(describing: held))")
+            #expect(fixture.daemon.log.contains("cannot launch broken for its scheduled requests"))
+            print("scheduled launch: adapter plugged \(started) to runScheduledTask in the launched app")
         }
     }
 

@@ -19,8 +19,9 @@ its standard output (which the daemon sends to its log).
     --report-sandbox P   after registering, write to file P what confines the process: whether it can open an
                          AF_INET socket ("inet ok" or "inet ERRNO"), its NoNewPrivs and Seccomp lines of
                          /proc/self/status and its oom_score_adj ("oom_score_adj N")
-Every event prints "event KIND id=N [likelyVictim=..] [rank=..]". The process bounds its own lifetime
-(--lifetime, default 60 s).
+    --complete-scheduled on runScheduledTask, complete the task (SetTaskCompleted, success); prints "completed ID"
+Every event prints "event KIND id=N [tasks=ID,..] [name=..] [likelyVictim=..] [rank=..]". The process bounds its
+own lifetime (--lifetime, default 60 s).
 """
 import argparse
 import base64
@@ -103,6 +104,7 @@ def main():
     parser.add_argument("--exit", type=int)
     parser.add_argument("--lifetime", type=int, default=60)
     parser.add_argument("--report-sandbox")
+    parser.add_argument("--complete-scheduled", action="store_true")
     args = parser.parse_args()
     signal.alarm(args.lifetime)
     name = os.environ["BGTASK_APP_NAME"]
@@ -134,7 +136,10 @@ def main():
                     continue
                 event = reply.event
                 words = ["event", event.kind, "id=%d" % event.id]
-                for field in ("likelyVictim", "rank"):
+                task_ids = getattr(event, "taskIds", None)
+                if task_ids:
+                    words.append("tasks=%s" % ",".join(str(task) for task in task_ids))
+                for field in ("name", "likelyVictim", "rank"):
                     value = getattr(event, field, None)
                     if value is not None:
                         words.append("%s=%s" % (field, value))
@@ -146,6 +151,10 @@ def main():
                 if not args.no_ack:
                     started.wait()
                     acks.Acknowledge(name, event.id)
+                if event.kind == "runScheduledTask" and args.complete_scheduled:
+                    for task in task_ids or []:
+                        calls.SetTaskCompleted(name, task, True, None)
+                        out("completed", task)
         except varlink.VarlinkError as error:
             out("error", error.error())
         except (BrokenPipeError, ConnectionError, OSError):

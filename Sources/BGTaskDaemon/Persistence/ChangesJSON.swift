@@ -106,6 +106,10 @@ struct ChangesJSONWriter {
         Self.writeInteger(app.uid, to: &out)
         object.key("isManaged", &out)
         Self.writeBool(app.isManaged, to: &out)
+        if let launched = app.isLaunchedForScheduledWork {
+            object.key("isLaunchedForScheduledWork", &out)
+            Self.writeBool(launched, to: &out)
+        }
         object.key("policy", &out)
         if let lastPolicy, lastPolicy.policy == app.policy {
             out += lastPolicy.bytes

@@ -7,23 +7,30 @@ import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
 
-/// One `Launch` call being carried out: what was asked, the call to answer, and its deadline.
+/// Who a launch is for.
+enum LaunchOrigin {
+    /// A `Launch` call, answered when the launch ends (its connection holds the calls after it until then).
+    case call(IncomingCall)
+    /// The policy, for the app's scheduled requests (`.launch`): the core hears how it ended.
+    case scheduledWork
+}
+
+/// One launch being carried out: what was asked, for whom, and its deadline.
 final class LaunchAttempt {
     /// Its number, unique while the daemon runs.
     let serial: Int
     let request: LaunchRequest
-    /// The `Launch` call, answered when the launch ends (its connection holds the calls after it until then).
-    let call: IncomingCall
+    let origin: LaunchOrigin
     /// How long the program has to start (`LaunchTimeoutSec`), and when that is up.
     let timeout: Duration
     let deadline: MonotonicInstant
     /// Whether the manager heard how it ended: its name is free again, and what starts for it later is ended.
     var isDecided = false
 
-    init(serial: Int, request: LaunchRequest, call: IncomingCall, timeout: Duration, now: MonotonicInstant) {
+    init(serial: Int, request: LaunchRequest, origin: LaunchOrigin, timeout: Duration, now: MonotonicInstant) {
         self.serial = serial
         self.request = request
-        self.call = call
+        self.origin = origin
         self.timeout = timeout
         deadline = now + timeout
     }
@@ -89,9 +96,9 @@ protocol AppSupervisor: AnyObject {
     /// Brings the launch of `name` up to date before a registration of `name` is judged: its program may register
     /// before the loop has heard that it started.
     func catchUp(with name: String)
-    /// Starts launching `request` for `call`, its program to start within `timeout`; false (nothing started) when
+    /// Starts launching `request` for `origin`, its program to start within `timeout`; false (nothing started) when
     /// too many launches are held, or the supervisor has stopped.
-    func submit(_ request: LaunchRequest, for call: IncomingCall, timeout: Duration) -> Bool
+    func submit(_ request: LaunchRequest, for origin: LaunchOrigin, timeout: Duration) -> Bool
     /// An app that started but that the manager does not take on: it is ended, and what was made for it removed.
     func end(_ started: StartedApp)
     /// Whether `cgroups`, read back from the state file for the process `saved`, are ones this supervisor would

@@ -116,15 +116,15 @@ final class ForkSupervisor: AppSupervisor {
     /// Launches and children being ended: what counts against `capacity`.
     var heldCount: Int { launches.count + endings.count }
 
-    /// Starts launching `request` for `call`, its child to exec within `timeout`; false (nothing started) when
+    /// Starts launching `request` for `origin`, its child to exec within `timeout`; false (nothing started) when
     /// `capacity` launches and endings are held, or the launcher has stopped.
-    func submit(_ request: LaunchRequest, for call: IncomingCall, timeout: Duration) -> Bool {
+    func submit(_ request: LaunchRequest, for origin: LaunchOrigin, timeout: Duration) -> Bool {
         guard !isStopped, heldCount < capacity, let worker else { return false }
         let serial = nextSerial
         guard worker.submit(LaunchJob(serial: serial, request: request)) else { return false }
         nextSerial += 1
         launches[serial] = Held(
-            LaunchAttempt(serial: serial, request: request, call: call, timeout: timeout, now: clock.now))
+            LaunchAttempt(serial: serial, request: request, origin: origin, timeout: timeout, now: clock.now))
         reservedNames[request.name] = serial
         armDeadlineTimer()
         return true

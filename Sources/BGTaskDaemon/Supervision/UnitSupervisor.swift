@@ -140,13 +140,14 @@ final class UnitSupervisor: AppSupervisor {
     /// The manager's signals come on the loop in order; a registration is judged after them.
     func catchUp(with name: String) {}
 
-    func submit(_ request: LaunchRequest, for call: IncomingCall, timeout: Duration) -> Bool {
+    func submit(_ request: LaunchRequest, for origin: LaunchOrigin, timeout: Duration) -> Bool {
         guard !isStopped, launches.count < capacity else { return false }
         let serial = nextSerial
         nextSerial += 1
         let unit = AppUnit.name(for: request.name)
         let held = Held(
-            LaunchAttempt(serial: serial, request: request, call: call, timeout: timeout, now: clock.now), unit: unit)
+            LaunchAttempt(serial: serial, request: request, origin: origin, timeout: timeout, now: clock.now),
+            unit: unit)
         launches[serial] = held
         reservedNames[request.name] = serial
         armTimer()
