@@ -253,6 +253,12 @@ struct ScheduledWorkEndToEndTests {
             #expect(held?["failures"] == 1 && held?["state"] == "pending", "\(String(describing: held))")
             #expect(fixture.daemon.log.contains("cannot launch broken for its scheduled requests"))
             print("scheduled launch: adapter plugged \(started) to runScheduledTask in the launched app")
+
+            // The launched app has no cgroup for the fixture to empty: it is ended through the daemon, which resumes
+            // it for its willTerminate, and the daemon stopped cleanly, so nothing stays stopped behind the test.
+            try control.lifecycle("Terminate", ["app": "backup"])
+            try watch.waitFor("stateChanged", app: "backup", ["state": "terminated"])
+            _ = try fixture.daemon.stop()
         }
     }
 
