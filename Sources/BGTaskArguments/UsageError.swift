@@ -28,6 +28,8 @@ public struct UsageError: Error, Hashable, Sendable {
         case badValue(String, valueName: String, option: String?, reason: String)
         /// Two options that exclude each other were both given.
         case conflictingOptions(String, String)
+        /// An option that means something only with another was given without it.
+        case optionNeedsAnother(String, needs: String)
     }
 
     /// What is wrong.
@@ -66,6 +68,8 @@ public struct UsageError: Error, Hashable, Sendable {
             return "invalid \(valueName) \(quoted(value)): \(reason)"
         case .conflictingOptions(let first, let second):
             return "\(quoted(first)) and \(quoted(second)) cannot be used together"
+        case .optionNeedsAnother(let option, let needed):
+            return "\(quoted(option)) needs \(quoted(needed))"
         }
     }
 

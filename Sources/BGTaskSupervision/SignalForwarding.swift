@@ -23,10 +23,17 @@ enum SignalForwarding {
     /// The last request to stop (SIGHUP, SIGINT, SIGQUIT or SIGTERM) bgtask received since `install()`, or 0:
     /// whether the command was stopped before it was done.
     static let stopRequest = Atomic<Int32>(0)
+    /// The write end of `StopRequestWatch`'s pipe, or -1: the handler writes a byte to it on each stop request, so
+    /// a thread waiting before any command runs wakes up.
+    static let stopWake = Atomic<Int32>(-1)
+    /// Whether the handler is installed: a second `install()` (a command started after a wait that was watched)
+    /// keeps what the first recorded.
+    static let isInstalled = Atomic<Bool>(false)
 
     /// Installs the handler, with no target yet (the statics are initialized here first, since a global's lazy
     /// initialization is not async-signal-safe).
     static func install() {
+        guard !isInstalled.exchange(true, ordering: .sequentiallyConsistent) else { return }
         target.store(0, ordering: .sequentiallyConsistent)
         pending.store(0, ordering: .sequentiallyConsistent)
         stopRequest.store(0, ordering: .sequentiallyConsistent)
@@ -41,6 +48,12 @@ enum SignalForwarding {
                 if !isFromKernel, info?.pointee._sifields._kill.si_pid == getpid() { return }
                 if number != SIGUSR1 && number != SIGUSR2 {
                     SignalForwarding.stopRequest.store(number, ordering: .sequentiallyConsistent)
+                    let wake = SignalForwarding.stopWake.load(ordering: .sequentiallyConsistent)
+                    if wake >= 0 {
+                        // `write` is async-signal-safe; the pipe does not block (a full pipe has woken its reader).
+                        var byte: UInt8 = 1
+                        _ = write(wake, &byte, 1)
+                    }
                 }
                 if isFromKernel && SignalForwarding.target.load(ordering: .sequentiallyConsistent) > 0 { return }
                 SignalForwarding.pending.store(number, ordering: .sequentiallyConsistent)
@@ -72,6 +85,7 @@ enum SignalForwarding {
     /// copy of a signal it sent its own group may still be pending (every thread can have it blocked for a
     /// moment); with the default action that late copy would kill bgtask instead of being dropped.
     static func uninstall() {
+        isInstalled.store(false, ordering: .sequentiallyConsistent)
         target.store(0, ordering: .sequentiallyConsistent)
         for number in signals {
             var action = sigaction()

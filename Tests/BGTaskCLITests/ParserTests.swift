@@ -57,6 +57,14 @@ let acceptedRows: [AcceptedRow] = [
     .ok(["run", "--on-expire=usr1", "x"], as: Run.self) { $0.expirationSignal == .user1 },
     .ok(["run", "--budget", "500ms", "x"], as: Run.self) { $0.budget == .milliseconds(500) },
     .ok(["run", "--budget=90", "x"], as: Run.self) { $0.budget == .seconds(90) },
+    .ok(["run", "--when", "ac,network", "--", "backup"], as: Run.self) {
+        $0.conditions == [.externalPower, .network] && $0.kind == .refresh && $0.identifier == "run"
+            && $0.command == ["backup"]
+    },
+    .ok(["run", "--when=idle", "--processing", "--id", "nightly", "backup"], as: Run.self) {
+        $0.conditions == [.idle] && $0.kind == .processing && $0.identifier == "nightly"
+    },
+    .ok(["run", "x"], as: Run.self) { $0.conditions == nil },
     .ok(["schedule", "org.a", "sync"], as: Schedule.self) {
         $0.app == "org.a" && $0.identifier == "sync" && $0.kind == .refresh && $0.after == nil && $0.requires.isEmpty
             && !$0.json
@@ -231,6 +239,16 @@ let usageErrorRows: [UsageErrorRow] = [
         ["run", "--budget", "5parsecs", "ls"],
         #"invalid DURATION '5parsecs' for '--budget': unknown unit "parsecs" "#
             + "(expected one of \(durationUnits))",
+        command: "run"),
+    UsageErrorRow(
+        ["run", "--when", "ac", "--budget", "5s", "ls"], "'--when' and '--budget' cannot be used together",
+        command: "run"),
+    UsageErrorRow(["run", "--processing", "ls"], "'--processing' needs '--when'", command: "run"),
+    UsageErrorRow(["run", "--id", "x", "ls"], "'--id' needs '--when'", command: "run"),
+    UsageErrorRow(
+        ["run", "--when", "ac,solar", "ls"],
+        "invalid CONDITIONS 'ac,solar' for '--when': unknown condition \"solar\" (expected conditions joined with "
+            + "commas, such as ac,network (each one of ac, battery, network, unmetered, idle))",
         command: "run"),
     UsageErrorRow(
         ["run", "--budget", "0", "ls"],

@@ -1,7 +1,9 @@
-// `bgtask run -- CMD...`: runs a command as a background task held for exactly as long as the command runs.
+// `bgtask run -- CMD...`: runs a command as a background task held for exactly as long as the command runs, or, with
+// --when, as a scheduled task once the conditions it needs hold.
 import BGTaskArguments
 import BGTaskClient
 import BGTaskPOSIX
+import BGTaskProtocol
 import BGTaskSupervision
 import Glibc
 
@@ -21,6 +23,14 @@ public struct Run: Subcommand {
         "budget", valueName: "DURATION",
         help: "A shorter background time than the daemon's (e.g. 90s, 5min): CMD gets SIGNAL before it ends.",
         type: .duration, defaultValue: "the daemon's limit")
+    static let when = OptionSpec(
+        "when", valueName: "CONDITIONS",
+        help: "Wait until these hold, then run CMD as a scheduled task: ac, battery, network, unmetered, idle.",
+        type: .conditions, defaultValue: "run at once")
+    static let processing = FlagSpec(
+        "processing", help: "With --when: a processing task (ProcessingTaskSec, 10 min) instead of a refresh (30 s).")
+    static let identifier = OptionSpec(
+        "id", valueName: "ID", help: "With --when: the request's identifier within the app.", defaultValue: "run")
     static let command = ArgumentSpec("CMD", help: "The command to run, with its arguments.", isCommand: true)
 
     public static let spec = CommandSpec(
@@ -48,12 +58,26 @@ public struct Run: Subcommand {
             remaining time instead, sends SIGNAL 5 s before it runs out, and treats --budget as a limit of its \
             own: CMD gets SIGNAL once it has run that long.
 
+            With --when, bgtask waits before it runs CMD, as a job of Android's JobScheduler does: it registers \
+            as an app in the foreground (so the daemon never stops it while it waits), submits a scheduled \
+            request that requires CONDITIONS (as 'bgtask schedule' does), and runs CMD when the daemon starts \
+            the request's task, once every condition holds; it waits at no cost, woken by the daemon. The task \
+            is named by the request's identifier (--id) and has the time of its kind (--processing, or a \
+            refresh). When a condition stops holding while CMD \
+            runs (unplugged, offline), or the task's time runs out, the daemon warns at once and bgtask sends \
+            CMD SIGNAL; if CMD is still running 5 s later, when the daemon ends the task (constraints-lost or \
+            expired), bgtask kills it with SIGKILL. CMD's exit completes the task, as a success when it \
+            exited 0. bgtask runs CMD at most once: it cancels its request on its way out, also when it is \
+            asked to stop (SIGHUP, SIGINT, SIGQUIT, SIGTERM) while it waits, and then exits 128+N for signal N. \
+            A condition this host has no source for is refused at once ('bgtask status' lists the sources).
+
             CMD inherits bgtask's standard input and output; bgtask's own progress lines (the task begun, the \
             warning forwarded) go to standard error. Options end at CMD's first word: write -- before CMD when \
             it begins with a dash.
             """,
         arguments: [command],
-        options: [name, app, onExpire, budget],
+        options: [name, app, onExpire, budget, when, identifier],
+        flags: [processing],
         examples: [
             ExampleSpec(
                 "bgtask run -- rsync -a photos/ backup:photos/",
@@ -64,6 +88,9 @@ public struct Run: Subcommand {
             ExampleSpec(
                 "bgtask run --app org.example.mail --budget 5min -- mail-sync",
                 "Hold a task for the running mail app for at most five minutes while mail-sync runs."),
+            ExampleSpec(
+                "bgtask run --when ac,network --processing -- restic backup ~/Documents",
+                "Back up once on external power and online; restic gets SIGTERM if unplugged or offline."),
         ]
     )
 
@@ -77,6 +104,12 @@ public struct Run: Subcommand {
     public var expirationSignal: Signal
     /// bgtask's own limit, if any.
     public var budget: Duration?
+    /// The conditions to wait for (`--when`); nil: run at once under a lease.
+    public var conditions: [Constraint]?
+    /// With `--when`: refresh or processing.
+    public var kind: ScheduledTaskKind
+    /// With `--when`: the request's identifier.
+    public var identifier: String
 
     public init(parsing arguments: ParsedArguments) throws(UsageError) {
         command = arguments.words(Run.command)
@@ -84,6 +117,20 @@ public struct Run: Subcommand {
         app = arguments.text(Run.app)
         expirationSignal = arguments.signal(Run.onExpire) ?? .terminate
         budget = arguments.duration(Run.budget)
+        conditions = arguments.conditions(Run.when)
+        kind = arguments.isSet(Run.processing) ? .processing : .refresh
+        identifier = arguments.text(Run.identifier) ?? "run"
+        if conditions != nil, budget != nil {
+            throw UsageError(.conflictingOptions("--when", "--budget"), command: Run.spec.name)
+        }
+        if conditions == nil {
+            if arguments.isSet(Run.processing) {
+                throw UsageError(.optionNeedsAnother("--processing", needs: "--when"), command: Run.spec.name)
+            }
+            if arguments.text(Run.identifier) != nil {
+                throw UsageError(.optionNeedsAnother("--id", needs: "--when"), command: Run.spec.name)
+            }
+        }
     }
 
     public func run(in context: CommandContext) async throws(CommandFailure) -> ExitCode {
@@ -95,6 +142,12 @@ public struct Run: Subcommand {
         // whole group, and CMD must go with bgtask even when bgtask was started by a script without job control.
         let terminalOwner = SupervisedCommand.leadProcessGroup()
         defer { SupervisedCommand.restoreTerminal(terminalOwner) }
+        if let conditions {
+            let scheduled = try ScheduledCommand.submit(
+                app: app ?? Run.defaultAppName(program: program, pid: getpid()), identifier: identifier, kind: kind,
+                conditions: conditions, client: client, context: context)
+            return try scheduled.run(command, signal: expirationSignal)
+        }
         let lease = try LeasedCommand.begin(
             app: app ?? Run.defaultAppName(program: program, pid: getpid()), joining: app != nil,
             taskName: taskName ?? program, budget: budget, client: client, context: context)
