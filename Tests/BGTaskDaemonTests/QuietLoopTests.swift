@@ -50,6 +50,28 @@ private func wakeUps(of daemon: DaemonHarness, over window: Duration) throws -> 
     return try usage.voluntaryContextSwitches() - settled
 }
 
+/// The voluntary context switches of `daemon` and of `reference` over the same `window`, once both held still for
+/// 1.5 s (as `wakeUps(of:over:)`, whose waits these are).
+private func wakeUps(
+    of daemon: DaemonHarness, beside reference: DaemonHarness, over window: Duration
+) throws -> (daemon: Int, reference: Int) {
+    let usages = [ProcessUsage(pid: daemon.pid), ProcessUsage(pid: reference.pid)]
+    let deadline = MonotonicClock.now() + Duration.seconds(30).nanosecondCount
+    var settled = try usages.map { try $0.voluntaryContextSwitches() }
+    while true {
+        idle(for: .milliseconds(1_500))
+        let now = try usages.map { try $0.voluntaryContextSwitches() }
+        if now == settled { break }
+        guard MonotonicClock.now() < deadline else {
+            throw HarnessError("the daemons never went quiet for 1.5 s in 30 s; the log:\n\(daemon.log)")
+        }
+        settled = now
+    }
+    idle(for: window)
+    let after = try usages.map { try $0.voluntaryContextSwitches() }
+    return (after[0] - settled[0], after[1] - settled[1])
+}
+
 @Suite("A quiet, quick loop")
 struct QuietLoopTests {
     @Test("with no apps, the daemon does not wake up at all over 10 s")
@@ -62,6 +84,51 @@ struct QuietLoopTests {
             let daemon = try DaemonHarness(environment: ["MEMORY_PRESSURE_WATCH": "/dev/null"])
             let woken = try wakeUps(of: daemon, over: .seconds(10))
             #expect(woken == 0, "bgtaskd woke up \(woken) times in 10 s with nothing to do; its log:\n\(daemon.log)")
+        }
+    }
+
+    @Test("with 1,000 scheduled requests pending and no condition changing, no more wake-ups over 10 s than with none")
+    func pendingRequestsNoWakeUps() async throws {
+        try await offThePool {
+            // Two daemons alike but for the requests, measured over the same 10 s: whatever else the machine does
+            // reaches both. Power from a tree of the test's own with the adapter offline, no bus (so no UPower or
+            // logind), no pressure trigger (as above).
+            let tree = try FakePowerSupplies()
+            try tree.set("AC", ["type": "Mains", "online": "0"])
+            let scratch = try ScratchDirectory(prefix: "quiet-requests")
+            let configuration =
+                "[Conditions]\nPowerSupplyPath=\(tree.path)\n[Limits]\nScheduledRequestsPerUserMax=1000\n"
+            let environment = [
+                "MEMORY_PRESSURE_WATCH": "/dev/null", "DBUS_SYSTEM_BUS_ADDRESS": "unix:path=\(scratch.path)/no-bus",
+            ]
+            let none = try DaemonHarness(configuration: configuration, environment: environment)
+            let loaded = try DaemonHarness(configuration: configuration, environment: environment)
+            // 100 apps that are not running, ten requests each, of every way a request waits without a wake-up: on
+            // ac; on its app (due now, nothing needed, the app not running and not launchable); on its due time, a
+            // day away (one timer, at the earliest due time, not a wake-up per request).
+            let client = try loaded.connect()
+            let tomorrow = Date().timeIntervalSince1970 + 86_400
+            for index in 0..<1_000 {
+                var parameters: [String: JSONValue] = [
+                    "app": .string("quiet-\(index / 10)"), "identifier": .string("request-\(index % 10)"),
+                    "kind": index % 2 == 0 ? "refresh" : "processing",
+                ]
+                switch index % 3 {
+                case 0: parameters["requires"] = ["ac"]
+                case 1: break
+                default: parameters["earliestBegin"] = .number(tomorrow + Double(index))
+                }
+                try client.lifecycle("SubmitRequest", parameters)
+            }
+            let listed = try client.lifecycle("ListRequests").parameters["requests"]?.arrayValue
+            #expect(listed?.count == 1_000)
+            #expect(listed?.allSatisfy { $0["state"] == "pending" } == true)
+            client.close()
+            let (woken, wokenWithout) = try wakeUps(of: loaded, beside: none, over: .seconds(10))
+            print("wake-ups over 10 s: \(woken) with 1,000 pending requests, \(wokenWithout) with none")
+            #expect(
+                woken <= wokenWithout,
+                "bgtaskd woke up \(woken) times in 10 s with 1,000 pending requests, \(wokenWithout) with none")
         }
     }
 
