@@ -89,7 +89,8 @@ public struct AuditEntry: Hashable, Sendable, Codable {
     /// For a reclamation: the time from the pressure trigger to the kill decision; for the exit of a reclaimed
     /// app's process: the time from the kill to the exit (its memory freed).
     public var latency: Duration?
-    /// For a reclamation: the reading that triggered it ("apps use N bytes, AppsMemoryMax is M").
+    /// For a reclamation: the reading that triggered it ("apps use N bytes, AppsMemoryMax is M"); for the
+    /// expiration warning of a scheduled task: why it must end ("ac stopped holding").
     public var trigger: String?
 
     /// Creates an entry; the details default to absent.

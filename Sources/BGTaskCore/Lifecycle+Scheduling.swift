@@ -198,7 +198,9 @@ extension Lifecycle {
         guard let record = scheduling.requests[key] else { throw .noSuchRequest(app: name, identifier: identifier) }
         var actions: [Action] = []
         if let run = record.runningTask {
-            if !run.isWarned { warnScheduledTask(run.task, of: run.app, now: now, into: &actions) }
+            if !run.isWarned {
+                warnScheduledTask(run.task, of: run.app, because: "its request was cancelled", now: now, into: &actions)
+            }
             scheduling.settlement = (run.task, .cancelled)
             endScheduledTask(run, cause: .ended, now: now, into: &actions)
         } else {
@@ -404,12 +406,17 @@ extension Lifecycle {
         if scheduling.isConditionsKnown, run.lostGraceEnds == nil,
             !scheduling.conditions.satisfy(record.request.constraints)
         {
-            if !run.isWarned { warnScheduledTask(run.task, of: run.app, now: now, into: &actions) }
+            if !run.isWarned {
+                let lost = record.request.constraints.filter { scheduling.conditions[$0] != true }.sorted()
+                let names = lost.map(\.rawValue).joined(separator: ", ")
+                warnScheduledTask(
+                    run.task, of: run.app, because: "\(names) stopped holding", now: now, into: &actions)
+            }
             run.isWarned = true
             run.lostGraceEnds = now + warning
         }
         if !run.isWarned, run.warnAt <= now {
-            warnScheduledTask(run.task, of: run.app, now: now, into: &actions)
+            warnScheduledTask(run.task, of: run.app, because: Self.scheduledTimeUp, now: now, into: &actions)
             run.isWarned = true
         }
         if run != original {
@@ -554,7 +561,7 @@ extension Lifecycle {
         deliver(event, to: id, behavior: .coalesce, now: now, into: &actions)
         var run = ScheduledRun(app: id, task: task, began: now, ends: ends, warnAt: warnAt, isWarned: false)
         if warnAt <= now {
-            warnScheduledTask(task, of: id, now: now, into: &actions)
+            warnScheduledTask(task, of: id, because: Self.scheduledTimeUp, now: now, into: &actions)
             run.isWarned = true
         }
         var running = record
@@ -573,15 +580,21 @@ extension Lifecycle {
         suspendIfIdle(run.app, now: now, into: &actions)
     }
 
-    /// Sends `backgroundTaskExpiring` for one scheduled task.
+    /// Sends `backgroundTaskExpiring` for one scheduled task, recording why (the audit entry's `trigger`).
     private mutating func warnScheduledTask(
-        _ task: TaskID, of id: AppID, now: MonotonicInstant, into actions: inout [Action]
+        _ task: TaskID, of id: AppID, because reason: String, now: MonotonicInstant, into actions: inout [Action]
     ) {
         var event = makeEvent(.backgroundTaskExpiring)
         event.taskIDs = [task]
         deliver(event, to: id, behavior: .coalesce, now: now, into: &actions)
-        audit(.expirationWarning, id, now: now, into: &actions) { $0.taskIDs = [task] }
+        audit(.expirationWarning, id, now: now, into: &actions) {
+            $0.taskIDs = [task]
+            $0.trigger = reason
+        }
     }
+
+    /// Why a scheduled task is warned when its own time is nearly up.
+    static var scheduledTimeUp: String { "its scheduled task's time is nearly up" }
 
     private mutating func setPhase(_ phase: ScheduledPhase, of key: String) {
         guard var record = scheduling.requests[key] else { return }

@@ -141,9 +141,11 @@ final class AuditTrail {
                 "\(app) task \(record.taskID?.rawValue ?? 0) ended (\(record.taskEnd?.rawValue ?? "?"))", fields())
         case .expirationWarning:
             let tasks = (record.taskIDs ?? []).map { String($0.rawValue) }.joined(separator: ", ")
-            logger.notice(
-                "\(app)'s background time is nearly used up; asked it to end task(s) \(tasks)",
-                fields() + [.messageID(MessageID.expirationWarning)])
+            // A scheduled task's warning says why it must end; the shared budget's needs no reason.
+            let message =
+                record.trigger.map { "\(app) was asked to end scheduled task \(tasks): \($0)" }
+                ?? "\(app)'s background time is nearly used up; asked it to end task(s) \(tasks)"
+            logger.notice(message, fields() + [.messageID(MessageID.expirationWarning)])
         case .suspensionDeferred:
             logger.notice(
                 "\(app) holds a file lock: not suspending it yet; it is terminated if it still holds one "

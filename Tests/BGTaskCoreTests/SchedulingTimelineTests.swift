@@ -241,6 +241,7 @@ struct SchedulingTimelineTests {
         // A processing task gets 10 minutes, but only 60 s of the day are left.
         h.advance(by: .seconds(55))
         #expect(h.takeEffects() == ["mail ← backgroundTaskExpiring [1]"])
+        #expect(warningReasons(h) == ["its scheduled task's time is nearly up"])
         h.advance(by: .seconds(5))
         #expect(h.takeEffects() == ["mail task#1 ended (expired)"])
         #expect(h.core.scheduledTimeUsed(by: "mail", at: h.wallNow) == .seconds(60))
@@ -406,6 +407,8 @@ struct SchedulingTimelineTests {
         h.advance(by: .seconds(10))
         h.setConditions(Conditions(externalPower: false))
         #expect(h.takeEffects() == ["mail ← backgroundTaskExpiring [1]"])
+        // The audit trail (and so the journal and Watch) says why it must end.
+        #expect(warningReasons(h) == ["ac stopped holding"])
         // Power coming back during the grace does not undo the warning: the app was told to stop.
         h.setConditions(Conditions(externalPower: true))
         h.setConditions(Conditions(externalPower: false))
@@ -527,6 +530,7 @@ struct SchedulingTimelineTests {
             return entry.taskEnd
         }
         #expect(ended == [.ended])
+        #expect(warningReasons(h) == ["its request was cancelled"])
     }
 
     // MARK: Wall clock
@@ -649,5 +653,13 @@ struct SchedulingTimelineTests {
             try busy.submit(request("mail", "r\(index)", at: busy.wallNow + .seconds(Int64(index))))
         }
         #expect(busy.core.nextDeadline == busy.now + .seconds(25))
+    }
+}
+
+/// Why each scheduled task was warned, in order: the `trigger` of every `expirationWarning` audit entry so far.
+private func warningReasons(_ h: PolicyHarness) -> [String] {
+    h.actions.compactMap { action -> String? in
+        guard case .audit(let entry) = action, entry.kind == .expirationWarning else { return nil }
+        return entry.trigger
     }
 }

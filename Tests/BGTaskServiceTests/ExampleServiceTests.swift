@@ -166,10 +166,11 @@ struct ScheduledBackupExampleTests {
                 $0["ActiveState"] == "failed" || $0["ActiveState"] == "inactive"
             }
             #expect(try systemd.show("backup-on-ac.service", ["Result"])["Result"] == "exit-code")
-            // Warned by the daemon, the job stopped and bgtask completed the task (as failed: SIGTERM's 143).
+            // Warned by the daemon, which logs why, the job stopped and bgtask completed the task (as failed:
+            // SIGTERM's 143).
             #expect(
-                service.log.contains(
-                    "org.example.backup's background time is nearly used up; asked it to end task(s) \(task)"))
+                service.log.contains("org.example.backup was asked to end scheduled task \(task): ac stopped holding"),
+                "\(service.log)")
             #expect(
                 eventually { service.log.contains("org.example.backup task \(task) ended (ended)") }, "\(service.log)")
             #expect(eventually { (try? requests(of: service).isEmpty) == true })
