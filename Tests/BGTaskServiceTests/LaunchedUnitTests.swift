@@ -186,6 +186,46 @@ struct LaunchedUnitTests {
         }
     }
 
+    @Test(
+        "a due scheduled request of an app that is not running (apps.d ExecStart=) starts it as a unit, in background, and runs its task"
+    )
+    func scheduledRequestLaunchesAUnit() async throws {
+        try await offThePool {
+            let tree = try FakePowerSupplies()
+            try tree.set("AC", ["type": "Mains", "online": "0"])
+            let scratch = try ScratchDirectory(prefix: "scheduled-unit")
+            // The app's command (quoted as systemd quotes ExecStart=), and power from the test's tree: no UPower can
+            // answer on a bus that does not exist.
+            let command = [interpreter, launchedApp, "--lifetime", "180", "--complete-scheduled"]
+                .map { "\"" + $0 + "\"" }.joined(separator: " ")
+            let service = try InstalledUserService(
+                configuration: roomyPolicy + "\n[Conditions]\nPowerSupplyPath=\(tree.path)\n",
+                files: ["apps.d/org.example.nightly.conf": "[Launch]\nExecStart=\(command)\n"],
+                serviceSettings: "Environment=DBUS_SYSTEM_BUS_ADDRESS=unix:path=\(scratch.path)/no-bus\n")
+            defer { service.close() }
+            let (status, output) = try service.bgtask([
+                "schedule", "org.example.nightly", "backup", "--processing", "--requires", "ac",
+            ])
+            #expect(status == 0, "\(output)")
+            #expect(throws: (any Error).self) { try service.appInfo("org.example.nightly") }
+
+            // Plugged: the daemon asks the manager to start the app; it registers (in background, though it asked
+            // for nothing), gets its task, completes it, and is suspended through its unit's cgroup.
+            try tree.set("AC", ["online": "1"])
+            let app = try service.waitForApp("org.example.nightly", "was launched, ran its task and was suspended") {
+                $0["state"] == "suspended"
+            }
+            let unit = try #require(app["unit"]?.stringValue, "\(app)")
+            #expect(unit.hasPrefix("app-bgtask-org.example.nightly-") && unit.hasSuffix(".service"), "\(unit)")
+            #expect(app["managed"] == true)
+            #expect(service.log.contains("launched org.example.nightly for its scheduled requests as pid"))
+            #expect(service.log.contains("org.example.nightly task 1 ended (ended)"), "\(service.log)")
+            let requests = try service.connect().lifecycle("ListRequests").parameters["requests"]?.arrayValue
+            #expect(requests?.isEmpty == true, "\(String(describing: requests))")
+            #expect(try service.systemd.show(unit, ["ActiveState"])["ActiveState"] == "active")
+        }
+    }
+
     @Test("in the system unit's sandbox, the daemon still freezes, thaws and kills an app through its unit's cgroup")
     func systemSandboxGovernsUnits() async throws {
         try await offThePool {
