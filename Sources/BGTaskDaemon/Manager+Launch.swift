@@ -46,23 +46,18 @@ extension Manager {
     /// (a unit of the service manager where there is one). The app starts in background when it registers. A
     /// launch that cannot be made is told to the core at once: the requests wait again, with backoff.
     func launchForScheduledWork(_ name: String) {
-        let owner = core.scheduledRequests(app: name).lazy.compactMap(\.request.ownerUID).first
-        let refusal: String? =
-            if configuration.launch.appCommands[name] == nil {
-                "apps.d/\(name).conf has no ExecStart="
-            } else if let owner, !canLaunchScheduledWork(as: owner) {
-                "bgtaskd runs as uid \(geteuid()) and cannot start an app as uid \(owner)"
-            } else if owner == nil {
-                "its requests have no owner"
-            } else if supervisor == nil || isStopping {
-                "bgtaskd is stopping"
-            } else if supervisor?.isLaunching(name) == true {
-                "a launch of \(name) is already under way"
-            } else {
-                nil
-            }
-        guard refusal == nil, let argv = configuration.launch.appCommands[name], let uid = owner, let supervisor else {
-            return scheduledLaunchFailed(name, refusal ?? "")
+        guard let argv = configuration.launch.appCommands[name] else {
+            return scheduledLaunchFailed(name, "apps.d/\(name).conf has no ExecStart=")
+        }
+        guard let uid = core.scheduledRequests(app: name).lazy.compactMap(\.request.ownerUID).first else {
+            return scheduledLaunchFailed(name, "its requests have no owner")
+        }
+        guard canLaunchScheduledWork(as: uid) else {
+            return scheduledLaunchFailed(name, "bgtaskd runs as uid \(geteuid()) and cannot start an app as uid \(uid)")
+        }
+        guard let supervisor, !isStopping else { return scheduledLaunchFailed(name, "bgtaskd is stopping") }
+        guard !supervisor.isLaunching(name) else {
+            return scheduledLaunchFailed(name, "a launch of \(name) is already under way")
         }
         settleExitedHolder(of: name)
         do {

@@ -101,6 +101,8 @@ final class ScheduledCommand: Sendable {
             if stops.wait() != nil { woken.signal() }
         }
         defer {
+            // Done with events before the registration closes, so its end is not reported as a loss.
+            phase.withLock { $0 = .finished }
             stops.release()
             registration.close()
             eventsDone.wait()
