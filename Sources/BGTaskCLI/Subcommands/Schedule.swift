@@ -29,7 +29,8 @@ public struct Schedule: Subcommand {
             NetworkManager does not call metered; idle, the user idle as logind says), the daemon begins a task \
             in APP and sends it runScheduledTask, waking it if it is suspended. A condition that stops holding \
             while the task runs brings the expiration warning at once. A request waits while APP is not \
-            running. A condition this host has no source for is refused ('bgtask status' lists the sources).
+            running, unless the daemon's apps.d/APP.conf says how to start it (ExecStart= in [Launch]): the \
+            daemon then starts APP in background for it. A condition this host has no source for is refused ('bgtask status' lists the sources).
 
             Prints the request and where it stands; with --json, the SubmitRequest reply.
             """,
