@@ -32,29 +32,35 @@ public enum CommandLineWords {
         }
     }
 
-    /// The words of `line`.
+    /// The separators of words: systemd's `WHITESPACE`.
+    static func isSeparator(_ scalar: Unicode.Scalar) -> Bool {
+        scalar == " " || scalar == "\t" || scalar == "\n" || scalar == "\r"
+    }
+
+    /// The words of `line`. Read scalar by scalar, as systemd reads bytes: a backslash or a quote followed by a
+    /// combining mark is still a backslash or a quote.
     public static func split(_ line: String) throws(Problem) -> [String] {
         var words: [String] = []
-        var word = ""
+        var word = String.UnicodeScalarView()
         var isInWord = false
-        var quote: Character?
-        var iterator = line.makeIterator()
-        while let character = iterator.next() {
-            if character == "\0" { throw .nulCharacter }
-            if character == "\\" {
+        var quote: Unicode.Scalar?
+        var iterator = line.unicodeScalars.makeIterator()
+        while let scalar = iterator.next() {
+            if scalar == "\0" { throw .nulCharacter }
+            if scalar == "\\" {
                 guard let escaped = iterator.next() else { throw .trailingBackslash }
-                if escaped == "\0" { throw .nulCharacter }
                 switch escaped {
                 case "n": word.append("\n")
                 case "t": word.append("\t")
                 case "r": word.append("\r")
                 case "\\", "\"", "'", " ": word.append(escaped)
-                default: throw .unsupported("the escape \\\(escaped)")
+                case "\0": throw .nulCharacter
+                default: throw .unsupported("the escape \\\(Character(escaped))")
                 }
                 isInWord = true
                 continue
             }
-            if character == "%" {
+            if scalar == "%" {
                 // Specifiers are expanded inside quotes too, so `%` means the same everywhere.
                 guard iterator.next() == "%" else { throw .unsupported("the % specifier") }
                 word.append("%")
@@ -62,50 +68,53 @@ public enum CommandLineWords {
                 continue
             }
             if let open = quote {
-                if character == open { quote = nil } else { word.append(character) }
+                if scalar == open { quote = nil } else { word.append(scalar) }
                 continue
             }
-            if character == "\"" || character == "'" {
-                quote = character
+            if scalar == "\"" || scalar == "'" {
+                quote = scalar
                 isInWord = true
-            } else if character.isWhitespace {
-                if isInWord { words.append(word) }
-                word = ""
+            } else if isSeparator(scalar) {
+                if isInWord { words.append(String(word)) }
+                word = String.UnicodeScalarView()
                 isInWord = false
             } else {
-                word.append(character)
+                word.append(scalar)
                 isInWord = true
             }
         }
-        if let open = quote { throw .unterminatedQuote(open) }
-        if isInWord { words.append(word) }
-        guard let program = words.first, !program.isEmpty else { throw .empty }
-        if let prefix = program.first, "@-:+!".contains(prefix), program.count > 1 {
-            throw .unsupported("the prefix \(prefix) of the program")
+        if let open = quote { throw .unterminatedQuote(Character(open)) }
+        if isInWord { words.append(String(word)) }
+        guard let program = words.first, let prefix = program.unicodeScalars.first else { throw .empty }
+        if "@-:+!".unicodeScalars.contains(prefix), program.unicodeScalars.count > 1 {
+            throw .unsupported("the prefix \(Character(prefix)) of the program")
         }
         return words
     }
 
-    /// `words` as one line that `split` reads back to the same words: `%` doubled; a word with whitespace, a quote
+    /// `words` as one line that `split` reads back to the same words: `%` doubled; a word with a separator, a quote
     /// or a backslash (or an empty one) in double quotes, its `"` and `\` escaped, newline, tab and carriage return as
     /// `\n`, `\t` and `\r`.
     public static func join(_ words: [String]) -> String {
         words.map { word in
-            let plain = !word.isEmpty && word.allSatisfy { !$0.isWhitespace && !"\"'\\".contains($0) }
-            guard !plain else { return word.replacing("%", with: "%%") }
-            var quoted = "\""
-            for character in word {
-                switch character {
-                case "\"": quoted += "\\\""
-                case "\\": quoted += "\\\\"
-                case "\n": quoted += "\\n"
-                case "\t": quoted += "\\t"
-                case "\r": quoted += "\\r"
-                case "%": quoted += "%%"
-                default: quoted.append(character)
+            let scalars = word.unicodeScalars
+            let plain =
+                !scalars.isEmpty && scalars.allSatisfy { !isSeparator($0) && !"\"'\\".unicodeScalars.contains($0) }
+            var quoted = String.UnicodeScalarView()
+            if !plain { quoted.append("\"") }
+            for scalar in scalars {
+                switch scalar {
+                case "%": quoted.append(contentsOf: "%%".unicodeScalars)
+                case "\"": quoted.append(contentsOf: "\\\"".unicodeScalars)
+                case "\\": quoted.append(contentsOf: "\\\\".unicodeScalars)
+                case "\n": quoted.append(contentsOf: "\\n".unicodeScalars)
+                case "\t": quoted.append(contentsOf: "\\t".unicodeScalars)
+                case "\r": quoted.append(contentsOf: "\\r".unicodeScalars)
+                default: quoted.append(scalar)
                 }
             }
-            return quoted + "\""
+            if !plain { quoted.append("\"") }
+            return String(quoted)
         }.joined(separator: " ")
     }
 }

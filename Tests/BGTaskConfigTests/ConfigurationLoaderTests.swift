@@ -537,6 +537,7 @@ func aBadOOMScoreAdjustIsAnErrorAndKeepsTheEarlierValue(value: String, message: 
         ("-/bin/x", .unsupported("the prefix - of the program")),
         ("@/bin/x name", .unsupported("the prefix @ of the program")),
         ("/bin/x \\x41", .unsupported("the escape \\x")),
+        ("/bin/x \\\u{301}", .unsupported("the escape \\\u{301}")),
     ] as [(String, CommandLineWords.Problem)])
 func aCommandThatDoesNotSplitIsRefused(line: String, problem: CommandLineWords.Problem) {
     #expect(throws: problem) { try CommandLineWords.split(line) }
@@ -545,6 +546,9 @@ func aCommandThatDoesNotSplitIsRefused(line: String, problem: CommandLineWords.P
 @Test(arguments: [
     ["/bin/x"], ["/bin/x", ""], ["/bin/x", "a b", "tab\there", "new\nline", "cr\r"], ["/bin/x", "50%", "%%"],
     ["/bin/x", "\"quoted\"", "it's", "back\\slash"], ["prog", "-", "--flag=value", "ünïcödé"],
+    // Read scalar by scalar: CR LF (one Character in Swift) written as two escapes, a backslash or a quote before a
+    // combining mark still escaped, a vertical tab and a no-break space (not systemd's whitespace) kept as they are.
+    ["/bin/x", "a\r\nb", "\\\u{301}", "\"\u{301}", "v\u{0B}t", "no\u{A0}break"],
 ])
 func aCommandIsWrittenSoThatItSplitsBackTheSame(words: [String]) throws {
     let line = CommandLineWords.join(words)
