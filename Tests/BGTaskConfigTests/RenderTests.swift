@@ -202,6 +202,8 @@ func valuesEndingInBackslashesSurviveDumpAndParse(value: String) {
     configuration.launch.appCommands = [
         "com.example.mail": ["/usr/bin/mail-sync", "--account", "Work Mail", "50%", "\\"],
         "com.example.plain": ["/bin/true"],
+        // CR LF is one Character in Swift: written raw, it would end the dumped line.
+        "com.example.lines": ["/bin/echo", "a\r\nb"],
     ]
     configuration.launch.appOOMScoreAdjustments = ["com.example.mail": 100]
     let text = configuration.renderINI()
