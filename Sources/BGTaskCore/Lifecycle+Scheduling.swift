@@ -141,7 +141,7 @@ extension Lifecycle {
 
     /// Holds `request` until it is due and its constraints hold (`BGTaskScheduler.submit`). A request with the
     /// same identifier is replaced, unless it is running: then this one waits for it to end. `isLaunchable`: the
-    /// shell can launch the app when it is not running (an `apps.d` entry or a unit says how).
+    /// shell can launch the app when it is not running (its `apps.d` entry says how, with `ExecStart=`).
     ///
     /// Refused, changing nothing: an invalid identifier; a constraint with no source on this host; a new request
     /// past `ScheduledRequestsPerAppMax` for its app or `ScheduledRequestsMax` in all.
