@@ -121,9 +121,14 @@ extension BackgroundApplication {
     /// which would hand the app a fresh budget: its expiration handler runs, as when time runs out. Scheduled tasks
     /// are claimed the same way, and one the daemon no longer lists is over: its expiration handler runs. Tasks begun
     /// while the link was down have their leases begun now; one the daemon refuses has its expiration handler
-    /// run, since its work is not covered.
+    /// run, since its work is not covered. A scheduled task completed while the daemon was away is completed again,
+    /// with the same outcome, if the daemon still lists it.
     func carryLeasesOver(to registration: Registration) throws(ClientError) -> Bool {
         let kept = Set(registration.app.tasks.map(\.id))
+        let completions = state.withLock { (state: inout State) in
+            defer { state.pendingCompletions = [:] }
+            return state.pendingCompletions
+        }
         let (unclaimed, lostHandlers) = state.withLock { (state: inout State) -> ([Int], [@Sendable () -> Void]) in
             var claimed = Set<Int>()
             var lostHandlers: [@Sendable () -> Void] = []
@@ -151,7 +156,12 @@ extension BackgroundApplication {
         for handler in lostHandlers { queue.async { handler() } }
         for taskId in unclaimed {
             do throws(ClientError) {
-                try client.endBackgroundTask(app: name, taskId: taskId)
+                if let completion = completions[taskId] {
+                    try client.setTaskCompleted(
+                        app: name, taskId: taskId, success: completion.success, retry: completion.retry)
+                } else {
+                    try client.endBackgroundTask(app: name, taskId: taskId)
+                }
             } catch .lifecycle(.noSuchTask) {
                 // Gone already: nothing to end.
             }
