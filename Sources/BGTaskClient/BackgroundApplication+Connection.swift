@@ -121,9 +121,14 @@ extension BackgroundApplication {
     /// which would hand the app a fresh budget: its expiration handler runs, as when time runs out. Scheduled tasks
     /// are claimed the same way, and one the daemon no longer lists is over: its expiration handler runs. Tasks begun
     /// while the link was down have their leases begun now; one the daemon refuses has its expiration handler
-    /// run, since its work is not covered.
+    /// run, since its work is not covered. A scheduled task completed while the daemon was away is completed again,
+    /// with the same outcome, if the daemon still lists it; one the app does not know is left to the daemon.
     func carryLeasesOver(to registration: Registration) throws(ClientError) -> Bool {
         let kept = Set(registration.app.tasks.map(\.id))
+        let completions = state.withLock { (state: inout State) in
+            defer { state.pendingCompletions = [:] }
+            return state.pendingCompletions
+        }
         let (unclaimed, lostHandlers) = state.withLock { (state: inout State) -> ([Int], [@Sendable () -> Void]) in
             var claimed = Set<Int>()
             var lostHandlers: [@Sendable () -> Void] = []
@@ -146,12 +151,24 @@ extension BackgroundApplication {
                 }
             }
             state.expiringUnclaimed = []
+            // A scheduled task the app never heard of (its runScheduledTask lost with the daemon that sent it, or
+            // still to come) is left to the daemon: ended here it would be a failure not to retry, and its request
+            // gone without ever running. It runs on its own time, and the daemon ends it, keeping the request.
+            let unheard = registration.app.tasks.filter {
+                state.launchHandlers[$0.name] != nil && completions[$0.id] == nil
+            }
+            claimed.formUnion(unheard.map(\.id))
             return (kept.subtracting(claimed).sorted(), lostHandlers)
         }
         for handler in lostHandlers { queue.async { handler() } }
         for taskId in unclaimed {
             do throws(ClientError) {
-                try client.endBackgroundTask(app: name, taskId: taskId)
+                if let completion = completions[taskId] {
+                    try client.setTaskCompleted(
+                        app: name, taskId: taskId, success: completion.success, retry: completion.retry)
+                } else {
+                    try client.endBackgroundTask(app: name, taskId: taskId)
+                }
             } catch .lifecycle(.noSuchTask) {
                 // Gone already: nothing to end.
             }

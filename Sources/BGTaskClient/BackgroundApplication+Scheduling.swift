@@ -191,6 +191,11 @@ extension BackgroundApplication {
         } catch .lifecycle(.noSuchTask) {
             // Over on the daemon's side already.
         } catch {
+            if error.isTransportFailure {
+                // The daemon is going or gone: a restarted one keeps the task, and must hear how it went (ending it
+                // instead would be a failure not to retry).
+                state.withLock { $0.pendingCompletions[task.taskId] = (success, retry) }
+            }
             notify(.requestFailed(method: SetTaskCompletedParameters.methodName, error))
         }
     }

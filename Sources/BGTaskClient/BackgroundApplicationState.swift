@@ -60,6 +60,9 @@ struct State {
     var launchHandlers: [String: @Sendable (ScheduledTask) -> Void] = [:]
     /// The scheduled tasks running in the app, by the daemon's task id, until completed or ended.
     var scheduledTasks: [Int: ScheduledTask] = [:]
+    /// Completions (`success`, `retry`) of scheduled tasks whose `SetTaskCompleted` found no daemon, by task id: sent
+    /// again once the app re-attaches, if the daemon still holds the task.
+    var pendingCompletions: [Int: (success: Bool, retry: Bool)] = [:]
     var eventObservers: [ObserverToken: @Sendable (EventInfo) -> Void] = [:]
     var connectionObservers: [ObserverToken: @Sendable (ConnectionEvent) -> Void] = [:]
     var nextObserverNumber = 1

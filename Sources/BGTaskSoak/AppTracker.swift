@@ -14,6 +14,9 @@ struct AppTracker {
         var openTasks: Set<Int> = []
         /// When each open task began (as received).
         var taskBegins: [Int: Duration] = [:]
+        /// The open tasks that run scheduled requests: the background budget does not bound them (their own time
+        /// does), but they count for the reclamation band like any task.
+        var scheduledTasks: Set<Int> = []
         /// When its registration began (as received); nil before any.
         var registeredAt: Duration?
         /// When its background budget began: entering background from the foreground or at registration; kept
@@ -31,8 +34,11 @@ struct AppTracker {
             }
         }
 
-        /// Whether it is running in background with a task open: the budget is what ends that.
-        var isInBackgroundWithTasks: Bool { state == .background && !openTasks.isEmpty }
+        /// Whether it is running in background with an ordinary task open: the budget is what ends that.
+        var isInBackgroundWithTasks: Bool { state == .background && !ordinaryTasks.isEmpty }
+
+        /// The open tasks the app began itself (not scheduled ones).
+        var ordinaryTasks: Set<Int> { openTasks.subtracting(scheduledTasks) }
     }
 
     private(set) var apps: [String: Record] = [:]
@@ -41,9 +47,14 @@ struct AppTracker {
     /// Open tasks taken as ended when their app was suspended after a Watch gap (see `apply`).
     private(set) var tasksEndedInGaps = 0
 
-    /// A tracker knowing the Watch gaps of the evidence it will be fed.
-    init(watchGaps: [ClosedRange<Duration>] = []) {
+    /// The identifiers of the scheduled requests submitted: a task of that name runs one of them.
+    let scheduledIdentifiers: Set<String>
+
+    /// A tracker knowing the Watch gaps of the evidence it will be fed, and the identifiers of its scheduled
+    /// requests.
+    init(watchGaps: [ClosedRange<Duration>] = [], scheduledIdentifiers: Set<String> = []) {
         self.watchGaps = watchGaps
+        self.scheduledIdentifiers = scheduledIdentifiers
     }
 
     /// Applies one entry.
@@ -79,6 +90,7 @@ struct AppTracker {
                 for (id, began) in record.taskBegins
                 where watchGaps.contains(where: { began < $0.lowerBound && $0.upperBound <= time }) {
                     record.openTasks.remove(id)
+                    record.scheduledTasks.remove(id)
                     record.taskBegins[id] = nil
                     tasksEndedInGaps += 1
                 }
@@ -93,10 +105,12 @@ struct AppTracker {
             if let id = entry.taskId {
                 record.openTasks.insert(id)
                 record.taskBegins[id] = observed.observedAt
+                if let name = entry.taskName, scheduledIdentifiers.contains(name) { record.scheduledTasks.insert(id) }
             }
         case .taskEnded:
             if let id = entry.taskId {
                 record.openTasks.remove(id)
+                record.scheduledTasks.remove(id)
                 record.taskBegins[id] = nil
             }
         case .terminated, .processExited:
@@ -126,6 +140,7 @@ struct AppTracker {
             for id in record.openTasks.subtracting(listed) { record.taskBegins[id] = nil }
             for id in listed.subtracting(record.openTasks) { record.taskBegins[id] = snapshot.takenAt }
             record.openTasks = listed
+            record.scheduledTasks = Set(app.tasks.filter { scheduledIdentifiers.contains($0.name) }.map(\.id))
             if !record.isRegistered || app.state == .active || app.state == .inactive {
                 record.budgetStart = nil
             } else {

@@ -38,14 +38,19 @@ public struct SoakEvidence: Hashable, Sendable {
     /// What the apps themselves logged of the memory they map and free, each change at its moment: what the
     /// harness's readings, a second apart, cannot see between them.
     public var allocationChanges: [AllocationChange]
+    /// Scheduled work: the power flips, the requests submitted and cancelled, what the apps recorded of their
+    /// scheduled tasks and the requests held at the end.
+    public var scheduled: ScheduledEvidence
 
     /// Evidence; every collection defaults to empty.
     public init(
         entries: [ObservedEntry] = [], processSamples: [ProcessSample] = [], memorySamples: [MemorySample] = [],
         restarts: [RestartEvidence] = [], resourceSamples: [ResourceSample] = [], daemonStoppedAt: Duration? = nil,
         end: Duration, watchGaps: [ClosedRange<Duration>] = [], memoryLimitChanges: [MemoryLimitChange] = [],
-        watchListings: [AppSnapshot] = [], allocationChanges: [AllocationChange] = []
+        watchListings: [AppSnapshot] = [], allocationChanges: [AllocationChange] = [],
+        scheduled: ScheduledEvidence = ScheduledEvidence()
     ) {
+        self.scheduled = scheduled
         self.allocationChanges = allocationChanges
         self.memoryLimitChanges = memoryLimitChanges
         self.watchListings = watchListings

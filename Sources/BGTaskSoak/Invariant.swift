@@ -18,6 +18,13 @@ public enum Invariant: String, CaseIterable, Codable, Hashable, Sendable {
     case watchdogOnlyOnHang = "watchdog-only-on-hang"
     /// After the warm-up, the daemon's resident memory and open descriptors stay flat.
     case resourcesFlat = "resources-flat"
+    /// A scheduled task starts only while the conditions it requires hold, and is told to stop and ends soon after
+    /// one stops holding.
+    case constraintRespected = "constraint-respected"
+    /// No scheduled request has two tasks running at once.
+    case requestRunsOnceAtATime = "request-runs-once-at-a-time"
+    /// Every submitted request is run to completion, cancelled, refused at submit, or still held at the end.
+    case requestNeverLost = "request-never-lost"
 
     /// What the invariant asserts, in one line, for reports.
     public var summary: String {
@@ -30,6 +37,10 @@ public enum Invariant: String, CaseIterable, Codable, Hashable, Sendable {
         case .restartKeepsState: "a restart loses no app, task or budget, and no budget grows"
         case .watchdogOnlyOnHang: "watchdog restarts happen only after an injected hang"
         case .resourcesFlat: "resident memory and open descriptors grow less than the limit after the warm-up"
+        case .constraintRespected:
+            "scheduled tasks start only while their constraints hold, and stop soon after one stops holding"
+        case .requestRunsOnceAtATime: "no scheduled request has two tasks running at once"
+        case .requestNeverLost: "every submitted request is completed, cancelled, refused at submit or still held"
         }
     }
 }

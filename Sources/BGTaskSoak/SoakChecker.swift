@@ -20,6 +20,9 @@ public enum SoakChecker {
         case .restartKeepsState: checkRestartKeepsState(evidence, criteria)
         case .watchdogOnlyOnHang: checkWatchdogOnlyOnHang(evidence, criteria)
         case .resourcesFlat: checkResourcesFlat(evidence, criteria)
+        case .constraintRespected: checkConstraintRespected(evidence, criteria)
+        case .requestRunsOnceAtATime: checkRequestRunsOnceAtATime(evidence, criteria)
+        case .requestNeverLost: checkRequestNeverLost(evidence, criteria)
         }
     }
 }

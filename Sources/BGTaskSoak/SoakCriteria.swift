@@ -40,6 +40,13 @@ public struct SoakCriteria: Hashable, Sendable {
     public var minimumResourceSamples: Int
     /// How many counter-examples each result keeps, earliest first.
     public var counterExampleLimit: Int
+    /// How soon the daemon must act on a condition that changed (a task begun while its constraint did not hold,
+    /// `backgroundTaskExpiring` once it stopped holding): it watches the power_supply tree with inotify and acts in
+    /// the same loop iteration, so a second covers the harness's and the app's own delays on a loaded machine.
+    public var reactionBound: Duration
+    /// `ExpirationWarningSec`: how long after `backgroundTaskExpiring` for a lost constraint the daemon ends a
+    /// scheduled task the app did not end (`constraints-lost`).
+    public var expirationWarning: Duration
 
     /// Criteria; the defaults are the daemon's default configuration and the tolerances of a harness sampling about
     /// once a second.
@@ -49,8 +56,11 @@ public struct SoakCriteria: Hashable, Sendable {
         appsTargetFraction: Double = 0.9, reclaimsForeground: Bool = false, memoryTolerance: Double = 0.1,
         readingWindow: Duration = .seconds(2), restartTolerance: Duration = .seconds(1),
         resourceGrowthLimit: Double = 0.1, warmUpFraction: Double = 0.2, descriptorSlack: Int = 4,
-        minimumResourceSamples: Int = 6, counterExampleLimit: Int = 5
+        minimumResourceSamples: Int = 6, counterExampleLimit: Int = 5, reactionBound: Duration = .seconds(1),
+        expirationWarning: Duration = .seconds(3)
     ) {
+        self.reactionBound = reactionBound
+        self.expirationWarning = expirationWarning
         self.backgroundTime = backgroundTime
         self.backgroundTimeByApp = backgroundTimeByApp
         self.budgetGrace = budgetGrace

@@ -108,14 +108,16 @@ extension SoakChecker {
         return log.result
     }
 
-    /// No app runs in background with a task open past the start of its budget plus the budget and the grace:
+    /// No app runs in background with a task open (one it began itself: a scheduled task has its own time, which
+    /// `constraint-respected` and the daemon's own ends bound) past the start of its budget plus the budget and the grace:
     /// each stretch of "in background with tasks open" is judged when it ends (or when the evidence closes). A
     /// budget that runs out while the daemon is down (from the fault until the new daemon is ready: a hang lasts
     /// until the watchdog fires) can only be enforced once it is back, so such a stretch may last until the
     /// restart's readiness plus the grace.
     static func checkBudgetRespected(_ evidence: SoakEvidence, _ criteria: SoakCriteria) -> InvariantResult {
         var log = ViolationLog(.budgetRespected, limit: criteria.counterExampleLimit)
-        var tracker = AppTracker(watchGaps: evidence.watchGaps)
+        var tracker = AppTracker(
+            watchGaps: evidence.watchGaps, scheduledIdentifiers: Set(evidence.scheduled.requirementsByIdentifier.keys))
         var stretches: [String: (since: Duration, budgetStart: Duration, tasks: Set<Int>)] = [:]
 
         func judge(_ app: String, until end: Duration) {
@@ -151,7 +153,7 @@ extension SoakChecker {
                     judge(app, until: max(stretch.since, lastSeen))
                 }
                 if record.isInBackgroundWithTasks && stretches[app] == nil {
-                    stretches[app] = (listing.takenAt, record.budgetStart ?? listing.takenAt, record.openTasks)
+                    stretches[app] = (listing.takenAt, record.budgetStart ?? listing.takenAt, record.ordinaryTasks)
                 }
             }
         }
@@ -167,9 +169,11 @@ extension SoakChecker {
             let record = tracker[app]
             if record.isInBackgroundWithTasks {
                 if stretches[app] == nil {
-                    stretches[app] = (observed.observedAt, record.budgetStart ?? observed.observedAt, record.openTasks)
+                    stretches[app] = (
+                        observed.observedAt, record.budgetStart ?? observed.observedAt, record.ordinaryTasks
+                    )
                 } else {
-                    stretches[app]?.tasks.formUnion(record.openTasks)
+                    stretches[app]?.tasks.formUnion(record.ordinaryTasks)
                 }
             } else {
                 judge(app, until: observed.observedAt)

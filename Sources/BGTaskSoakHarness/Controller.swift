@@ -14,6 +14,8 @@ final class Controller {
     private(set) var counts: [String: (done: Int, refused: Int)] = [:]
     /// Calls made, answered or not.
     private(set) var callCount = 0
+    /// The error of the last call that failed, kept until the next call: what a refusal was.
+    private(set) var lastError: ClientError?
 
     init(socketPath: String) {
         self.socketPath = socketPath
@@ -23,6 +25,7 @@ final class Controller {
     /// next call connects again).
     func call<Result>(_ kind: String, _ body: (LifecycleClient) throws(ClientError) -> Result) -> Result? {
         callCount += 1
+        lastError = nil
         do {
             let connected: LifecycleClient
             if let client {
@@ -36,6 +39,7 @@ final class Controller {
             return result
         } catch {
             counts[kind, default: (0, 0)].refused += 1
+            lastError = error
             switch error {
             case .lifecycle, .service, .remote, .permissionDenied: break
             default:

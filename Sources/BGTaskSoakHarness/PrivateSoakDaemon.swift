@@ -13,6 +13,8 @@ final class PrivateSoakDaemon: SoakService {
     private let executable: String
     private let arguments: [String]
     private let prefix: [String]
+    /// Added to the daemon's environment, `NAME=VALUE` each.
+    private let environment: [String]
     private let logPath: String
     private let notifyPath: String
     private let lifetime: Duration
@@ -27,11 +29,12 @@ final class PrivateSoakDaemon: SoakService {
     var daemonPID: pid_t? { daemon?.pid }
 
     /// Starts `executable` with `arguments` (after `prefix`, such as `nsenter` into the state's namespace) and
-    /// waits for it to be ready.
+    /// waits for it to be ready; `environment` is added to the daemon's (`NAME=VALUE` each).
     init(
         executable: String, arguments: [String], prefix: [String], socketPath: String, notifyPath: String,
-        logPath: String, lifetime: Duration
+        logPath: String, lifetime: Duration, environment: [String] = []
     ) throws {
+        self.environment = environment
         self.executable = executable
         self.arguments = arguments
         self.prefix = prefix
@@ -76,7 +79,7 @@ final class PrivateSoakDaemon: SoakService {
                     "PATH=\(ProcessEnvironment.current()["PATH"] ?? "/usr/bin:/bin")", "BGTASKD_LOG_LEVEL=notice",
                     "NOTIFY_SOCKET=\(notifyPath)",
                     "WATCHDOG_USEC=\(soakWatchdogInterval.components.seconds * 1_000_000)",
-                ]))
+                ] + environment))
         wrapper = process
         let deadline = MonotonicClock.now() + Duration.seconds(60).nanosecondCount
         while notifications.notified.withLock({ $0.readyCount }) == before {

@@ -29,6 +29,15 @@ public enum SoakBehaviour: String, CaseIterable, Sendable {
     /// Begins and ends tasks back to back as fast as the daemon answers: the client the harness kills mid-call.
     case hammers
 
+    /// Whether the harness submits scheduled requests for an app of this behaviour: one that reads its events and
+    /// never blocks its callback queue, so that what it records of its scheduled tasks is on time.
+    var takesScheduledWork: Bool {
+        switch self {
+        case .wellBehaved, .ignoresExpiration, .crashes, .exits, .holdsLock: true
+        case .hangsInBackground, .neverReads, .hammers: false
+        }
+    }
+
     /// The behaviours slots are given, with their weights in percent.
     static let weighted: [(SoakBehaviour, Int)] = [
         (.wellBehaved, 55), (.ignoresExpiration, 10), (.hangsInBackground, 7), (.crashes, 7), (.exits, 7),
@@ -39,7 +48,8 @@ public enum SoakBehaviour: String, CaseIterable, Sendable {
 /// The `app` mode's options: `--name NAME` (else `$BGTASK_APP_NAME`, as a launched app), `--socket PATH` (else
 /// `$BGTASK_SOCKET`), `--seed N`, `--behaviour B`, `--lifetime SECONDS`, `--alloc-max-mib N`, `--apps N` (the
 /// peers `soak-0` ... to post to), `--background-time SECONDS`, `--lock-directory PATH`, `--parent PID`,
-/// `--memory-log DIRECTORY` (where it logs the memory it maps and frees: `AllocationLog`).
+/// `--memory-log DIRECTORY` (where it logs the memory it maps and frees: `AllocationLog`), `--scheduled-log
+/// DIRECTORY` (where it records its scheduled tasks: `ScheduledWork`).
 public struct SoakAppOptions: Sendable {
     var name: String?
     var socketPath: String?
@@ -52,6 +62,7 @@ public struct SoakAppOptions: Sendable {
     var lockDirectory = "/tmp"
     var parent: pid_t?
     var memoryLogDirectory: String?
+    var scheduledLogDirectory: String?
 
     /// Parses the arguments after `app`; nil when they are not a valid set.
     public init?(arguments: [String]) {
@@ -75,6 +86,7 @@ public struct SoakAppOptions: Sendable {
             case "--lock-directory": lockDirectory = value
             case "--parent": guard let pid = pid_t(value) else { return nil }; parent = pid
             case "--memory-log": memoryLogDirectory = value
+            case "--scheduled-log": scheduledLogDirectory = value
             default: return nil
             }
         }
@@ -84,7 +96,7 @@ public struct SoakAppOptions: Sendable {
     static func arguments(
         name: String?, socketPath: String?, seed: UInt64, behaviour: SoakBehaviour, lifetime: Duration,
         allocationMaximumMiB: Int, peerCount: Int, backgroundTime: Duration, lockDirectory: String, parent: pid_t?,
-        memoryLogDirectory: String? = nil
+        memoryLogDirectory: String? = nil, scheduledLogDirectory: String? = nil
     ) -> [String] {
         var arguments = ["app"]
         if let name { arguments += ["--name", name] }
@@ -97,6 +109,7 @@ public struct SoakAppOptions: Sendable {
         ]
         if let parent { arguments += ["--parent", String(parent)] }
         if let memoryLogDirectory { arguments += ["--memory-log", memoryLogDirectory] }
+        if let scheduledLogDirectory { arguments += ["--scheduled-log", scheduledLogDirectory] }
         return arguments
     }
 }
@@ -129,13 +142,24 @@ public enum SoakApp {
         let delegate = SoakAppDelegate(options: options, seed: random.childSeed())
         var application: BackgroundApplication?
         var unreadRegistration: Registration?
+        // Held until the launch handlers are in place: a runScheduledTask may be the first event, and one with no
+        // handler would be completed as failed.
+        let callbacks = DispatchQueue(label: "soak-app-callbacks")
+        callbacks.suspend()
         do {
             if behaviour == .neverReads {
                 unreadRegistration = try calls.register(name: name)
             } else {
-                application = try BackgroundApplication(name: name, socketPath: socketPath, delegate: delegate)
+                let started = try BackgroundApplication(
+                    name: name, socketPath: socketPath, delegate: delegate, callbackQueue: callbacks)
+                application = started
+                if let directory = options.scheduledLogDirectory {
+                    ScheduledWork(directory: directory, app: name, seed: random.childSeed()).register(on: started)
+                }
             }
+            callbacks.resume()
         } catch {
+            callbacks.resume()
             say("app \(name): cannot register: \(error)")
             return 1
         }
@@ -252,6 +276,76 @@ final class AllocationLog: Sendable {
     /// Logs that the process holds `bytes` from now on, or, `touching`, that it starts touching pages to hold them.
     func record(_ bytes: Int, touching: Bool = false) {
         try? file.writeAll(Array("\(MonotonicClock.now()) \(bytes)\(touching ? " touching" : "")\n".utf8))
+    }
+}
+
+/// The app's scheduled work: a launch handler for each identifier the harness submits, doing what the app's seed
+/// says with each task (complete it at once; work until told to stop, then complete it; never complete it, so the
+/// daemon ends it; fail with retry; work a while and fail with retry if told to stop first), and recording in
+/// `DIRECTORY/APP.PID`, one line each with the `CLOCK_MONOTONIC` moment in nanoseconds, every `run TASK
+/// IDENTIFIER` it got, every `expiring TASK` and every `completing TASK success|failure|retry`, written before the
+/// call. The harness reads it after the run (`ScheduledReceipt`).
+final class ScheduledWork: Sendable {
+    private let file: FileDescriptor?
+    private let random: Mutex<SeededGenerator>
+
+    /// What the app does with one task.
+    private enum Plan: CaseIterable {
+        case completeAtOnce, workUntilTold, neverComplete, failWithRetry, workThenComplete
+    }
+
+    init(directory: String, app: String, seed: UInt64) {
+        file = try? FileDescriptor.open(
+            "\(directory)/\(app).\(getpid())", .writeOnly, options: [.create, .append, .truncate], permissions: 0o644)
+        random = Mutex(SeededGenerator(seed: seed))
+    }
+
+    /// Registers the launch handler of every identifier the soak uses.
+    func register(on application: BackgroundApplication) {
+        for (identifier, _) in SoakSchedule.scheduledIdentifiers {
+            application.register(forTaskWithIdentifier: identifier) { [self] task in run(task) }
+        }
+    }
+
+    private func record(_ line: String) {
+        try? file?.writeAll(Array("\(MonotonicClock.now()) \(line)\n".utf8))
+    }
+
+    private func run(_ task: ScheduledTask) {
+        record("run \(task.taskId) \(task.identifier)")
+        let (plan, workMilliseconds) = random.withLock { random in
+            (Plan.allCases.randomElement(using: &random)!, Int.random(in: 100...3_000, using: &random))
+        }
+        let isDone = Mutex(false)
+        let complete: @Sendable (Bool, Bool) -> Void = { [self] success, retry in
+            guard
+                isDone.withLock({ done in
+                    defer { done = true }; return !done
+                })
+            else { return }
+            record("completing \(task.taskId) \(success ? "success" : retry ? "retry" : "failure")")
+            task.setTaskCompleted(success: success, retry: retry)
+        }
+        task.expirationHandler = { [self] in
+            record("expiring \(task.taskId)")
+            switch plan {
+            case .workUntilTold: complete(true, false)
+            case .workThenComplete: complete(false, true)
+            case .completeAtOnce, .neverComplete, .failWithRetry: break
+            }
+        }
+        switch plan {
+        case .completeAtOnce: complete(true, false)
+        case .workUntilTold, .neverComplete: break
+        case .failWithRetry:
+            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(workMilliseconds / 2)) {
+                complete(false, true)
+            }
+        case .workThenComplete:
+            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(workMilliseconds)) {
+                complete(true, false)
+            }
+        }
     }
 }
 

@@ -44,7 +44,8 @@ extension SoakRun {
             seed: slot.seed &+ UInt64(generation) &* 0x9E37_79B9_7F4A_7C15, behaviour: slot.behaviour,
             lifetime: options.duration + .seconds(120), allocationMaximumMiB: slot.allocationMaximumMiB,
             peerCount: options.apps, backgroundTime: Self.backgroundTime, lockDirectory: scratch + "/locks",
-            parent: selfRegistered ? getpid() : nil, memoryLogDirectory: scratch + "/memory")
+            parent: selfRegistered ? getpid() : nil, memoryLogDirectory: scratch + "/memory",
+            scheduledLogDirectory: schedulesWork ? scratch + "/scheduled" : nil)
     }
 
     /// Starts the app of `slot`; false when it could not be (the daemon refused the launch, or is down).

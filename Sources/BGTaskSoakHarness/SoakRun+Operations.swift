@@ -27,6 +27,13 @@ extension SoakRun {
             try inject(fault, parameterMilliseconds: parameter)
             faultCounts[fault, default: 0] += 1
             controller.count(operation.kind)
+        case .setPower(let isOnline):
+            setPower(isOnline: isOnline)
+            controller.count(operation.kind)
+        case .submit(let slot, let identifier, let kind, let delay):
+            submit(schedule.slots[slot].name, identifier: identifier, kind: kind, earliestBeginMilliseconds: delay)
+        case .cancel(let slot, let identifier):
+            cancel(schedule.slots[slot].name, identifier: identifier)
         }
     }
 

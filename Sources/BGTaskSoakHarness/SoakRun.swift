@@ -55,6 +55,13 @@ public final class SoakRun {
     var keepsScratch = true
     /// The probe's lease call round trips, kept when it stops.
     var finalLatencies: [Int64] = []
+    /// Whether the run has scheduled work: requests and power flips, with the private daemon only (its power
+    /// tree is the harness's; the installed units read the host's).
+    var schedulesWork: Bool { !options.usesSystemd }
+    /// The fake adapter's `online` as the harness set it (`setPower`).
+    var powerChanges: [PowerChange] = []
+    /// The submits and cancels made, with their answers.
+    var requestOperations: [RequestOperation] = []
 
     /// The policy the daemon runs with: short, so a minute holds many lifecycles.
     static let backgroundTime: Duration = .seconds(12)
@@ -117,7 +124,8 @@ public final class SoakRun {
         schedule = SoakSchedule(
             seed: seed, apps: options.apps, duration: options.duration, faults: faults,
             usesSystemd: options.usesSystemd, canLaunch: cgroups != nil, canScope: cgroups != nil,
-            allocationTotalMiB: allocationTotalMiB)
+            allocationTotalMiB: allocationTotalMiB, schedulesWork: schedulesWork)
+        if schedulesWork { try preparePowerSupply() }
         // About 12 MiB per app of its own (the Swift runtime's share, threads, heap), plus a third of what the
         // apps may map: reclamation has work to do without the host feeling it.
         appsMemoryMaxBytes = (options.apps * 12 + allocationTotalMiB / 3) << 20
@@ -146,7 +154,9 @@ public final class SoakRun {
                     "--socket", socketPath, "--config", configurationPath, "--state-file",
                     scratch + "/state/state.json", "--log-dir", scratch + "/logs",
                 ], prefix: prefix, socketPath: socketPath, notifyPath: scratch + "/notify",
-                logPath: scratch + "/bgtaskd.log", lifetime: lifetime)
+                logPath: scratch + "/bgtaskd.log", lifetime: lifetime,
+                // No UPower of the host's system bus: the daemon reads the harness's power tree.
+                environment: ["DBUS_SYSTEM_BUS_ADDRESS=unix:path=\(scratch)/no-system-bus"])
         }
         controller = Controller(socketPath: socketPath)
         watch = try WatchRecorder(socketPath: socketPath, clock: clock)
@@ -174,6 +184,21 @@ public final class SoakRun {
         ConnectionsMax=\(options.apps * 8 + 1_024)
         ConnectionsPerUserMax=\(options.apps * 8 + 512)
         HistorySize=5000
+
+        """ + (schedulesWork ? Self.schedulingConfiguration(powerSupplyPath: powerSupplyPath) : "")
+    }
+
+    /// Scheduled work's configuration: short task times, so a minute holds many tasks that start, are told to stop,
+    /// lose their power and complete; three at a time, one over the default, so the cap is reached and freed often.
+    static func schedulingConfiguration(powerSupplyPath: String) -> String {
+        """
+        [Conditions]
+        PowerSupplyPath=\(powerSupplyPath)
+
+        [Scheduling]
+        ScheduledTasksMax=3
+        RefreshTaskSec=4s
+        ProcessingTaskSec=7s
 
         """
     }
@@ -327,6 +352,11 @@ public final class SoakRun {
     /// Ends every app but the suspended ones, waits for the daemon to record their ends, stops the daemon, checks
     /// that the suspended apps' processes were let go (`no-stray-stops`), ends them, and judges the evidence.
     private func finish() -> SoakRunResult {
+        // Scheduled work ends first: the requests held now are what request-never-lost judges, and each is then
+        // cancelled (recorded like any cancel), so that no scheduled task begins in an app kept alive past the
+        // daemon's stop (a suspended one would be woken for it).
+        let heldAtEnd = schedulesWork ? heldRequests() : nil
+        for key in (heldAtEnd ?? []).sorted() { cancel(key.app, identifier: key.identifier) }
         // The suspended apps outlive the daemon: a daemon that stops must leave none of them stopped or frozen.
         // They hold no task (an app is suspended once its last one ended), so nothing they did is left unjudged.
         let listed = controller.listApps() ?? []
@@ -363,7 +393,10 @@ public final class SoakRun {
             entries: watch?.entries ?? [], processSamples: processSamples, memorySamples: memorySamples,
             restarts: restarts, resourceSamples: resourceSamples, daemonStoppedAt: daemonStoppedAt, end: end,
             watchGaps: watch?.gaps ?? [], memoryLimitChanges: memoryLimitChanges, watchListings: watch?.listings ?? [],
-            allocationChanges: allocationChanges())
+            allocationChanges: allocationChanges(),
+            scheduled: ScheduledEvidence(
+                powerChanges: powerChanges, operations: requestOperations,
+                receipts: schedulesWork ? scheduledReceipts() : [], heldAtEnd: heldAtEnd))
         let criteria = SoakCriteria(
             backgroundTime: Self.backgroundTime, budgetGrace: .seconds(3), settling: Self.settling,
             appsMemoryMax: appsMemoryMaxBytes, restartTolerance: .seconds(2), warmUpFraction: 0.3,
@@ -372,7 +405,8 @@ public final class SoakRun {
             // judged once it has lived 60 samples (60 s): after a restart the apps come back over tens of seconds
             // (their clients back off while it is down; a 15-minute run saw descriptors climb for 30 s), which is
             // not growth.
-            descriptorSlack: max(8, options.apps / 2), minimumResourceSamples: 60)
+            descriptorSlack: max(8, options.apps / 2), minimumResourceSamples: 60, reactionBound: .seconds(1),
+            expirationWarning: .seconds(3))
         let report = SoakChecker.check(evidence, criteria: criteria)
         let result = SoakRunResult(run: self, evidence: evidence, report: report)
         keepsScratch = !result.isPassing
@@ -419,6 +453,8 @@ extension SoakRun {
                 + entry.kind.rawValue
             if let state = entry.state { line += " state=\(state.rawValue)" }
             if let task = entry.taskId { line += " task=\(task)" }
+            if let name = entry.taskName { line += " name=\(name)" }
+            if let tasks = entry.taskIds { line += " tasks=\(tasks.map(String.init).joined(separator: ","))" }
             if let end = entry.taskEnd { line += " end=\(end.rawValue)" }
             if let reason = entry.reason { line += " reason=\(reason.rawValue)" }
             return line

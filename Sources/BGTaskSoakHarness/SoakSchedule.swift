@@ -33,6 +33,13 @@ enum SoakOperation: Hashable, Sendable {
     case terminate(slot: Int)
     /// A fault, with a seeded parameter (how long a full disk or a killed client's calls last, in ms).
     case fault(SoakFault, parameterMilliseconds: Int)
+    /// The fake power adapter's `online` written: external power plugged in or pulled.
+    case setPower(isOnline: Bool)
+    /// `SubmitRequest` for the slot's app: `identifier` (one of `SoakSchedule.scheduledIdentifiers`), `refresh` or
+    /// `processing`, due `earliestBeginMilliseconds` after the call (nil: now).
+    case submit(slot: Int, identifier: String, kind: String, earliestBeginMilliseconds: Int?)
+    /// `CancelRequest` of the slot's app's request `identifier`.
+    case cancel(slot: Int, identifier: String)
 
     /// The kind, for the per-kind counts.
     var kind: String {
@@ -41,6 +48,9 @@ enum SoakOperation: Hashable, Sendable {
         case .post(let slot, _): slot == nil ? "Post to every app" : "Post"
         case .terminate: "Terminate"
         case .fault(let fault, _): "fault \(fault.rawValue)"
+        case .setPower(let isOnline): isOnline ? "power on" : "power off"
+        case .submit: "SubmitRequest"
+        case .cancel: "CancelRequest"
         }
     }
 }
@@ -58,10 +68,19 @@ struct SoakSchedule: Sendable {
         return max(usesSystemd && fault.restartsDaemon ? 3 : 1, perDuration)
     }
 
-    /// Draws the schedule. `canLaunch` and `canScope` say whether the host gives the harness cgroups (root).
+    /// The identifiers the soak's requests use, each with the conditions every submit of it requires: one set per
+    /// identifier, so the checker knows what a task of it asked for from its name alone. Requests needing `ac` are
+    /// the ones the power flips start and stop; the other runs whenever it is due.
+    static let scheduledIdentifiers: [(identifier: String, requires: [String])] = [
+        ("scheduled-ac-0", ["ac"]), ("scheduled-ac-1", ["ac"]), ("scheduled-any", []),
+    ]
+
+    /// Draws the schedule. `canLaunch` and `canScope` say whether the host gives the harness cgroups (root);
+    /// `schedulesWork` adds scheduled requests and power flips (the private daemon alone has a power tree the harness
+    /// owns).
     init(
         seed: UInt64, apps: Int, duration: Duration, faults: [SoakFault], usesSystemd: Bool, canLaunch: Bool,
-        canScope: Bool, allocationTotalMiB: Int
+        canScope: Bool, allocationTotalMiB: Int, schedulesWork: Bool = false
     ) {
         var random = SeededGenerator(seed: seed)
         let perApp = max(1, min(64, allocationTotalMiB / max(1, apps)))
@@ -126,8 +145,46 @@ struct SoakSchedule: Sendable {
                     ))
             }
         }
+        if schedulesWork {
+            operations += Self.scheduledWork(slots: slots, milliseconds: milliseconds, random: &random)
+        }
         operations.sort { $0.at < $1.at }
         self.operations = operations
+    }
+
+    /// Scheduled work, drawn after everything else (so the rest of a seed's schedule is what it was without it):
+    /// the power pulled and plugged in every 2 to 6 s, and about one submit or cancel per 0.9 s, until 10 s before
+    /// the end, for the apps that read their events without blocking them (a request of an app that never reads, or
+    /// hangs in its callbacks, can only expire; the checker needs the app's own word on its tasks).
+    private static func scheduledWork(
+        slots: [AppSlot], milliseconds: Int, random: inout SeededGenerator
+    ) -> [(at: Duration, operation: SoakOperation)] {
+        var operations: [(at: Duration, operation: SoakOperation)] = []
+        var isOnline = true
+        var time = 2_000
+        while time < milliseconds - 6_000 {
+            time += Int.random(in: 2_000...6_000, using: &random)
+            isOnline.toggle()
+            operations.append((.milliseconds(time), .setPower(isOnline: isOnline)))
+        }
+        let eligible = slots.filter(\.behaviour.takesScheduledWork).map(\.index)
+        guard !eligible.isEmpty else { return operations }
+        time = 1_500
+        while time < milliseconds - 10_000 {
+            let slot = eligible.randomElement(using: &random)!
+            let identifier = scheduledIdentifiers.randomElement(using: &random)!.identifier
+            let operation: SoakOperation
+            if random.chance(15) {
+                operation = .cancel(slot: slot, identifier: identifier)
+            } else {
+                let kind = random.chance(70) ? "refresh" : "processing"
+                let delay = random.chance(50) ? Int.random(in: 500...4_000, using: &random) : nil
+                operation = .submit(slot: slot, identifier: identifier, kind: kind, earliestBeginMilliseconds: delay)
+            }
+            operations.append((.milliseconds(time), operation))
+            time += Int.random(in: 300...1_500, using: &random)
+        }
+        return operations
     }
 
     /// A digest of the schedule, printed so that two runs can be seen to share one.

@@ -412,6 +412,29 @@ let testOptions = BackgroundApplication.Options(
         }
     }
 
+    @Test("a scheduled task the app never heard of is not ended on re-attaching: its request would be gone")
+    func reattachLeavesUnknownScheduledTasks() async throws {
+        try await offThePool {
+            try withScriptedDaemon { daemon in
+                let reconnected = Recorder<AppInfo>()
+                var options = testOptions
+                options.connectionObserver = { change in
+                    if case .reconnected(let app, _) = change { reconnected.append(app) }
+                }
+                let app = try BackgroundApplication(name: "mail", socketPath: daemon.socketPath, options: options)
+                defer { app.close() }
+                app.register(forTaskWithIdentifier: "sync") { _ in }
+                // The daemon began scheduled task 7 and went down before its runScheduledTask reached the app; a lease
+                // 8 the app does not hold either is ended as ever.
+                daemon.keepTasks([TaskInfo(id: 7, name: "sync", ageSec: 1), TaskInfo(id: 8, name: "", ageSec: 1)])
+                daemon.dropConnections()
+                reconnected.wait(forCount: 1)
+                #expect(daemon.calls(EndBackgroundTaskParameters.methodName).map { $0.parameters["taskId"] } == [8])
+                #expect(daemon.calls(SetTaskCompletedParameters.methodName).isEmpty)
+            }
+        }
+    }
+
     @Test func givesUpAfterTheConfiguredAttempts() async throws {
         try await offThePool {
             try withScriptedDaemon(respond: { call, daemon in

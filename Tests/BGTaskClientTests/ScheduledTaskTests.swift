@@ -55,4 +55,43 @@ import Testing
             _ = try daemon.stop()
         }
     }
+
+    @Test("a task completed with retry while the daemon restarts is completed so once it is back: the request waits")
+    func completionDuringRestart() async throws {
+        try await offThePool {
+            let tree = try FakePowerSupplies()
+            try tree.set("AC", ["type": "Mains", "online": "1"])
+            let scratch = try ScratchDirectory(prefix: "client-scheduled-restart")
+            let socketPath = scratch.path + "/io.bgtask.Lifecycle"
+            let configuration = DaemonHarness.fastPolicy + "\n[Conditions]\nPowerSupplyPath=\(tree.path)\n"
+            let environment = ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=\(scratch.path)/no-bus"]
+            let first = try DaemonHarness(
+                configuration: configuration, arguments: ["--socket", socketPath], environment: environment)
+            let links = Recorder<String>()
+            var options = testOptions
+            options.connectionObserver = { links.append("\($0)") }
+            let app = try BackgroundApplication(name: "backup", socketPath: socketPath, options: options)
+            defer { app.close() }
+            let tasks = Recorder<ScheduledTask>()
+            app.register(forTaskWithIdentifier: "sync") { task in tasks.append(task) }
+            try app.submit(.appRefresh(identifier: "sync"))
+            let task = try #require(tasks.wait(forCount: 1).first)
+            #expect(try first.stop() == .exited(0))
+            // The daemon is gone: the completion cannot reach it now.
+            task.setTaskCompleted(success: false, retry: true)
+            let second = try DaemonHarness(
+                configuration: configuration, arguments: ["--socket", socketPath], environment: environment)
+            // Re-attached (the leases carried over, the completion sent again, before this is told), the task ended
+            // as the app said: a failure to retry, the request held with backoff. (Ended as a lease instead, it was a
+            // failure not to retry, and the request was gone.)
+            links.wait { $0.contains { $0.hasPrefix("reconnected") } }
+            let control = try LifecycleClient(socketPath: socketPath, timeout: .seconds(10))
+            defer { control.close() }
+            #expect(try control.getApp("backup").tasks.isEmpty)
+            let requests = try control.listRequests(app: "backup")
+            #expect(requests.map(\.identifier) == ["sync"], "\(requests)")
+            #expect(requests.first?.failures == 1 && requests.first?.state == .pending, "\(requests)")
+            _ = try second.stop()
+        }
+    }
 }

@@ -87,6 +87,45 @@ struct ChangesJSONTests {
         #expect(throws: SavedLifecycle.ReplayError.self) { try empty.apply(h.takeChanges()) }
     }
 
+    @Test("scheduled requests, their ledgers and last-foreground times are in the record, and replay to the same state")
+    func scheduledRecords() throws {
+        // The hand-written record once left these out: an acknowledged SubmitRequest was in no file until the next
+        // snapshot, and a daemon killed before it came back without the request.
+        let h = PolicyHarness()
+        h.setWallClockOffset(.seconds(1_700_000_000))
+        h.setConditions(Conditions(externalPower: false, batteryNotLow: true))
+        let app = try h.register("app")
+        h.startTrackingChanges()
+        var replica = h.core.saved
+        func record() throws -> LifecycleChanges {
+            let changes = try writtenAndReadBack(h.takeChanges())
+            try replica.apply(changes)
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = .sortedKeys
+            #expect(try encoder.encode(replica) == encoder.encode(h.core.saved))
+            return changes
+        }
+        try h.setState(app, .active)
+        try h.submit(
+            ScheduledRequest(
+                appName: "app", identifier: "sync", kind: .refresh, earliestBegin: WallClockInstant(nanoseconds: 0),
+                constraints: [.externalPower]))
+        var changes = try record()
+        #expect(changes.scheduledRequests?.map(\.name) == ["app/sync"])
+        #expect(changes.lastForeground?.map(\.name) == ["app"])
+        // Power on: it runs; its lease and its running phase are in the record.
+        h.setConditions(Conditions(externalPower: true, batteryNotLow: true))
+        changes = try record()
+        #expect(changes.scheduledRequests?.first?.value?.runningTask != nil)
+        h.advance(by: .seconds(1))
+        try h.cancel(app: "app", identifier: "sync")
+        changes = try record()
+        #expect(
+            changes.scheduledRequests?.map(\.name) == ["app/sync"] && changes.scheduledRequests?.first?.value == nil)
+        #expect(changes.scheduledLedgers?.map(\.name) == ["app"])
+        #expect(replica.scheduling?.requests.isEmpty == true)
+    }
+
     @Test(
         "400 random sequences: each step's changes written by hand equal their Encodable form, and read back and applied they give the state after it"
     )

@@ -19,7 +19,8 @@ struct ReportRenderingTests {
     func markdown() {
         let text = Self.failingReport.markdown
         #expect(text.contains("Result: FAIL"))
-        #expect(text.contains("| `task-ends-once` | fail | 3 | 1 |"))
+        // Tasks 1, 2 and 3, and the three scheduled tasks.
+        #expect(text.contains("| `task-ends-once` | fail | 6 | 1 |"))
         #expect(text.contains("| `heaviest-first` | pass | 2 | 0 |"))
         #expect(text.contains("- t=20.000s, `mail`: task 1 ended twice: at t=10.000s and again at t=20.000s"))
     }

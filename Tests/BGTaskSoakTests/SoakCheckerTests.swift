@@ -164,6 +164,10 @@ struct SoakCheckerTests {
     @Test("a task whose begin fell in a Watch gap is counted unverifiable; outside a gap it fails task-ends-once")
     func beginInWatchGap() throws {
         var scenario = SoakScenario()
+        // Without the scheduled tasks (ids 11 to 13, numbered apart from the story's leases, which a gap judges
+        // by their order).
+        scenario.evidence.entries.removeAll { ($0.entry.taskId ?? 0) > 10 }
+        scenario.evidence.scheduled = ScheduledEvidence()
         scenario.evidence.entries.removeAll { $0.entry.kind == .taskBegan && $0.entry.taskId == 3 }
         let example = try failure(of: scenario, .taskEndsOnce)
         #expect(example.evidence.contains("task 3 ended at t=50.000s but never began"))
@@ -619,5 +623,109 @@ extension SoakCheckerTests {
         // daemon's own readings (memory.current, taken at another moment) may well be over it.
         scenario.setMemory(of: ["maps", "notes"], to: mebibytes(125))
         #expect(scenario.report[.heaviestFirst]?.violationCount == 0, "\(scenario.report)")
+    }
+
+    // MARK: Scheduled work
+
+    @Test("a scheduled task begun while the power it requires was off fails constraint-respected at its begin")
+    func scheduledTaskBegunWithoutPower() throws {
+        // Power comes back at t=22 instead of t=20: task 12 (requires ac) began at t=20.3, off since t=12.
+        var scenario = SoakScenario()
+        scenario.evidence.scheduled.powerChanges[2].at = at(22)
+        let example = try failure(of: scenario, .constraintRespected)
+        #expect(example.app == "clock" && example.at == at(20.3), "\(example)")
+        #expect(example.evidence.contains("began at t=20.300s with external power off since t=12.000s"))
+        // Back at t=19.5: within the reaction bound of the begin, the daemon may have begun it before it saw more.
+        scenario.evidence.scheduled.powerChanges[2].at = at(19.5)
+        scenario.evidence.scheduled.powerChanges.insert(PowerChange(at: at(19.4), isOnline: false), at: 2)
+        #expect(SoakChecker.check(.constraintRespected, scenario.evidence, scenario.criteria).violationCount == 0)
+    }
+
+    @Test("a scheduled task not told to stop within the reaction bound after its power went fails constraint-respected")
+    func scheduledTaskNotWarned() throws {
+        var scenario = SoakScenario()
+        scenario.evidence.scheduled.receipts.removeAll { $0.taskId == 12 && $0.kind == .expiring }
+        let example = try failure(of: scenario, .constraintRespected)
+        #expect(example.app == "clock" && example.at == at(25), "\(example)")
+        #expect(example.evidence.contains("task 12 of clock/scheduled-ac-1"))
+        #expect(example.evidence.contains("had no backgroundTaskExpiring by t=25.000s"))
+    }
+
+    @Test("a scheduled task still running past the bound plus ExpirationWarningSec after its power went fails")
+    func scheduledTaskNotEndedAfterPowerLoss() throws {
+        var scenario = SoakScenario()
+        let index = try #require(
+            scenario.evidence.entries.firstIndex { $0.entry.kind == .taskEnded && $0.entry.taskId == 12 })
+        let ended = scenario.evidence.entries.remove(at: index)
+        scenario.receive(ended.entry, at: at(29))
+        let example = try failure(of: scenario, .constraintRespected)
+        #expect(example.app == "clock" && example.at == at(28), "\(example)")
+        #expect(example.evidence.contains("ended at t=29.000s, past t=28.000s"))
+        // A daemon down at the flip is judged from when it is back: with a restart from t=23.5 to t=26, the end may
+        // come until t=30.
+        scenario.evidence.restarts.append(
+            RestartEvidence(
+                cause: .killed, wasHangInjected: false, before: AppSnapshot(takenAt: at(23.4), apps: []),
+                stoppedAt: at(23.5), readyAt: at(26), after: AppSnapshot(takenAt: at(26), apps: [])))
+        #expect(SoakChecker.check(.constraintRespected, scenario.evidence, scenario.criteria).violationCount == 0)
+    }
+
+    @Test("a request with two tasks running at once fails request-runs-once-at-a-time at the second begin")
+    func requestRunningTwice() throws {
+        var scenario = SoakScenario()
+        scenario.receive(
+            HistoryEntry(time: 0, app: "clock", kind: .taskBegan, taskId: 15, taskName: "scheduled-ac-1"), at: at(22))
+        scenario.receive(HistoryEntry(time: 0, app: "clock", kind: .taskEnded, taskId: 15, taskEnd: .ended), at: at(23))
+        let example = try failure(of: scenario, .requestRunsOnceAtATime)
+        #expect(example.app == "clock" && example.at == at(22), "\(example)")
+        #expect(example.evidence.contains("task 15 of clock/scheduled-ac-1 began at t=22.000s while its task 12"))
+    }
+
+    @Test("an accepted request neither completed, cancelled nor held at the end fails request-never-lost")
+    func requestLost() throws {
+        var scenario = SoakScenario()
+        scenario.evidence.scheduled.heldAtEnd?.remove(RequestKey(app: "clock", identifier: "scheduled-any"))
+        let example = try failure(of: scenario, .requestNeverLost)
+        #expect(example.app == "clock" && example.at == at(60), "\(example)")
+        #expect(example.evidence.contains("clock/scheduled-any, submitted at t=8.000s and accepted, was not held"))
+        // Its cancel unanswered (the daemon may have done it): not judged.
+        scenario.evidence.scheduled.operations.append(
+            RequestOperation(
+                at: at(50), key: RequestKey(app: "clock", identifier: "scheduled-any"), kind: .cancel,
+                outcome: .unanswered))
+        #expect(scenario.report.isPassing)
+    }
+
+    @Test("a submit while the request runs replaces it: that run's completion leaves the new request held")
+    func submitWhileRunningReplaces() throws {
+        // scheduled-ac-0 is submitted again at t=10, while task 11 (begun at t=5.2) runs; task 11 completes at
+        // t=12.4, and the new request takes its place: it must be held at the end.
+        var scenario = SoakScenario()
+        scenario.evidence.scheduled.operations.insert(
+            RequestOperation(
+                at: at(10), key: RequestKey(app: "clock", identifier: "scheduled-ac-0"), kind: .submit,
+                requires: ["ac"], outcome: .accepted), at: 2)
+        let example = try failure(of: scenario, .requestNeverLost)
+        #expect(example.evidence.contains("clock/scheduled-ac-0, submitted at t=10.000s"), "\(example)")
+        scenario.evidence.scheduled.heldAtEnd?.insert(RequestKey(app: "clock", identifier: "scheduled-ac-0"))
+        #expect(scenario.report.isPassing)
+    }
+
+    @Test("a scheduled task open in background is not held against the app's background budget")
+    func scheduledTaskOutsideBudget() throws {
+        // clock goes to background at t=46 with a budget of 2 s and runs scheduled-any as task 16 until t=56.
+        var scenario = SoakScenario()
+        scenario.criteria.backgroundTimeByApp["clock"] = .seconds(2)
+        for state in [AppState.inactive, .background] {
+            scenario.receive(HistoryEntry(time: 0, app: "clock", kind: .stateChanged, state: state), at: at(46))
+        }
+        scenario.receive(
+            HistoryEntry(time: 0, app: "clock", kind: .taskBegan, taskId: 16, taskName: "scheduled-any"), at: at(46.5))
+        scenario.receive(HistoryEntry(time: 0, app: "clock", kind: .taskEnded, taskId: 16, taskEnd: .ended), at: at(56))
+        #expect(SoakChecker.check(.budgetRespected, scenario.evidence, scenario.criteria).violationCount == 0)
+        // The same task begun by the app itself is.
+        let index = try #require(scenario.evidence.entries.firstIndex { $0.entry.taskId == 16 })
+        scenario.evidence.entries[index].entry.taskName = "work"
+        #expect(SoakChecker.check(.budgetRespected, scenario.evidence, scenario.criteria).violationCount == 1)
     }
 }

@@ -20,6 +20,13 @@ func mebibytes(_ count: Int) -> Int { count * 1_048_576 }
 /// - restart at t=40 (watchdog after an injected hang), ready at t=45;
 /// - `notes` ends task 3 (t=50); `maps` and `notes` are terminated by the controller (t=55), exit at t=57;
 /// - `clock` runs in the foreground throughout; the daemon stops at t=58; the evidence closes at t=60.
+/// - scheduled work (external power on at the start, off at t=12, on at t=20, off at t=24 for good), all in `clock`:
+///   `scheduled-ac-0` (requires ac) submitted at t=5 runs as task 11 from t=5.2, is told to stop at t=12.3 and
+///   completes (success) at t=12.4; `scheduled-any` submitted at t=8 runs as task 13 from t=10 and fails with retry
+///   at t=10.5 (held again); `scheduled-ac-1` (requires ac) submitted at t=13 waits for power, runs as task 12 from
+///   t=20.3, is told to stop at t=24.2 and never completes: it ends `constraints-lost` at t=27.2 (held again);
+///   `notes`'s `scheduled-any` is submitted at t=46 and cancelled at t=47; a submit at t=48 is refused. The requests
+///   held at the end are `clock/scheduled-ac-1` and `clock/scheduled-any`.
 struct SoakScenario {
     var evidence: SoakEvidence
     var criteria = SoakCriteria(
@@ -81,6 +88,20 @@ struct SoakScenario {
         terminate(55, "notes")
         add(57, "maps", .processExited, reason: .controller)
         add(57, "notes", .processExited, reason: .controller)
+        func scheduledTask(_ began: Double, _ id: Int, _ identifier: String, ended: Double, _ cause: TaskEndCause) {
+            entries.append(
+                ObservedEntry(
+                    observedAt: at(began),
+                    entry: HistoryEntry(time: 0, app: "clock", kind: .taskBegan, taskId: id, taskName: identifier)))
+            entries.append(
+                ObservedEntry(
+                    observedAt: at(ended),
+                    entry: HistoryEntry(time: 0, app: "clock", kind: .taskEnded, taskId: id, taskEnd: cause)))
+        }
+        scheduledTask(5.2, 11, "scheduled-ac-0", ended: 12.45, .ended)
+        scheduledTask(10, 13, "scheduled-any", ended: 10.55, .ended)
+        scheduledTask(20.3, 12, "scheduled-ac-1", ended: 27.2, .constraintsLost)
+        entries.sort { $0.observedAt < $1.observedAt }
 
         let task3 = TaskInfo(id: 3, name: "sync", ageSec: 3.9)
         func maps(remaining: Double) -> AppInfo {
@@ -132,7 +153,43 @@ struct SoakScenario {
             entries: entries, processSamples: processSamples, memorySamples: memorySamples, restarts: restarts,
             resourceSamples: Self.resourceSamples(pid: 100, from: 0, to: 29)
                 + Self.resourceSamples(pid: 200, from: 31, to: 58),
-            daemonStoppedAt: at(58), end: at(60))
+            daemonStoppedAt: at(58), end: at(60), scheduled: Self.scheduledWork)
+    }
+
+    /// The scheduled work of the story (see the type's summary).
+    static var scheduledWork: ScheduledEvidence {
+        func key(_ app: String, _ identifier: String) -> RequestKey { RequestKey(app: app, identifier: identifier) }
+        func receipt(_ time: Double, _ task: Int, _ kind: ScheduledReceipt.Kind) -> ScheduledReceipt {
+            ScheduledReceipt(at: at(time), app: "clock", taskId: task, kind: kind)
+        }
+        return ScheduledEvidence(
+            powerChanges: [
+                PowerChange(at: at(0), isOnline: true), PowerChange(at: at(12), isOnline: false),
+                PowerChange(at: at(20), isOnline: true), PowerChange(at: at(24), isOnline: false),
+            ],
+            operations: [
+                RequestOperation(
+                    at: at(5), key: key("clock", "scheduled-ac-0"), kind: .submit, requires: ["ac"], outcome: .accepted),
+                RequestOperation(at: at(8), key: key("clock", "scheduled-any"), kind: .submit, outcome: .accepted),
+                RequestOperation(
+                    at: at(13), key: key("clock", "scheduled-ac-1"), kind: .submit, requires: ["ac"], outcome: .accepted
+                ),
+                RequestOperation(at: at(46), key: key("notes", "scheduled-any"), kind: .submit, outcome: .accepted),
+                RequestOperation(at: at(47), key: key("notes", "scheduled-any"), kind: .cancel, outcome: .accepted),
+                RequestOperation(
+                    at: at(48), key: key("clock", "scheduled-ac-0"), kind: .submit, requires: ["ac"],
+                    outcome: .refused("LimitExceeded")),
+            ],
+            receipts: [
+                receipt(5.25, 11, .run(identifier: "scheduled-ac-0")),
+                receipt(12.3, 11, .expiring),
+                receipt(12.4, 11, .completing(success: true, retry: false)),
+                receipt(10.05, 13, .run(identifier: "scheduled-any")),
+                receipt(10.5, 13, .completing(success: false, retry: true)),
+                receipt(20.35, 12, .run(identifier: "scheduled-ac-1")),
+                receipt(24.2, 12, .expiring),
+            ],
+            heldAtEnd: [key("clock", "scheduled-ac-1"), key("clock", "scheduled-any")])
     }
 
     /// One sample a second of a daemon process from `from` to `to`; `residentGrowth` is how much its resident

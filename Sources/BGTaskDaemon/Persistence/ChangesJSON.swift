@@ -83,6 +83,20 @@ struct ChangesJSONWriter {
             object.key("detachedOrder", &out)
             Self.writeIDs(order, to: &out)
         }
+        // Scheduled work changes seldom (a submit, a run's start and end): the encoder's form. Left out, an
+        // acknowledged request would be in no file until the next snapshot.
+        if let requests = changes.scheduledRequests {
+            object.key("scheduledRequests", &out)
+            out += try fallback(requests)
+        }
+        if let ledgers = changes.scheduledLedgers {
+            object.key("scheduledLedgers", &out)
+            out += try fallback(ledgers)
+        }
+        if let lastForeground = changes.lastForeground {
+            object.key("lastForeground", &out)
+            out += try fallback(lastForeground)
+        }
         object.key("nextSerial", &out)
         Self.writeInteger(changes.nextSerial, to: &out)
         object.key("nextTaskID", &out)
@@ -201,6 +215,11 @@ struct ChangesJSONWriter {
             }
             entry.key("began", &out)
             Self.writeInstant(task.began, to: &out)
+            // Left out, a restored scheduled task would be an ordinary lease that no request claims.
+            if let isScheduled = task.isScheduled {
+                entry.key("isScheduled", &out)
+                Self.writeBool(isScheduled, to: &out)
+            }
             entry.close(&out)
         }
         out.append(UInt8(ascii: "]"))
