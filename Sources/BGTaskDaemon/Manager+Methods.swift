@@ -225,6 +225,10 @@ extension Manager {
         if !call.header.oneway, let info = appInfo(app) {
             sendStreamed(RegisterReply(app: info, event: nil), on: call.connection)
         }
+        // Re-attached after a restart: what was sent to it meanwhile follows, in order.
+        for event in connectionServer.takeHeldEvents(of: app) {
+            sendStreamed(EventReply(event), on: call.connection)
+        }
         return CallOutcome(actions: registration.actions)
     }
 

@@ -37,6 +37,7 @@ extension Manager {
     /// `.forget`: registrations the policy no longer tracks are let go, and their process once none is left.
     func pruneProcess(of app: AppID) {
         processTable.forget(app)
+        _ = connectionServer.takeHeldEvents(of: app)
     }
 
     // MARK: Registering and restoring

@@ -406,7 +406,19 @@ public final class Manager {
     }
 
     private func sendEvent(_ event: AppEvent, to app: AppID) {
-        guard let stream = eventStreams[app] else { return }
+        guard let stream = eventStreams[app] else {
+            // Registered without a stream: a registration restored from the state file whose app has not
+            // re-attached yet. Its events wait for it (`Register` sends them after its first reply), as they would
+            // in its stream: a task begun or warned meanwhile must not be lost on it.
+            guard core.snapshot(of: app, now: now)?.isRegistered == true else { return }
+            let limit = configuration.core.queuedEventsPerAppMax
+            if !connectionServer.hold(event, for: app, limit: limit) {
+                logger.notice(
+                    "\(appName(app)) has not re-attached: dropped its oldest held event (QueuedEventsPerAppMax=\(limit))",
+                    [.app(appName(app))])
+            }
+            return
+        }
         sendStreamed(EventReply(event), on: stream)
     }
 

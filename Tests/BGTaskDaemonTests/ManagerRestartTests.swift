@@ -67,6 +67,27 @@ struct ManagerRestartTests {
         }
     }
 
+    @Test("events sent to an app that has not re-attached after a restart are held, and follow its Register reply")
+    func eventsWaitForReattach() async throws {
+        try await offThePool {
+            let harness = try ManagerHarness()
+            defer { harness.close() }
+            let mail = try harness.register("mail")
+            #expect(try harness.call("BeginBackgroundTask", ["app": "mail"]).errorName == nil)
+            try background(mail, in: harness)
+            try harness.restart(after: .seconds(1))
+            // Its warning falls due before it registers again: the restored registration has no stream yet.
+            try harness.advance(by: policy.backgroundTime - policy.expirationWarning)
+            #expect(harness.log.contains("mail's background time is nearly used up"), "\(harness.log)")
+            let (again, reply) = try harness.reattach(mail)
+            #expect(reply.errorName == nil, "\(reply)")
+            #expect(try harness.events(of: again).map(\.kind) == ["backgroundTaskExpiring"])
+            // Held once: a second re-attach gets nothing again.
+            let (third, _) = try harness.reattach(again)
+            #expect(try harness.events(of: third).isEmpty)
+        }
+    }
+
     @Test("a suspended app is continued when the daemon stops and suspended again when it is back")
     func suspensionSurvives() async throws {
         try await offThePool {

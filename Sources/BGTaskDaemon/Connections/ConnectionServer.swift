@@ -67,6 +67,10 @@ final class ConnectionServer {
     /// The connection carrying each registered app's event stream, and the `Watch` streams by serial.
     private(set) var eventStreams: [AppID: ClientConnection] = [:]
     private(set) var watchers: [Int: ClientConnection] = [:]
+    /// Events for registrations a restarted daemon restored whose apps have not re-attached yet (no fd store kept
+    /// their streams), oldest first: sent once the app registers again, rather than lost. Bounded per app by the
+    /// caller's limit (`QueuedEventsPerAppMax`), and in apps by the registrations restored.
+    private var heldEvents: [AppID: [AppEvent]] = [:]
 
     /// A server on `loop` for the socket at `socketPath`; nothing listens until `openListeners()`.
     init(loop: EventLoop, clock: ManagerClock, logger: Logger, socketPath: String) {
@@ -290,6 +294,22 @@ final class ConnectionServer {
     }
 
     // MARK: Streams
+
+    /// Holds `event` for `app`, whose stream is not attached yet, keeping at most `limit` per app; false when the
+    /// oldest held one was dropped to make room.
+    func hold(_ event: AppEvent, for app: AppID, limit: Int) -> Bool {
+        var held = heldEvents[app, default: []]
+        held.append(event)
+        let isOverLimit = held.count > max(limit, 1)
+        if isOverLimit { held.removeFirst(held.count - max(limit, 1)) }
+        heldEvents[app] = held
+        return !isOverLimit
+    }
+
+    /// The events held for `app`, oldest first, now no longer held.
+    func takeHeldEvents(of app: AppID) -> [AppEvent] {
+        heldEvents.removeValue(forKey: app) ?? []
+    }
 
     /// The connection becomes `app`'s event stream (a `Register` call, or a stream taken back from the fd store).
     func attachEventStream(_ connection: ClientConnection, of app: AppID) {
