@@ -6,7 +6,8 @@ import BGTaskProtocol
 
 /// The fake power adapter's `online` file written by the harness: from `at` on, external power is `isOnline`.
 public struct PowerChange: Hashable, Sendable {
-    /// When the write was done, on the harness's clock.
+    /// On the harness's clock, the widest reading of when the daemon could see it: a plug when its write started, a
+    /// pull when its write was done.
     public var at: Duration
     /// Whether the adapter is online (the `ac` constraint holds) from then on.
     public var isOnline: Bool

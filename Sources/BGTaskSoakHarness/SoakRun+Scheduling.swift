@@ -25,16 +25,20 @@ extension SoakRun {
         chmod(scratch + "/scheduled", 0o1777)
     }
 
-    /// Plugs the adapter in or pulls it: `online` rewritten in place (the daemon's inotify watch sees the write),
-    /// and the moment the write was done recorded.
+    /// Plugs the adapter in or pulls it: `online` rewritten in place (the daemon's inotify watch sees the write).
+    /// The daemon may see the new value from the moment the write starts; the harness reads its clock again only
+    /// once its thread runs after the write, which on a busy machine can be after the daemon began tasks and the
+    /// Watch stream stamped them. So a plug is recorded at the start of its write and a pull at its end: between the
+    /// two records power is on for every moment the daemon could have seen it on.
     func setPower(isOnline: Bool) {
+        let started = clock.now()
         do {
             try writeFile(powerSupplyPath + "/AC/online", isOnline ? "1\n" : "0\n")
         } catch {
             log("cannot write \(powerSupplyPath)/AC/online: \(error)")
             return
         }
-        powerChanges.append(PowerChange(at: clock.now(), isOnline: isOnline))
+        powerChanges.append(PowerChange(at: isOnline ? started : clock.now(), isOnline: isOnline))
     }
 
     /// `SubmitRequest` for `app`, recorded with its answer.
