@@ -84,6 +84,26 @@ struct RunWhenTests {
         }
     }
 
+    @Test("terminated by a controller while it waits: it gives up before the daemon's kill, the request cancelled")
+    func terminatedWhileWaiting() async throws {
+        try await offThePool {
+            let tree = try FakePowerSupplies()
+            try tree.set("AC", ["type": "Mains", "online": "0"])
+            let scratch = try ScratchDirectory(prefix: "run-when-terminate")
+            let daemon = try daemon(reading: tree, scratch)
+            let run = try BGTaskProcess(
+                ["run", "--when", "ac", "--app", "doomed", "--", "true"],
+                environment: ["BGTASK_SOCKET": daemon.socketPath], flags: .newProcessGroup)
+            _ = try waitForRequest(of: "doomed", daemon) { $0["state"] == "pending" }
+            try daemon.connect().lifecycle("Terminate", ["app": "doomed"])
+            let result = try run.finish()
+            // Its own exit, with the reason, not the daemon's SIGKILL after WillTerminateGraceSec.
+            #expect(result.status == .exited(1), "\(result.errors)")
+            #expect(result.errors.contains("bgtaskd ended app doomed before its task began"), "\(result.errors)")
+            #expect(try requests(of: "doomed", daemon).isEmpty)
+        }
+    }
+
     @Test("unplugged while CMD runs: CMD gets the signal, and SIGKILL when the task ends with CMD ignoring it")
     func unpluggedWhileRunning() async throws {
         try await offThePool {

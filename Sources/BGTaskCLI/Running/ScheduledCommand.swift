@@ -123,8 +123,7 @@ final class ScheduledCommand: Sendable {
         }
         guard let started else {
             cancelRequest()
-            throw CommandFailure(
-                "bgtaskd ended the registration of app \(Formatting.printable(app)) before the task began")
+            throw CommandFailure("bgtaskd ended app \(Formatting.printable(app)) before its task began")
         }
         let supervised: SupervisedCommand
         do {
@@ -139,8 +138,13 @@ final class ScheduledCommand: Sendable {
         }
         let target = "\(quoted(command[0], limit: nil)) (pid \(supervised.pid))"
         context.progress("the conditions hold: task \(started.taskId) began; running \(target)")
-        phase.withLock { $0 = .running(taskId: started.taskId, command: supervised) }
-        if started.isWarned { expire(supervised, signal: signal) }
+        // A warning may have come since the task began: read and replaced at once, so none falls in between.
+        let isWarned = phase.withLock { phase -> Bool in
+            defer { phase = .running(taskId: started.taskId, command: supervised) }
+            if case .started(_, let isWarned) = phase { return isWarned }
+            return started.isWarned
+        }
+        if isWarned { expire(supervised, signal: signal) }
         let status: Int32
         do {
             status = try supervised.finish()
@@ -200,6 +204,8 @@ final class ScheduledCommand: Sendable {
                     }
                 }
                 if let running { expire(running, signal: signal) }
+                // Terminated while it waits (a controller's Terminate): bgtask gives up before the daemon's kill.
+                if event.kind == .willTerminate, isWaiting { woken.signal() }
             case .didEnterBackground, .notification:
                 do {
                     try client.acknowledge(app: app, eventId: event.id)
@@ -232,6 +238,14 @@ final class ScheduledCommand: Sendable {
         }
     }
     private let hasExpired = Atomic(false)
+
+    /// Whether the task has not begun yet.
+    private var isWaiting: Bool {
+        phase.withLock {
+            if case .waiting = $0 { return true }
+            return false
+        }
+    }
 
     /// Whether the main thread is done with events.
     private var isFinished: Bool {
