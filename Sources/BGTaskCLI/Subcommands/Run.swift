@@ -68,7 +68,8 @@ public struct Run: Subcommand {
             CMD SIGNAL; if CMD is still running 5 s later, when the daemon ends the task (constraints-lost or \
             expired), bgtask kills it with SIGKILL. CMD's exit completes the task, as a success when it \
             exited 0. bgtask runs CMD at most once: it cancels its request on its way out, also when it is \
-            asked to stop (SIGHUP, SIGINT, SIGQUIT, SIGTERM) while it waits, and then exits 128+N for signal N. \
+            asked to stop (SIGHUP, SIGINT, SIGQUIT, SIGTERM) while it waits, and then exits 128+N for signal N; \
+            only a bgtask killed outright leaves its request held ('bgtask cancel APP ID' removes it). \
             A condition this host has no source for is refused at once ('bgtask status' lists the sources).
 
             CMD inherits bgtask's standard input and output; bgtask's own progress lines (the task begun, the \
