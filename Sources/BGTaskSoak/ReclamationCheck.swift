@@ -41,13 +41,14 @@ extension SoakChecker {
             let weight = entry.memoryBytes ?? readings.largest(of: victim, in: (time - window)...(time + window))
             for (other, record) in tracker.apps.sorted(by: { $0.key < $1.key }) where other != victim {
                 guard let otherBand = record.band else { continue }
-                if otherBand < band {
+                // The daemon reclaims only apps it has a reading of: a process that registered moments before, read
+                // by nobody yet, is no candidate, in a band before the victim's or in its own (see `lightest`).
+                let otherWeight = readings.lightest(of: other, around: time, within: window, since: record.registeredAt)
+                if otherBand < band, otherWeight != nil {
                     log.violated(
                         at: time, app: victim,
                         "reclaimed from band \(band) at \(moment(time)) while \(other) was still in band \(otherBand)")
-                } else if otherBand == band, let weight,
-                    let otherWeight = readings.lightest(
-                        of: other, around: time, within: window, since: record.registeredAt),
+                } else if otherBand == band, let weight, let otherWeight,
                     Double(otherWeight) > Double(weight) * (1 + criteria.memoryTolerance)
                 {
                     log.violated(

@@ -387,6 +387,38 @@ struct SoakCheckerTests {
         #expect(example.app == "clock" && example.evidence.contains("while photos in the same band suspended"))
     }
 
+    @Test("a name registered again moments before a reclamation, read by nobody yet, is not held against the bands")
+    func unreadNewcomerIsNoCandidate() throws {
+        // Seed 3831752957692394277 on a fresh clone: soak-24, reclaimed at t=44.98, registered again at 47.35 and
+        // went to background (no task) at 47.394; at 47.402 the daemon reclaimed from backgroundWithTasks, and was
+        // blamed for sparing the newcomer, of which it had no reading (the daemon reclaims only apps it has read).
+        // Here photos, reclaimed at t=20, registers again at t=20.4 and goes to background (no task) at 20.5; maps, in
+        // background with task 2, is reclaimed at t=20.6.
+        var scenario = SoakScenario()
+        func receive(_ time: Double, _ app: String, _ kind: AuditKind, state: AppState? = nil) {
+            scenario.receive(HistoryEntry(time: 0, app: app, kind: kind, state: state), at: at(time))
+        }
+        receive(20.4, "photos", .registered)
+        receive(20.4, "photos", .stateChanged, state: .active)
+        receive(20.5, "photos", .stateChanged, state: .background)
+        receive(20.6, "maps", .stateChanged, state: .terminated)
+        scenario.receive(
+            HistoryEntry(
+                time: 0, app: "maps", kind: .terminated, reason: .memoryReclaim, band: .backgroundWithTasks,
+                memoryBytes: mebibytes(400)),
+            at: at(20.6))
+        let result = SoakChecker.check(.heaviestFirst, scenario.evidence, scenario.criteria)
+        #expect(result.violationCount == 0, "\(result.counterExamples)")
+        // Once the newcomer has been read, sparing it in an earlier band is a violation.
+        scenario.evidence.memorySamples.append(
+            MemorySample(takenAt: at(20.52), app: "photos", memoryBytes: mebibytes(20), pid: 900))
+        let example = try #require(
+            SoakChecker.check(.heaviestFirst, scenario.evidence, scenario.criteria).counterExamples.first)
+        #expect(
+            example.app == "maps" && example.evidence.contains("while photos was still in band backgroundIdle"),
+            "\(example)")
+    }
+
     @Test("a survivor that freed memory and mapped more between two readings is judged by its own allocation log")
     func survivorLighterOnlyBetweenReadings() throws {
         // Seed 8360582566104785993 again, once the bracket was in: soak-37 was read at 7.8 MiB before the kill and
@@ -459,6 +491,9 @@ struct SoakCheckerTests {
         }
         // The stream was not followed from just before the hang until after the daemon was back.
         scenario.evidence.watchGaps = [at(39.9)...at(45.5)]
+        // The harness read maps's process just before: only an app read is a candidate the daemon could have spared.
+        scenario.evidence.memorySamples.append(
+            MemorySample(takenAt: at(46.5), app: "maps", memoryBytes: mebibytes(10), pid: 301))
         // Without the listing, maps still looks suspended: a band before the victim's.
         let stale = SoakChecker.check(.heaviestFirst, scenario.evidence, scenario.criteria)
         #expect(
