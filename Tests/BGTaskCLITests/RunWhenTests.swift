@@ -119,23 +119,23 @@ struct RunWhenTests {
                 ],
                 environment: ["BGTASK_SOCKET": daemon.socketPath], flags: .newProcessGroup)
             try leaving.waitForOutput(containing: "running", timeout: .seconds(20))
-            let stubborn = try BGTaskProcess(
+            let ignoring = try BGTaskProcess(
                 [
-                    "run", "--when", "ac", "--app", "stubborn", "--", "sh", "-c",
+                    "run", "--when", "ac", "--app", "ignoring", "--", "sh", "-c",
                     "trap '' TERM; echo running; exec sleep 37",
                 ],
                 environment: ["BGTASK_SOCKET": daemon.socketPath], flags: .newProcessGroup)
-            try stubborn.waitForOutput(containing: "running", timeout: .seconds(20))
+            try ignoring.waitForOutput(containing: "running", timeout: .seconds(20))
 
             try tree.set("AC", ["online": "0"])
             let left = try leaving.finish()
             #expect(left.status == .exited(9), "\(left.errors)")
             #expect(left.output.contains("interrupted"))
             #expect(left.errors.contains("sent SIGINT"), "\(left.errors)")
-            let killed = try stubborn.finish()
+            let killed = try ignoring.finish()
             #expect(killed.status == .exited(137), "\(killed.errors)")
             #expect(killed.errors.contains("sent SIGKILL"), "\(killed.errors)")
-            #expect(try requests(of: "leaving", daemon).isEmpty && requests(of: "stubborn", daemon).isEmpty)
+            #expect(try requests(of: "leaving", daemon).isEmpty && requests(of: "ignoring", daemon).isEmpty)
         }
     }
 

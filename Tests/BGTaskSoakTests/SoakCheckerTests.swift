@@ -358,16 +358,13 @@ struct SoakCheckerTests {
         // weight. Here photos (300 MiB) is reclaimed at t=20, registers again at t=20.4 and is suspended at 20.5;
         // clock, suspended too, is reclaimed at t=21 with 50 MiB.
         var scenario = SoakScenario()
-        func receive(_ time: Double, _ app: String, _ kind: AuditKind, state: AppState? = nil) {
-            scenario.receive(HistoryEntry(time: 0, app: app, kind: kind, state: state), at: at(time))
-        }
-        receive(20.4, "photos", .registered)
-        receive(20.4, "photos", .stateChanged, state: .active)
-        receive(20.5, "photos", .stateChanged, state: .background)
-        receive(20.5, "photos", .stateChanged, state: .suspended)
-        receive(20.6, "clock", .stateChanged, state: .background)
-        receive(20.6, "clock", .stateChanged, state: .suspended)
-        receive(21, "clock", .stateChanged, state: .terminated)
+        scenario.receive(20.4, "photos", .registered)
+        scenario.receive(20.4, "photos", .stateChanged, state: .active)
+        scenario.receive(20.5, "photos", .stateChanged, state: .background)
+        scenario.receive(20.5, "photos", .stateChanged, state: .suspended)
+        scenario.receive(20.6, "clock", .stateChanged, state: .background)
+        scenario.receive(20.6, "clock", .stateChanged, state: .suspended)
+        scenario.receive(21, "clock", .stateChanged, state: .terminated)
         scenario.receive(
             HistoryEntry(
                 time: 0, app: "clock", kind: .terminated, reason: .memoryReclaim, band: .suspended,
@@ -395,13 +392,10 @@ struct SoakCheckerTests {
         // Here photos, reclaimed at t=20, registers again at t=20.4 and goes to background (no task) at 20.5; maps, in
         // background with task 2, is reclaimed at t=20.6.
         var scenario = SoakScenario()
-        func receive(_ time: Double, _ app: String, _ kind: AuditKind, state: AppState? = nil) {
-            scenario.receive(HistoryEntry(time: 0, app: app, kind: kind, state: state), at: at(time))
-        }
-        receive(20.4, "photos", .registered)
-        receive(20.4, "photos", .stateChanged, state: .active)
-        receive(20.5, "photos", .stateChanged, state: .background)
-        receive(20.6, "maps", .stateChanged, state: .terminated)
+        scenario.receive(20.4, "photos", .registered)
+        scenario.receive(20.4, "photos", .stateChanged, state: .active)
+        scenario.receive(20.5, "photos", .stateChanged, state: .background)
+        scenario.receive(20.6, "maps", .stateChanged, state: .terminated)
         scenario.receive(
             HistoryEntry(
                 time: 0, app: "maps", kind: .terminated, reason: .memoryReclaim, band: .backgroundWithTasks,

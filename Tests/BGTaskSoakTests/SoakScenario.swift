@@ -212,6 +212,11 @@ struct SoakScenario {
         evidence.entries.insert(ObservedEntry(observedAt: time, entry: entry), at: index)
     }
 
+    /// Adds an entry of `kind` for `app` (with `state`, for `stateChanged`) received at `seconds`.
+    mutating func receive(_ seconds: Double, _ app: String, _ kind: AuditKind, state: AppState? = nil) {
+        receive(HistoryEntry(time: 0, app: app, kind: kind, state: state), at: at(seconds))
+    }
+
     /// Sets every harness reading of `apps` to `memoryBytes`.
     mutating func setMemory(of apps: Set<String>, to memoryBytes: Int) {
         for index in evidence.memorySamples.indices where apps.contains(evidence.memorySamples[index].app) {
