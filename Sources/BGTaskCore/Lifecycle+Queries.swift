@@ -40,6 +40,8 @@ public struct AppSnapshot: Hashable, Sendable {
     public var isRegistered: Bool
     /// The policy it registered with.
     public var policy: AppPolicy
+    /// Why it is never suspended, when the shell said it may not be (`suspensionExempted`).
+    public var suspensionExemption: SuspensionExemption?
 }
 
 extension Lifecycle {
@@ -78,7 +80,7 @@ extension Lifecycle {
             tasks: taskSnapshots, backgroundTimeRemaining: remaining(of: app, now: now), exitReason: app.exitReason,
             processExit: app.processExit, queuedEvents: app.queue.count, droppedEvents: app.droppedEventCount,
             isRegistered: app.isRegistered,
-            policy: app.policy)
+            policy: app.policy, suspensionExemption: app.suspensionExemption)
     }
 
     /// Snapshots of every app still tracked (holding a name, or whose process is not yet gone), by identity;

@@ -165,23 +165,48 @@ extension Lifecycle {
     }
 
     /// Suspends an app in background whose work is done: no lease, nothing left to acknowledge.
-    /// `ExitsOnSuspend` apps are terminated instead.
+    /// `ExitsOnSuspend` apps are terminated instead. An app exempted from suspension (`suspensionExempted`) stays in
+    /// background: one whose unit has a watchdog is still ended if it exits on suspend (that is its own choice, and
+    /// no watchdog kill), one whose unit is stopping is left to that stop.
     mutating func suspendIfIdle(_ id: AppID, now: MonotonicInstant, into actions: inout [Action]) {
-        let (isIdle, exitsOnSuspend) = read(id) {
+        let (isIdle, exitsOnSuspend, exemption) = read(id) {
             (
                 $0.state == .background && $0.openTasks.isEmpty && $0.pendingAcknowledgement == nil
-                    && !$0.lockGraceActive, $0.policy.exitsOnSuspend
+                    && !$0.lockGraceActive, $0.policy.exitsOnSuspend, $0.suspensionExemption
             )
         }
-        guard isIdle else { return }
+        guard isIdle, exemption?.isStopping != true else { return }
         if exitsOnSuspend {
             terminate(id, reason: .exitsOnSuspend, now: now, into: &actions)
             return
         }
+        guard exemption == nil else { return }
         closeBackgroundStretch(of: id, now: now)
         clearDeadlines([.acknowledgement, .expirationWarning, .budget], of: id)
         changeState(id, to: .suspended, now: now, into: &actions)
         actions.append(.suspend(id))
+    }
+
+    /// The shell learned that the app must never be suspended (`exemption`: its unit is stopping, or has a
+    /// watchdog). Recorded once per reason, in the audit trail with the reason as its `trigger`; a suspended app is
+    /// woken into background at once (its process continued, its queued events delivered), and from then on it
+    /// stays in background when its work is done. A stop outranks a watchdog; nothing replaces a stop.
+    public mutating func suspensionExempted(
+        _ id: AppID, because exemption: SuspensionExemption, now: MonotonicInstant
+    ) -> [Action] {
+        guard let app = apps[id], app.state != .terminated, app.suspensionExemption != exemption,
+            app.suspensionExemption?.isStopping != true
+        else { return [] }
+        var actions: [Action] = []
+        modify(id) { $0.suspensionExemption = exemption }
+        // Thawed first: a frozen app whose unit is stopping holds its manager up until it runs.
+        if app.state == .suspended {
+            wake(id, now: now, into: &actions)
+            armBudgetDeadlines(of: id, now: now, into: &actions)
+        }
+        audit(.suspensionExempted, id, now: now, into: &actions) { $0.trigger = exemption.description }
+        armTimerIfDeadlineMoved(&actions, now: now)
+        return actions
     }
 
     /// The shell did not freeze the app because it holds a file lock. The first refusal starts

@@ -238,7 +238,13 @@ extension Lifecycle {
     public mutating func restarted(now: MonotonicInstant) -> [Action] {
         var actions: [Action] = []
         for app in apps.values where app.state == .suspended && !app.isProcessGone {
-            actions.append(.suspend(app.id))
+            if let exemption = app.suspensionExemption {
+                // Saved suspended with an exemption (cannot be made so; fail safe): it runs, in background.
+                wake(app.id, now: now, into: &actions)
+                audit(.suspensionExempted, app.id, now: now, into: &actions) { $0.trigger = exemption.description }
+            } else {
+                actions.append(.suspend(app.id))
+            }
         }
         armedDeadline = nil
         armTimerIfDeadlineMoved(&actions, now: now)

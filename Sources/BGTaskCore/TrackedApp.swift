@@ -120,6 +120,9 @@ package struct TrackedApp: Sendable, Codable {
     package internal(set) var processExit: ProcessExit?
     /// When it was last in the foreground (registration counts): the reclamation tie-break, oldest first.
     package internal(set) var lastForeground: MonotonicInstant
+    /// Why it is never suspended, once the shell said (its unit stops, or has a watchdog); nil while it may be.
+    /// Absent in states saved before there were these.
+    package internal(set) var suspensionExemption: SuspensionExemption? = nil
 
     /// The ids of the open leases, ascending.
     var openTaskIDs: [TaskID] { openTasks.map(\.id) }

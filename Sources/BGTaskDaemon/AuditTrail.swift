@@ -23,6 +23,8 @@ enum MessageID {
     static let reclaimVictimStuck = "e8c7aed02d8440fb8439a015783cc195"
     /// Suspension was put off because the app holds a file lock.
     static let suspensionDeferred = "d3c338efa4e842e98c5d15dbd1a7b4e3"
+    /// An app is never to be suspended: its unit is stopping, or has a watchdog a suspended process could not ping.
+    static let suspensionExempted = "392a7f3d73e64911b466a380189f397e"
     /// A lease ended by expiry (the app kept it open past its budget): a policy violation.
     static let taskExpired = "962703a73a624a5d8fed129fa46b667b"
     /// A suspended app's event queue was full: its oldest events are being dropped.
@@ -73,8 +75,8 @@ final class AuditTrail {
     static func isKeptInHistory(_ record: AuditEntry) -> Bool {
         switch record.kind {
         case .taskBegan, .stateChanged: false
-        case .registered, .reattached, .taskEnded, .expirationWarning, .suspensionDeferred, .memoryWarning,
-            .terminated, .killed, .processExited, .unregistered, .eventsDropped:
+        case .registered, .reattached, .taskEnded, .expirationWarning, .suspensionDeferred, .suspensionExempted,
+            .memoryWarning, .terminated, .killed, .processExited, .unregistered, .eventsDropped:
             true
         }
     }
@@ -151,6 +153,10 @@ final class AuditTrail {
                 "\(app) holds a file lock: not suspending it yet; it is terminated if it still holds one "
                     + "when its grace ends",
                 fields() + [.messageID(MessageID.suspensionDeferred)])
+        case .suspensionExempted:
+            logger.notice(
+                "\(app) is not suspended from now on: \(record.trigger ?? "its unit forbids it")",
+                fields() + [.messageID(MessageID.suspensionExempted)])
         case .memoryWarning:
             let rank = record.rank.map { ", likely victim #\($0)" } ?? ""
             logger.info("memory warning sent to \(app)\(rank)", fields())

@@ -112,6 +112,10 @@ extension Manager: ProcessTableHost {
         }
     }
 
+    func suspensionExempted(_ app: AppID, because exemption: SuspensionExemption) {
+        feedLater { [unowned self] in self.core.suspensionExempted(app, because: exemption, now: self.now) }
+    }
+
     func appProcessExited(_ app: AppID, how: ProcessEnd, exit: ProcessExit?) {
         let sinceKill = memoryMonitor?.victimExited(app)
         perform(core.processExited(app, how: how, exit: exit, sinceKill: sinceKill, now: now))

@@ -31,7 +31,8 @@ extension AppInfo {
             memoryBytes: snapshot.state == .terminated ? nil : memoryBytes, exitReason: snapshot.exitReason,
             queuedEvents: snapshot.queuedEvents, droppedEvents: snapshot.droppedEvents, suspendedWith: suspendedWith,
             cgroup: cgroup, memoryBackend: snapshot.state == .terminated ? nil : memoryBackend,
-            exitStatus: exitStatus, exitSignal: exitSignal, unit: unit)
+            exitStatus: exitStatus, exitSignal: exitSignal, unit: unit,
+            suspensionExemption: snapshot.suspensionExemption?.description)
     }
 }
 

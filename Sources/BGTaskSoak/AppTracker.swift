@@ -119,7 +119,7 @@ struct AppTracker {
             record.budgetStart = nil
         case .unregistered:
             record.isRegistered = false
-        case .expirationWarning, .suspensionDeferred, .memoryWarning, .killed, .eventsDropped:
+        case .expirationWarning, .suspensionDeferred, .suspensionExempted, .memoryWarning, .killed, .eventsDropped:
             break
         }
         apps[entry.app] = record

@@ -60,8 +60,8 @@ extension SoakChecker {
                 if appEnded[entry.app] == nil { appEnded[entry.app] = time }
             case .registered:
                 appEnded[entry.app] = nil
-            case .reattached, .stateChanged, .expirationWarning, .suspensionDeferred, .memoryWarning, .killed,
-                .unregistered, .eventsDropped:
+            case .reattached, .stateChanged, .expirationWarning, .suspensionDeferred, .suspensionExempted,
+                .memoryWarning, .killed, .unregistered, .eventsDropped:
                 break
             }
         }

@@ -165,6 +165,8 @@ public struct UnitProperties: Hashable, Sendable {
     public var execMainCode: Int32? { values["ExecMainCode"]?.int32Value }
     /// `ExecMainStatus` (Service): the exit status, or the signal number when killed.
     public var execMainStatus: Int32? { values["ExecMainStatus"]?.int32Value }
+    /// `Id` (Unit): the unit's name, as `GetUnitByPID`'s path does not spell it.
+    public var id: String? { values["Id"]?.stringValue }
     /// `ExecMainPID` (Service): the main process, also after it ended; nil when absent or 0.
     public var execMainPID: pid_t? { pid("ExecMainPID") }
 
@@ -317,6 +319,19 @@ extension ServiceManagerConnection {
             read: { (reader: inout BusMessageReader) throws(ServiceManagerError) in
                 UnitProperties(try reader.readProperties())
             }, completion: completion)
+    }
+
+    /// `Properties.Get(interface, name)` of the unit at `path`: one property's value (nil when of a type
+    /// `BusMessageReader.readValue()` leaves out).
+    public func unitProperty(
+        at path: BusObjectPath, interface: UnitInterface, name: String, timeout: Duration = defaultCallTimeout,
+        completion: @escaping (Result<BusValue?, ServiceManagerError>) -> Void
+    ) {
+        callMethod(
+            path: path, interface: Self.propertiesInterface, member: "Get",
+            arguments: [.string(interface.rawValue), .string(name)], timeout: timeout,
+            read: { (reader: inout BusMessageReader) throws(ServiceManagerError) in try reader.readVariant() },
+            completion: completion)
     }
 
     /// `KillUnit(name, whom, signal)`: sends `signal` to the unit's processes (`whom`); `.noSuchUnit` when the unit

@@ -154,6 +154,11 @@ public final class PolicyHarness {
         execute(core.processExited(app, how: how, now: now))
     }
 
+    /// The shell learned that `app` must never be suspended (its unit is stopping, or has a watchdog).
+    public func exempt(_ app: AppID, _ exemption: SuspensionExemption) {
+        execute(core.suspensionExempted(app, because: exemption, now: now))
+    }
+
     /// Memory warning with readings.
     public func memoryWarning(readings: [AppID: UInt64], bytesToFree: UInt64) {
         execute(core.memoryWarning(readings: readings, bytesToFree: bytesToFree, now: now))
@@ -324,6 +329,8 @@ public final class PolicyHarness {
                     )
                 case .suspensionDeferred:
                     pendingEffects.append("\(entry.appName) suspension deferred")
+                case .suspensionExempted:
+                    pendingEffects.append("\(entry.appName) never suspended: \(entry.trigger ?? "?")")
                 case .eventsDropped:
                     pendingEffects.append("\(entry.appName) events dropped")
                 default:

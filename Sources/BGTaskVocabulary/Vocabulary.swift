@@ -206,6 +206,9 @@ public enum AuditKind: String, Codable, CaseIterable, Sendable {
     case expirationWarning
     /// Suspension was put off because the app holds a file lock.
     case suspensionDeferred
+    /// The app will not be suspended, though its work is done; `trigger` says why (its unit is stopping, or its
+    /// unit has a watchdog a suspended process could not ping).
+    case suspensionExempted
     /// A memory warning was sent; `rank` is set for likely victims.
     case memoryWarning
     /// The policy ended the app (or saw it end); `reason` says why.

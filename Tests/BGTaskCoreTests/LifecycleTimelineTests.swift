@@ -455,4 +455,83 @@ struct LifecycleTimelineTests {
             try h.begin(mail)
         }
     }
+    @Test("a suspended app whose unit is stopping is woken into background at once, and never suspended again")
+    func unitStoppingWakesAndExempts() throws {
+        let h = PolicyHarness()
+        let mail = try h.register("mail")
+        try h.setState(mail, .background)
+        try h.acknowledgeLast(.didEnterBackground, of: mail)
+        #expect(h.state(mail) == .suspended)
+        _ = h.takeEffects()
+        h.exempt(mail, .unitStopping(unit: "app-mail.service"))
+        #expect(
+            h.takeEffects() == [
+                "resume mail", "mail never suspended: its unit app-mail.service is stopping",
+            ])
+        #expect(h.state(mail) == .background)
+        #expect(h.core.snapshot(of: mail, now: h.now)?.suspensionExemption == .unitStopping(unit: "app-mail.service"))
+        // Foreground and back: its work done, it stays in background, not suspended, and nothing is armed for it.
+        try h.setState(mail, .active)
+        try h.setState(mail, .background)
+        try h.acknowledgeLast(.didEnterBackground, of: mail)
+        #expect(h.state(mail) == .background)
+        #expect(!h.takeEffects().contains("suspend mail"))
+        #expect(h.armedDeadline == nil)
+        // A watchdog learned later does not replace the stop; the same stop again records nothing.
+        h.exempt(mail, .unitWatchdog(unit: "app-mail.service", interval: .seconds(5)))
+        h.exempt(mail, .unitStopping(unit: "app-mail.service"))
+        #expect(h.takeEffects() == [])
+    }
+
+    @Test("an app whose unit has a watchdog is not suspended: a lease ends and it stays in background, budget and all")
+    func watchdogUnitIsNeverSuspended() throws {
+        let h = PolicyHarness()
+        let backup = try h.register("backup")
+        h.exempt(backup, .unitWatchdog(unit: "backup.service", interval: .seconds(5)))
+        #expect(
+            h.takeEffects() == [
+                "backup never suspended: its unit backup.service has a watchdog (WatchdogSec=5s), which a suspended "
+                    + "process cannot ping"
+            ])
+        try h.setState(backup, .background)
+        let task = try h.begin(backup, "upload")
+        try h.acknowledgeLast(.didEnterBackground, of: backup)
+        h.advance(by: .seconds(10))
+        try h.end(backup, task)
+        #expect(h.state(backup) == .background)
+        #expect(!h.takeEffects().contains("suspend backup"))
+        // Its lease still ends with its budget: a watchdog buys no time.
+        let late = try h.begin(backup, "late")
+        h.advance(by: .seconds(600))
+        #expect(h.core.snapshot(of: backup, now: h.now)?.exitReason == .taskExpired, "\(late)")
+    }
+
+    @Test("an app that exits on suspend and whose unit is stopping is left to that stop, not sent willTerminate")
+    func stoppingUnitOutranksExitsOnSuspend() throws {
+        let h = PolicyHarness()
+        let job = try h.register("job", exitsOnSuspend: true)
+        h.exempt(job, .unitStopping(unit: "job.service"))
+        _ = h.takeEffects()
+        try h.setState(job, .background)
+        try h.acknowledgeLast(.didEnterBackground, of: job)
+        #expect(h.state(job) == .background)
+        #expect(!h.takeEffects().contains { $0.contains("terminated") })
+    }
+
+    @Test("an exemption survives a daemon restart: the restored app stays in background, unsuspended")
+    func exemptionSurvivesRestart() throws {
+        let h = PolicyHarness()
+        let mail = try h.register("mail")
+        try h.setState(mail, .background)
+        try h.acknowledgeLast(.didEnterBackground, of: mail)
+        h.exempt(mail, .unitWatchdog(unit: "mail.service", interval: .milliseconds(2500)))
+        #expect(h.state(mail) == .background)
+        _ = h.takeEffects()
+        try h.restart()
+        #expect(!h.takeEffects().contains("suspend mail"))
+        #expect(h.state(mail) == .background)
+        #expect(
+            h.core.snapshot(of: mail, now: h.now)?.suspensionExemption
+                == .unitWatchdog(unit: "mail.service", interval: .milliseconds(2500)))
+    }
 }

@@ -173,7 +173,7 @@ private struct ModelRun {
     }
 
     mutating func performRandomOperation() throws -> String {
-        let roll = Int.random(in: 0..<116, using: &random)
+        let roll = Int.random(in: 0..<118, using: &random)
         let app = randomApp()
         switch roll {
         case 0..<10:
@@ -335,6 +335,14 @@ private struct ModelRun {
             let name = Self.names.randomElement(using: &random)!
             h.launchFailed(name)
             return "launch of \(name) failed"
+        case 116..<118:
+            guard let app else { return "no app" }
+            let exemption: SuspensionExemption =
+                random.chance(50)
+                ? .unitStopping(unit: "app.service")
+                : .unitWatchdog(unit: "app.service", interval: .seconds(Int64.random(in: 1...9, using: &random)))
+            h.exempt(app, exemption)
+            return "exempt \(app): \(exemption)"
         default:
             let step = Duration.milliseconds(Int64.random(in: 0...8_000, using: &random))
             h.advance(by: step)
@@ -473,6 +481,10 @@ private struct ModelRun {
                 return "\(id) is stopped in state \(app.state)"
             }
             if app.state == .terminated && !app.openTasks.isEmpty { return "terminated \(id) holds tasks" }
+            // An app exempted from suspension never is suspended again.
+            if let exemption = app.suspensionExemption, app.state == .suspended {
+                return "\(id) is suspended though \(exemption)"
+            }
             // No app stays in background past its budget with an open lease (scheduled tasks have their own time).
             if app.state == .background && app.hasOrdinaryTasks {
                 guard let end = app.budgetEnd, end > now else {

@@ -153,7 +153,7 @@ struct ChangesJSONTests {
             for step in 0..<60 {
                 let app = apps.randomElement(using: &random)
                 do {
-                    switch Int.random(in: 0..<12, using: &random) {
+                    switch Int.random(in: 0..<13, using: &random) {
                     case 0, 1:
                         let name = names.randomElement(using: &random)!
                         apps.append(try h.register(name, pid: Int32(100 + step), uid: 1000))
@@ -186,6 +186,13 @@ struct ChangesJSONTests {
                     case 10:
                         guard let app else { continue }
                         try h.reclaim(app, memoryBytes: random.next() % 2 == 0 ? nil : 1 << 20)
+                    case 11:
+                        guard let app else { continue }
+                        h.exempt(
+                            app,
+                            random.next() % 2 == 0
+                                ? .unitStopping(unit: "app-\(step).service")
+                                : .unitWatchdog(unit: "q\"uote.service", interval: .milliseconds(1500)))
                     default:
                         h.advance(by: .milliseconds(Int64.random(in: 100...40_000, using: &random)))
                     }

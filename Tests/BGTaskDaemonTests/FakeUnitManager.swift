@@ -18,6 +18,8 @@ final class FakeUnitManager: UnitManagerClient {
     enum Call: Hashable, CustomStringConvertible {
         case startTransientUnit(String)
         case unitProperties(String)
+        case unitName(pid_t)
+        case unitState(String)
         case killUnit(String, Signal)
         case freezeUnit(String)
         case thawUnit(String)
@@ -26,6 +28,8 @@ final class FakeUnitManager: UnitManagerClient {
             switch self {
             case .startTransientUnit(let unit): "StartTransientUnit(\(unit))"
             case .unitProperties(let unit): "GetAll(\(unit))"
+            case .unitName(let pid): "GetUnitByPID(\(pid))"
+            case .unitState(let unit): "ActiveState(\(unit))"
             case .killUnit(let unit, let signal): "KillUnit(\(unit), \(signal.name))"
             case .freezeUnit(let unit): "FreezeUnit(\(unit))"
             case .thawUnit(let unit): "ThawUnit(\(unit))"
@@ -49,6 +53,8 @@ final class FakeUnitManager: UnitManagerClient {
     private(set) var startedUnits: [String] = []
     private var starts: [String: Completion<BusObjectPath>] = [:]
     private var propertyReads: [String: [Completion<UnitProperties>]] = [:]
+    private var unitNameReads: [pid_t: [Completion<String>]] = [:]
+    private var unitStateReads: [String: [Completion<UnitStateReading>]] = [:]
     private var kills: [(unit: String, completion: Completion<Void>)] = []
     private var freezes: [String: [Completion<Void>]] = [:]
     private var thaws: [String: [Completion<Void>]] = [:]
@@ -89,6 +95,16 @@ final class FakeUnitManager: UnitManagerClient {
     ) {
         calls.append(.unitProperties(name))
         propertyReads[name, default: []].append(completion)
+    }
+
+    func unitName(ofProcess pid: pid_t, completion: @escaping Completion<String>) {
+        calls.append(.unitName(pid))
+        unitNameReads[pid, default: []].append(completion)
+    }
+
+    func unitState(of name: String, completion: @escaping Completion<UnitStateReading>) {
+        calls.append(.unitState(name))
+        unitStateReads[name, default: []].append(completion)
     }
 
     func killUnit(_ name: String, signal: Signal, completion: @escaping Completion<Void>) {
@@ -169,6 +185,40 @@ final class FakeUnitManager: UnitManagerClient {
         let completion = waiting.removeFirst()
         propertyReads[unit] = waiting
         completion(result)
+    }
+
+    /// Answers the oldest `GetUnitByPID` of `pid`.
+    func answerUnitName(_ pid: pid_t, _ result: Result<String, ServiceManagerError>) {
+        guard var waiting = unitNameReads[pid], !waiting.isEmpty else {
+            Issue.record("no GetUnitByPID(\(pid)) is waiting")
+            return
+        }
+        let completion = waiting.removeFirst()
+        unitNameReads[pid] = waiting
+        completion(result)
+    }
+
+    /// Answers the oldest state read of `unit`.
+    func answerUnitState(_ unit: String, _ result: Result<UnitStateReading, ServiceManagerError>) {
+        guard var waiting = unitStateReads[unit], !waiting.isEmpty else {
+            Issue.record("no state read of \(unit) is waiting")
+            return
+        }
+        let completion = waiting.removeFirst()
+        unitStateReads[unit] = waiting
+        completion(result)
+    }
+
+    /// Whether a state read of `unit` waits for its answer.
+    func isStateReadPending(_ unit: String) -> Bool { !(unitStateReads[unit] ?? []).isEmpty }
+
+    /// Sends `PropertiesChanged` of `unit`'s `org.freedesktop.systemd1.Unit` interface with its new `ActiveState`.
+    func changeActiveState(of unit: String, to state: String) {
+        for watcher in propertyWatchers.values where watcher.unit == unit {
+            watcher.handler(
+                PropertiesChangedSignal(
+                    interface: UnitInterface.unit.rawValue, changed: ["ActiveState": .string(state)]))
+        }
     }
 
     /// A running service's properties: its main process and cgroup (relative to the cgroup2 root).

@@ -18,6 +18,7 @@ final class FakeProcessTableHost: ProcessTableHost {
     var states: [AppID: AppState] = [:]
     var refusals: [(app: AppID, deferred: Bool)] = []
     var exits: [(app: AppID, how: ProcessEnd)] = []
+    var exemptions: [(app: AppID, exemption: SuspensionExemption)] = []
     var stateChanges = 0
     /// Actions waiting for the state to be saved; the test saves by running them.
     var unsaved: [() -> Void] = []
@@ -31,6 +32,9 @@ final class FakeProcessTableHost: ProcessTableHost {
     func isWatchingProcess(of app: AppID) -> Bool { states[app] != nil }
     func appName(_ app: AppID) -> String { "app\(app.rawValue)" }
     func suspensionRefused(_ app: AppID, deferred: Bool) { refusals.append((app, deferred)) }
+    func suspensionExempted(_ app: AppID, because exemption: SuspensionExemption) {
+        exemptions.append((app, exemption))
+    }
     func appProcessExited(_ app: AppID, how: ProcessEnd, exit: ProcessExit?) { exits.append((app, how)) }
     func trackedProcessesChanged() {}
     func descriptorsFreed() {}

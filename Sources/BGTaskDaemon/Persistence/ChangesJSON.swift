@@ -198,6 +198,10 @@ struct ChangesJSONWriter {
         }
         object.key("lastForeground", &out)
         Self.writeInstant(app.lastForeground, to: &out)
+        if let exemption = app.suspensionExemption {
+            object.key("suspensionExemption", &out)
+            out += try fallback(exemption)
+        }
         object.close(&out)
     }
 

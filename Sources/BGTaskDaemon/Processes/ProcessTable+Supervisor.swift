@@ -2,6 +2,7 @@
 // where one answers, else the daemon's own launcher.
 
 import BGTaskConfig
+import BGTaskCore
 import BGTaskPOSIX
 import BGTaskSystem
 import Glibc
@@ -30,10 +31,18 @@ extension ProcessTable {
                 capacity: Self.launchesInFlightMax, roots: roots, loop: loop, clock: clock, logger: logger,
                 procFS: procFS)
             fork.onOutcome = { [weak self] launch, outcome in self?.host?.launchEnded(launch, outcome) }
+            fork.onExemption = { [weak self] serial, exemption in self?.exempt(serial, exemption) }
             return fork
         } catch {
             throw StartupError(description: "cannot start the launcher thread: \(error)")
         }
+    }
+
+    /// The supervisor learned that the apps of the tracked process `serial` must never be suspended: the policy
+    /// hears it for each of them (and wakes those suspended).
+    private func exempt(_ serial: Int, _ exemption: SuspensionExemption) {
+        guard let process = processes[serial] else { return }
+        for app in process.apps.sorted() { host?.suspensionExempted(app, because: exemption) }
     }
 
     /// Follows the service manager `choice` names (probed, or given) with a `UnitSupervisor`; nil, logged, when
@@ -52,6 +61,7 @@ extension ProcessTable {
                 version: endpoint.version, isSystemInstance: endpoint.isSystemInstance, clock: clock, logger: logger,
                 procFS: procFS, hierarchies: cgroupHierarchies, probeCgroup: daemonCgroup)
             units.onOutcome = { [weak self] launch, outcome in self?.host?.launchEnded(launch, outcome) }
+            units.onExemption = { [weak self] serial, exemption in self?.exempt(serial, exemption) }
             logger.info("managed apps are launched as units: \(endpoint.description)")
             return units
         } catch {

@@ -176,6 +176,7 @@ final class ProcessTable {
         process.apps.insert(app)
         processes[process.serial] = process
         processOfApp[app] = process
+        supervisor?.registered(process)
         host?.trackedProcessesChanged()
         return true
     }
@@ -258,6 +259,7 @@ final class ProcessTable {
         } catch {
             if error != .noSuchProcess { logger.error("cannot resume pid \(process.pid): \(error)") }
         }
+        supervisor?.released(process)
         process.release()
         processes[process.serial] = nil
         host.processChanges.note(process.serial)

@@ -30,6 +30,8 @@ protocol ProcessTableHost: AnyObject {
     /// The policy must hear that `app` may not be suspended (a lock held, or no check possible): now, or after the
     /// batch of actions being carried out (`deferred`).
     func suspensionRefused(_ app: AppID, deferred: Bool)
+    /// `app` must never be suspended (`exemption`: its unit is stopping, or has a watchdog).
+    func suspensionExempted(_ app: AppID, because exemption: SuspensionExemption)
     /// The process of `app` exited (its registration ends), `exit` saying how when the supervisor knows.
     func appProcessExited(_ app: AppID, how: ProcessEnd, exit: ProcessExit?)
     /// The set of tracked processes changed (the memory monitor samples them).

@@ -80,6 +80,9 @@ enum LaunchOutcome {
 protocol AppSupervisor: AnyObject {
     /// Told once per launch how it ended.
     var onOutcome: (LaunchAttempt, LaunchOutcome) -> Void { get set }
+    /// Told, for a tracked process (by serial), that its apps must never be suspended, and why: the service manager
+    /// is stopping the unit it runs in, or that unit has a watchdog.
+    var onExemption: (Int, SuspensionExemption) -> Void { get set }
     /// The launch backend and its roots, for `GetStatus`'s `backends` and the startup log.
     var report: [String: String] { get }
     /// How the apps it starts are frozen, measured and killed (the first link of each backend chain); nil for one
@@ -107,6 +110,11 @@ protocol AppSupervisor: AnyObject {
     /// The manager took on `process`: a managed app this supervisor just started, or one a restarted daemon read
     /// back from its state file (started before the restart, maybe left frozen).
     func adopted(_ process: TrackedProcess)
+    /// A self-registered app's process is tracked (a new registration): what runs it is found out, where the
+    /// supervisor can (the unit of the service manager it runs in).
+    func registered(_ process: TrackedProcess)
+    /// The table let go of a process that may still run (its registrations ended): nothing is followed for it.
+    func released(_ process: TrackedProcess)
     /// The app's process exited, but how (its exit status) comes a little later: runs `then` once it is known, or
     /// once it stopped waiting, and answers true; false when there is nothing to wait for (`ended` may run now).
     func awaitExit(of process: TrackedProcess, then: @escaping () -> Void) -> Bool

@@ -47,6 +47,8 @@ final class ForkSupervisor: AppSupervisor {
     let capacity: Int
     /// Told once per launch how it ended.
     var onOutcome: (LaunchAttempt, LaunchOutcome) -> Void = { _, _ in }
+    /// No service manager runs the apps: nothing forbids suspending them.
+    var onExemption: (Int, SuspensionExemption) -> Void = { _, _ in }
     /// Where apps' cgroups are made (`CgroupRoot=`, `MemoryCgroupRoot=`).
     let roots: LaunchCgroupRoots
 
@@ -301,6 +303,11 @@ final class ForkSupervisor: AppSupervisor {
     /// Nothing to take on but the app's cgroups, which the manager keeps on the process (an app forked before a
     /// restart is no child of this daemon).
     func adopted(_ process: TrackedProcess) {}
+
+    /// Without a service manager there is no unit to find.
+    func registered(_ process: TrackedProcess) {}
+
+    func released(_ process: TrackedProcess) {}
 
     /// A child's exit status is there to reap the moment its pidfd turns readable.
     func awaitExit(of process: TrackedProcess, then: @escaping () -> Void) -> Bool { false }

@@ -3,6 +3,7 @@
 
 import BGTaskPOSIX
 import BGTaskSystem
+import Glibc
 
 /// A subscription to a service manager's signals, cancelled when no longer wanted.
 protocol UnitSignalSubscription: AnyObject {
@@ -21,6 +22,11 @@ protocol UnitManagerClient: AnyObject {
     func unitProperties(
         of name: String, interface: UnitInterface,
         completion: @escaping (Result<UnitProperties, ServiceManagerError>) -> Void)
+    /// The name of the unit whose cgroup holds `pid` (`GetUnitByPID`, then the unit's `Id`); fails with
+    /// `.noUnitForPID` when no unit of the manager holds it.
+    func unitName(ofProcess pid: pid_t, completion: @escaping (Result<String, ServiceManagerError>) -> Void)
+    /// Whether the unit `name` still runs (`ActiveState`), and for a service its watchdog (`WatchdogUSec`).
+    func unitState(of name: String, completion: @escaping (Result<UnitStateReading, ServiceManagerError>) -> Void)
     /// `KillUnit(name, "all", signal)`.
     func killUnit(_ name: String, signal: Signal, completion: @escaping (Result<Void, ServiceManagerError>) -> Void)
     /// `FreezeUnit(name)`: completes once the unit's cgroup is frozen, or with the manager's refusal
@@ -39,6 +45,21 @@ protocol UnitManagerClient: AnyObject {
     func settle(timeout: Duration, until condition: () -> Bool)
     /// Closes the connection.
     func close()
+}
+
+/// What the daemon reads of a unit an app runs in: whether the manager is stopping it, and its watchdog.
+struct UnitStateReading: Hashable {
+    /// `ActiveState` (Unit): `active`, `activating`, `reloading`, `deactivating`, `inactive`, `failed`, ….
+    var activeState: String
+    /// `WatchdogUSec` (Service) when it is set; nil when 0, or for a unit that is no service.
+    var watchdog: Duration?
+
+    /// Whether `activeState` says the manager is stopping the unit or has stopped it: its processes get (or got)
+    /// SIGTERM, and must be able to run. `activating` is not: a `Type=notify` service registers before its
+    /// `READY=1`.
+    static func isStopping(_ activeState: String) -> Bool {
+        activeState == "deactivating" || activeState == "inactive" || activeState == "failed"
+    }
 }
 
 /// A service manager to launch managed apps through, connected: its client, and what `UnitSupervisor` needs to know
@@ -78,6 +99,57 @@ extension ServiceManagerConnection: UnitManagerClient {
 
     func killUnit(_ name: String, signal: Signal, completion: @escaping (Result<Void, ServiceManagerError>) -> Void) {
         killUnit(name, whom: .all, signal: signal, completion: completion)
+    }
+
+    func unitName(ofProcess pid: pid_t, completion: @escaping (Result<String, ServiceManagerError>) -> Void) {
+        getUnitByPID(pid) { [weak self] result in
+            switch result {
+            case .failure(let error):
+                completion(.failure(error))
+            case .success(let path):
+                guard let self else { return completion(.failure(.disconnected)) }
+                self.unitProperty(at: path, interface: .unit, name: "Id") { result in
+                    completion(
+                        result.flatMap { value in
+                            guard let name = value?.stringValue, !name.isEmpty else {
+                                return .failure(.malformed("the Id of \(path) is not a string"))
+                            }
+                            return .success(name)
+                        })
+                }
+            }
+        }
+    }
+
+    func unitState(
+        of name: String, completion: @escaping (Result<UnitStateReading, ServiceManagerError>) -> Void
+    ) {
+        let path = Self.unitPath(for: name)
+        unitProperty(at: path, interface: .unit, name: "ActiveState") { [weak self] result in
+            let activeState: String
+            switch result {
+            case .failure(let error): return completion(.failure(error))
+            case .success(let value):
+                guard let state = value?.stringValue else {
+                    return completion(.failure(.malformed("the ActiveState of \(name) is not a string")))
+                }
+                activeState = state
+            }
+            guard name.hasSuffix(".service"), let self else {
+                return completion(.success(UnitStateReading(activeState: activeState)))
+            }
+            self.unitProperty(at: path, interface: .service, name: "WatchdogUSec") { result in
+                completion(
+                    result.map { value in
+                        let microseconds = value?.uint64Value ?? 0
+                        // UINT64_MAX is systemd's "infinity": no watchdog.
+                        let watchdog: Duration? =
+                            microseconds == 0 || microseconds == .max
+                            ? nil : .microseconds(Int64(clamping: microseconds))
+                        return UnitStateReading(activeState: activeState, watchdog: watchdog)
+                    })
+            }
+        }
     }
 
     func freezeUnit(_ name: String, completion: @escaping (Result<Void, ServiceManagerError>) -> Void) {

@@ -14,10 +14,12 @@ import Glibc
 /// A launch: the unit is created and started (`Type=exec`, so its start job ends once the program has exec'd); its
 /// `JobRemoved` says how the start went; the unit's `MainPID` and `ControlGroup` say which process is the app and
 /// which cgroup holds it, checked against `/proc` through a pidfd opened first. From then on the app's unit is
-/// watched (`PropertiesChanged`) for how its program ends (`ExecMainCode`, `ExecMainStatus`), which the manager
-/// reports when the app's pidfd says it exited. A launch whose program has not started within `LaunchTimeoutSec`
-/// fails, and its unit is killed; so is a unit the manager does not take on. The daemon's restart or stop leaves
-/// the units of the apps it took on running (the next daemon adopts them); only units still starting are killed.
+/// watched (`PropertiesChanged`, `UnitWatch`) for how its program ends (`ExecMainCode`, `ExecMainStatus`), which the
+/// manager reports when the app's pidfd says it exited, and for its stop. A self-registered app's process is looked
+/// up in the manager's units (`GetUnitByPID`) and its unit watched the same way, for its stop and its watchdog. A
+/// launch whose program has not started within `LaunchTimeoutSec` fails, and its unit is killed; so is a unit the
+/// manager does not take on. The daemon's restart or stop leaves the units of the apps it took on running (the next
+/// daemon adopts them); only units still starting are killed.
 final class UnitSupervisor: AppSupervisor {
     /// How long the manager's report of how an app's program ended may lag behind its pidfd's.
     static let exitReportWait: Duration = .seconds(2)
@@ -27,6 +29,10 @@ final class UnitSupervisor: AppSupervisor {
     /// The most launches held at once.
     let capacity: Int
     var onOutcome: (LaunchAttempt, LaunchOutcome) -> Void = { _, _ in }
+    var onExemption: (Int, SuspensionExemption) -> Void {
+        get { watch.onExemption }
+        set { watch.onExemption = newValue }
+    }
 
     private let manager: UnitManagerClient
     /// Which manager: for the report ("systemd 252 through the manager's socket ...").
@@ -64,8 +70,10 @@ final class UnitSupervisor: AppSupervisor {
     private var launchOfJob: [BusObjectPath: Int] = [:]
     /// `JobRemoved`s of jobs no launch knows yet, in arrival order.
     private var unclaimedJobs: [(job: BusObjectPath, result: JobResult)] = []
-    /// The units of apps taken on, watched for how their programs end.
-    private let exits: UnitExits
+    /// The units apps run in, watched for how launched apps' programs end, for stops and for watchdogs.
+    private let watch: UnitWatch
+    /// Self-registered processes (by serial) whose unit is being looked up.
+    private var lookups: Set<Int> = []
     private var timer: ManagerTimer?
     private var nextSerial = 1
     private var isStopped = false
@@ -87,7 +95,7 @@ final class UnitSupervisor: AppSupervisor {
         self.procFS = procFS
         self.hierarchies = hierarchies
         self.probeCgroup = probeCgroup
-        exits = UnitExits(manager: manager, logger: logger)
+        watch = UnitWatch(manager: manager, logger: logger)
         do {
             freezer = try UnitFreezer(manager: manager, managerVersion: version, clock: clock, logger: logger)
         } catch {
@@ -102,7 +110,7 @@ final class UnitSupervisor: AppSupervisor {
             jobSubscription?.cancel()
             throw .system(error)
         }
-        exits.onDeadlinesChanged = { [unowned self] in self.armTimer() }
+        watch.onDeadlinesChanged = { [unowned self] in self.armTimer() }
     }
 
     // MARK: Report
@@ -239,7 +247,7 @@ final class UnitSupervisor: AppSupervisor {
             finish(held, .failed(reason: "pid \(pid) is not in \(unit)'s cgroup (it ended, or the unit is not its)"))
             return
         }
-        exits.follow(unit)
+        watch.follow(unit, followsExit: true)
         let started = StartedApp(
             pidFD: pidFD, startTime: stat.startTime,
             cgroups: AppCgroups(control: cgroup, isUnified: true, memory: nil), child: nil, unit: unit,
@@ -280,12 +288,12 @@ final class UnitSupervisor: AppSupervisor {
                 held,
                 .failed(reason: "\(held.unit) did not start within \(held.attempt.timeout) (LaunchTimeoutSec)"))
         }
-        exits.expire(at: current, waited: Self.exitReportWait)
+        watch.expire(at: current, waited: Self.exitReportWait)
         armTimer()
     }
 
     private func armTimer() {
-        let deadlines = launches.values.map(\.attempt.deadline) + exits.deadlines
+        let deadlines = launches.values.map(\.attempt.deadline) + watch.deadlines
         guard let next = deadlines.min() else {
             timer?.disarm()
             return
@@ -301,35 +309,63 @@ final class UnitSupervisor: AppSupervisor {
     // MARK: Apps taken on
 
     /// An app of a unit (launched now, or adopted after a restart, maybe frozen) is frozen and killed through the
-    /// unit, and watched for how its program ends.
+    /// unit, and watched for how its program ends and for the unit's stop. A self-registered app adopted after a
+    /// restart is looked up as a new registration is.
     func adopted(_ process: TrackedProcess) {
-        guard let unit = process.unit else { return }
+        guard let unit = process.unit else { return registered(process) }
         if let cgroup = process.cgroups?.control {
             process.unitFreezer = freezer
             freezer.adopt(unit, cgroup: cgroup, isFrozen: process.frozenCgroup == cgroup)
         }
-        if !exits.isFollowing(unit) { exits.follow(unit) }
+        watch.follow(unit, followsExit: true)
+        watch.attach(process: process.serial, to: unit)
+    }
+
+    /// Finds the unit a self-registered app's process runs in (a desktop launcher's scope, a user service, a
+    /// session) and watches it for its stop and its watchdog. A process in no unit of this manager is left alone.
+    func registered(_ process: TrackedProcess) {
+        guard !isStopped, process.unit == nil, lookups.insert(process.serial).inserted else { return }
+        let serial = process.serial
+        manager.unitName(ofProcess: process.pid) { [weak self, weak process] result in
+            guard let self, self.lookups.remove(serial) != nil, let process, !self.isStopped else { return }
+            switch result {
+            case .success(let unit):
+                // Alive after the answer: the pid the manager looked up was this process's.
+                guard (try? process.pidFD.hasExited) == false else { return }
+                self.watch.attach(process: serial, to: unit)
+            case .failure(let error) where error.busErrorName == .noUnitForPID:
+                break
+            case .failure(let error):
+                self.logger.info("cannot find the unit of pid \(process.pid): \(error)")
+            }
+        }
+    }
+
+    func released(_ process: TrackedProcess) {
+        lookups.remove(process.serial)
+        watch.detach(process: process.serial)
     }
 
     func awaitExit(of process: TrackedProcess, then: @escaping () -> Void) -> Bool {
-        guard let unit = process.unit, exits.awaitExit(of: unit, until: clock.now + Self.exitReportWait, then: then)
+        guard let unit = process.unit, watch.awaitExit(of: unit, until: clock.now + Self.exitReportWait, then: then)
         else { return false }
         armTimer()
         return true
     }
 
     func ended(_ process: TrackedProcess) -> ProcessExit? {
+        released(process)
         guard let unit = process.unit else { return nil }
         // The unit is the manager's: it ends with its program, and the manager collects it and its cgroup.
         process.cgroups = nil
         freezer.forget(unit)
-        return exits.forget(unit)
+        return watch.forget(unit)
     }
 
     func end(_ started: StartedApp) {
         try? started.pidFD.close()
         guard let unit = started.unit else { return }
-        exits.forget(unit)
+        watch.forget(unit)
         freezer.forget(unit)
         kill(unit, because: "bgtaskd does not take it on")
     }
@@ -364,7 +400,8 @@ final class UnitSupervisor: AppSupervisor {
         // Nothing the manager froze stays frozen once the connection closes.
         freezer.stop { condition in manager.settle(timeout: .seconds(2), until: condition) }
         jobSubscription?.cancel()
-        exits.stop()
+        lookups = []
+        watch.stop()
         manager.close()
     }
 }
