@@ -20,6 +20,8 @@ its standard output (which the daemon sends to its log).
                          AF_INET socket ("inet ok" or "inet ERRNO"), its NoNewPrivs and Seccomp lines of
                          /proc/self/status and its oom_score_adj ("oom_score_adj N")
     --complete-scheduled on runScheduledTask, complete the task (SetTaskCompleted, success); prints "completed ID"
+    --sigterm-marker P   on SIGTERM, append "sigterm PID" to file P and exit 0 (what an app saving its state does);
+                         such an app does not exit when its event stream closes
 Every event prints "event KIND id=N [tasks=ID,..] [name=..] [likelyVictim=..] [rank=..]". The process bounds its
 own lifetime (--lifetime, default 60 s).
 """
@@ -105,8 +107,18 @@ def main():
     parser.add_argument("--lifetime", type=int, default=60)
     parser.add_argument("--report-sandbox")
     parser.add_argument("--complete-scheduled", action="store_true")
+    parser.add_argument("--sigterm-marker")
     args = parser.parse_args()
     signal.alarm(args.lifetime)
+    if args.sigterm_marker:
+        marker = args.sigterm_marker
+
+        def on_sigterm(number, frame):
+            with open(marker, "a") as handle:
+                handle.write("sigterm %d\n" % os.getpid())
+            os._exit(0)
+
+        signal.signal(signal.SIGTERM, on_sigterm)
     name = os.environ["BGTASK_APP_NAME"]
     out("started", name, "pid=%d" % os.getpid())
     held = {"trigger": arm_pressure() if args.arm_pressure else None, "block": None}
@@ -160,9 +172,16 @@ def main():
         except (BrokenPipeError, ConnectionError, OSError):
             pass
         out("stream-closed")
-        os._exit(0)
+        # An app that saves its state on SIGTERM outlives the daemon's going away (the client library reconnects):
+        # it ends when told to, or at its lifetime.
+        if not args.sigterm_marker:
+            os._exit(0)
 
+    # A signal goes to any thread that does not block it, and Python runs its handler only once the main thread
+    # wakes: the event thread blocks SIGTERM (it inherits the mask it starts with), so SIGTERM wakes the main thread.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     threading.Thread(target=read_events, daemon=True).start()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     registered.wait()
     if args.alloc_delay:
         started.set()

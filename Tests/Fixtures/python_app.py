@@ -16,14 +16,21 @@ obeys commands on stdin, one per line:
                                            of another uid, or a setuid child's real/effective/saved mix; root only)
 Failures print "error NAME". The process bounds its own lifetime (--lifetime, default 60 s), and so do its
 children.
+
+    --stay          keep running once stdin ends (a service's stdin is /dev/null), until --lifetime or SIGTERM
+    --notify        as a systemd service of Type=notify: READY=1 once registered, then WATCHDOG=1 every third of
+                    $WATCHDOG_USEC when the service has a watchdog (each ping printed as "ping")
+    --sigterm-marker P   on SIGTERM, append "sigterm PID" to file P and exit 0
 """
 import argparse
 import fcntl
 import os
 import signal
+import socket
 import struct
 import sys
 import threading
+import time
 
 import varlink
 
@@ -84,6 +91,37 @@ def spawn_child(lifetime, lock=None, uids=None):
     return pid
 
 
+def notify(message):
+    """Sends `message` to the service manager ($NOTIFY_SOCKET, as sd_notify does)."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as channel:
+        channel.sendto(message.encode(), address)
+
+
+def ping_watchdog():
+    """Pings the service manager's watchdog every third of its interval, for as long as the process runs."""
+    interval = int(os.environ.get("WATCHDOG_USEC", "0")) / 1e6
+    if interval <= 0:
+        return
+    while True:
+        notify("WATCHDOG=1")
+        out("ping")
+        time.sleep(interval / 3)
+
+
+def on_sigterm_write(path):
+    def handler(number, frame):
+        with open(path, "a") as marker:
+            marker.write("sigterm %d\n" % os.getpid())
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--socket", required=True)
@@ -92,7 +130,12 @@ def main():
     parser.add_argument("--ack", choices=["auto", "never"], default="auto")
     parser.add_argument("--lifetime", type=int, default=60)
     parser.add_argument("--new-group", action="store_true", help="lead a process group of our own")
+    parser.add_argument("--stay", action="store_true")
+    parser.add_argument("--notify", action="store_true")
+    parser.add_argument("--sigterm-marker")
     args = parser.parse_args()
+    if args.sigterm_marker:
+        on_sigterm_write(args.sigterm_marker)
     if args.new_group:
         os.setpgid(0, 0)
     signal.alarm(args.lifetime)
@@ -109,6 +152,9 @@ def main():
                 app = getattr(reply, "app", None)
                 if app is not None:
                     out("registered", app.state, "pid=%d" % os.getpid())
+                    if args.notify:
+                        notify("READY=1")
+                        threading.Thread(target=ping_watchdog, daemon=True).start()
                     continue
                 event = reply.event
                 out(*describe(event))
@@ -120,7 +166,11 @@ def main():
             pass
         out("stream-closed")
 
+    # A signal goes to any thread that does not block it, and Python runs its handler only once the main thread
+    # wakes: the event thread (and the watchdog's, which it starts) blocks SIGTERM, so SIGTERM wakes the main thread.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     threading.Thread(target=read_events, daemon=True).start()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     held = []
     for line in sys.stdin:
         words = line.split()
@@ -165,6 +215,8 @@ def main():
                 out("error", "unknown-command")
         except varlink.VarlinkError as error:
             out("error", error.error())
+    while args.stay:
+        signal.pause()
     os._exit(0)
 
 
