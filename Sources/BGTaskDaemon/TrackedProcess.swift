@@ -37,6 +37,8 @@ final class TrackedProcess {
     let uid: uid_t
     /// How signals reach it and its group: only processes wholly of `uid`.
     let signals: AppSignals
+    /// Where the parents of a cgroup's members are read (`isSelfOrDescendant`).
+    private let procFS: ProcFS
     /// Its start time in clock ticks after boot: with the pid, the identity /proc reads are checked against.
     let startTime: UInt64
     /// The loop source reporting the pidfd readable (the process exited).
@@ -97,6 +99,7 @@ final class TrackedProcess {
         self.uid = uid
         self.startTime = startTime
         signals = AppSignals(uid: uid, procFS: procFS)
+        self.procFS = procFS
     }
 
     /// Whether `cgroup` is the one the daemon made for it (a managed app): the app's whole, whoever runs in it.
@@ -105,12 +108,31 @@ final class TrackedProcess {
     }
 
     /// Whether a cgroup of the app's own (not one the daemon made) may be frozen or killed whole for it: it has
-    /// no child cgroup, at most `ProcessTable.ownCgroupProcessLimit` processes, and every one of them is wholly of the
-    /// app's uid (each one that is not is reported). False when it cannot be read.
+    /// no child cgroup, at most `ProcessTable.ownCgroupProcessLimit` processes, among them the app's own, and every
+    /// one of them is the app's process or descends from it and is wholly of the app's uid (each one that is not
+    /// of it is reported). False when it cannot be read. Checked before a freeze is decided, again just before it
+    /// is written, once it shows frozen, and before a kill: a process of the same user moved in meanwhile (a shell,
+    /// another app) is not the app's to freeze.
     func mayActOnWhole(_ cgroup: CgroupDirectory) -> Bool {
-        guard !cgroup.hasChildCgroups, let pids = try? cgroup.processes(), pids.count <= ProcessTable.ownCgroupProcessLimit
+        guard !cgroup.hasChildCgroups, let pids = try? cgroup.processes(),
+            pids.count <= ProcessTable.ownCgroupProcessLimit,
+            pids.contains(pid), pids.allSatisfy(isSelfOrDescendant)
         else { return false }
         return signals.ownsAll(pids, in: cgroup.path)
+    }
+
+    /// Whether `other` is this process or descends from it: parents followed through `/proc` (at most 64 steps),
+    /// this process known by its start time, so a reused pid is never taken for it. False when a step cannot be
+    /// read, or the chain reaches init or a subreaper first.
+    func isSelfOrDescendant(_ other: pid_t) -> Bool {
+        var current = other
+        for _ in 0..<64 {
+            guard let stat = try? procFS.stat(current) else { return false }
+            if current == pid { return stat.startTime == startTime }
+            guard stat.parentPID > 1 else { return false }
+            current = stat.parentPID
+        }
+        return false
     }
 
     /// The group the process leads right now, if it leads one. The pidfd pins nothing about the pid, so check the

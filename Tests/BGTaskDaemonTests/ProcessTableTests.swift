@@ -150,4 +150,85 @@ struct ProcessTableTests {
         #expect(fixture.host.unsaved.isEmpty)
         #expect(try ProcFS().stat(fixture.child.pid).state != .stopped)
     }
+    /// A table's app alone in a cgroup2 cgroup of its own (as a `systemd-run --scope` gives it), suspended: its
+    /// freeze decided, the lock check done, the save not yet made. Also a process of the same user that is not
+    /// the app's, which the test moves in.
+    private final class OwnCgroupFixture {
+        let fixture: Fixture
+        let scope: ScratchCgroup
+        let stranger: ChildProcess
+
+        init() throws {
+            fixture = try Fixture(startsWorker: true)
+            scope = try ScratchCgroup(.unified)
+            try scope.move(fixture.child.pid)
+            stranger = try ChildProcess(["sleep", "30"])
+            let app = fixture.app
+            fixture.host.states[app] = .suspended
+            fixture.table.requestSuspension(of: app)
+            try fixture.turn { !fixture.table.isSuspensionPending(app) }
+            #expect(fixture.host.unsaved.count == 1, "the freeze did not wait for the save")
+            #expect(fixture.table.processOfApp[app]?.pendingOwnCgroupFreeze?.path == scope.cgroup.path)
+        }
+    }
+
+    @Test(
+        "a process of the app's user, not its descendant, moved into its own cgroup before the freeze is written: SIGSTOP instead",
+        .requires(.cgroup(.unified)))
+    func ownCgroupRecheckedBeforeTheWrite() throws {
+        let own = try OwnCgroupFixture()
+        try own.scope.move(own.stranger.pid)
+        own.fixture.host.save()
+        // The SIGSTOP that replaces the freeze waits for its own save.
+        #expect(own.fixture.table.processOfApp[own.fixture.app]?.frozenCgroup == nil, "the freeze was written")
+        own.fixture.host.save()
+        #expect(try waitForProcessState(own.fixture.child.pid) { $0 == .stopped } == .stopped)
+        #expect(try own.scope.cgroup.events()["frozen"] != 1, "froze a cgroup holding a process not the app's")
+        #expect(try ProcFS().stat(own.stranger.pid).state != .stopped)
+    }
+
+    @Test(
+        "a process of the app's user, not its descendant, found in its own cgroup once frozen: thawed, the app SIGSTOPped",
+        .requires(.cgroup(.unified)))
+    func ownCgroupRecheckedOnceFrozen() throws {
+        let own = try OwnCgroupFixture()
+        own.fixture.host.save()
+        #expect(try own.scope.cgroup.waitUntil(frozen: true, timeout: .seconds(5)))
+        // Moved in before the daemon confirms the freeze (its loop has not turned since the write).
+        try own.scope.move(own.stranger.pid)
+        try own.fixture.turn { own.fixture.table.processOfApp[own.fixture.app]?.frozenCgroup == nil }
+        #expect(own.fixture.table.processOfApp[own.fixture.app]?.isStopped == true)
+        #expect(try own.scope.cgroup.waitUntil(frozen: false, timeout: .seconds(5)), "the cgroup stayed frozen")
+        own.fixture.host.save()
+        #expect(try waitForProcessState(own.fixture.child.pid) { $0 == .stopped } == .stopped)
+        #expect(try ProcFS().stat(own.stranger.pid).state != .stopped)
+    }
+
+    @Test("the app's own children in its cgroup do not stop the freeze", .requires(.cgroup(.unified)))
+    func ownCgroupWithDescendantsIsFrozen() throws {
+        let fixture = try Fixture(startsWorker: true)
+        let scope = try ScratchCgroup(.unified)
+        // A shell that is the app, with a child of its own: both in the cgroup.
+        let shell = try ChildProcess(["/bin/sh", "-c", "read go; sleep 30 & wait"])
+        try scope.move(shell.pid)
+        try shell.send("go")
+        let stat = try ProcFS().stat(shell.pid)
+        let peer = PeerProcess(pidFD: try PidFD.open(pid: shell.pid), startTime: stat.startTime)
+        let app = AppID(rawValue: 1 << 24 | 2)
+        fixture.host.states[app] = .background
+        #expect(fixture.table.track(app, peer: peer, uid: getuid()))
+        try fixture.turn { ((try? scope.cgroup.processes()) ?? []).count == 2 }
+        #expect(try scope.cgroup.processes().count == 2, "the shell's child did not start")
+        fixture.host.states[app] = .suspended
+        fixture.table.requestSuspension(of: app)
+        try fixture.turn { !fixture.table.isSuspensionPending(app) }
+        fixture.host.save()
+        try fixture.turn { fixture.table.processOfApp[app]?.frozenCgroup != nil }
+        #expect(try scope.cgroup.waitUntil(frozen: true, timeout: .seconds(5)))
+        try fixture.loop.runIteration(timeout: .milliseconds(100))
+        #expect(fixture.table.processOfApp[app]?.frozenCgroup?.path == scope.cgroup.path, "fell back to SIGSTOP")
+        fixture.host.states[app] = .active
+        fixture.table.resume(app)
+        #expect(try scope.cgroup.waitUntil(frozen: false, timeout: .seconds(5)))
+    }
 }

@@ -21,10 +21,7 @@ extension ProcessTable {
     /// cannot be read: the app is then stopped with signals, which leave a process of another uid alone.
     func ownCgroup(of process: TrackedProcess) -> CgroupDirectory? {
         guard let cgroup = currentCgroup(of: process) else { return nil }
-        guard access(cgroup.path + "/cgroup.freeze", W_OK) == 0, !cgroup.hasChildCgroups,
-            let pids = try? cgroup.processes(), pids.count <= Self.ownCgroupProcessLimit, pids.contains(process.pid),
-            pids.allSatisfy({ isDescendant($0, of: process) }), process.mayActOnWhole(cgroup)
-        else { return nil }
+        guard access(cgroup.path + "/cgroup.freeze", W_OK) == 0, process.mayActOnWhole(cgroup) else { return nil }
         return cgroup
     }
 
@@ -37,18 +34,6 @@ extension ProcessTable {
         else { return nil }
         if let own = daemonCgroup, own.path == cgroup.path || own.path.hasPrefix(cgroup.path + "/") { return nil }
         return cgroup
-    }
-
-    /// Whether `pid` is `process` or descends from it (parents followed through `/proc`, at most 64 steps).
-    private func isDescendant(_ pid: pid_t, of process: TrackedProcess) -> Bool {
-        var current = pid
-        for _ in 0..<64 {
-            guard let stat = try? procFS.stat(current) else { return false }
-            if current == process.pid { return stat.startTime == process.startTime }
-            guard stat.parentPID > 1 else { return false }
-            current = stat.parentPID
-        }
-        return false
     }
 
     /// The backends in use, by capability, as `GetStatus` and the startup log report them: each the chain from
@@ -143,10 +128,11 @@ extension ProcessTable {
             }
             if (try? cgroup.isFrozen()) == true {
                 freezeConfirmations[serial] = nil
-                // Frozen, nothing in it can change its uid: a process that turned another uid's between the check
-                // before the freeze and the freeze itself is found now, and thawed with the rest.
+                // Frozen, nothing in it can change its uid or fork: a process that turned another uid's, or one not
+                // the app's moved in, between the check before the freeze and the freeze itself is found now, and
+                // thawed with the rest.
                 if process.frozenOwnCgroup != nil && !process.mayActOnWhole(cgroup) {
-                    fallBack(process, because: "\(cgroup) holds a process of another uid")
+                    fallBack(process, because: "\(cgroup) holds a process that is not the app's")
                     continue
                 }
                 logger.debug("froze pid \(process.pid) through \(cgroup)", process.apps.map { .app(appName($0)) })
