@@ -258,6 +258,25 @@ func idlReplyFields(of methodName: String) throws -> [String] {
         #expect(Rendering.app(frozen).contains("  suspended:  SIGSTOP to its process group\n"))
     }
 
+    @Test("an app its unit forbids suspending says why, in its own status and in the daemon's")
+    func rendersSuspensionExemption() {
+        var pinger = Samples.backgroundApp
+        pinger.name = "org.example.pinger"
+        pinger.suspensionExemption =
+            "its unit pinger.service has a watchdog (WatchdogSec=5s), which a suspended process cannot ping"
+        #expect(
+            Rendering.app(pinger).contains(
+                "  exempt:     never suspended: its unit pinger.service has a watchdog (WatchdogSec=5s), which a "
+                    + "suspended process cannot ping\n"))
+        #expect(!Rendering.app(Samples.backgroundApp).contains("exempt:"))
+        let status = Rendering.status(Samples.status, apps: Samples.apps + [pinger])
+        #expect(
+            status.hasSuffix(
+                "exempt:    org.example.pinger is never suspended: its unit pinger.service has a watchdog "
+                    + "(WatchdogSec=5s), which a suspended process cannot ping\n"), "\(status)")
+        #expect(!Rendering.status(Samples.status, apps: Samples.apps).contains("exempt:"))
+    }
+
     /// What a launched app, or one found in a cgroup of its own, shows: the cgroup, how its memory is measured,
     /// and how its process ended.
     @Test func rendersCgroupAndExitDetails() {

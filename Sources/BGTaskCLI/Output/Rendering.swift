@@ -23,7 +23,7 @@ public enum Rendering {
     // MARK: Daemon
 
     /// The daemon's status: version, uptime, backends, counts and memory readings; then the memory of each of
-    /// `apps` still running, heaviest first.
+    /// `apps` still running, heaviest first, and those of them never suspended, with why.
     public static func status(_ status: GetStatusReply, apps: [AppInfo] = []) -> String {
         let uptime = Formatting.duration(seconds: status.uptimeSec)
         var lines = ["bgtaskd \(Formatting.printable(status.version)), up \(uptime)"]
@@ -49,6 +49,13 @@ public enum Rendering {
                 (index == 0 ? "by app:    " : "           ")
                     + "\(Formatting.printable(app.name)) \(Formatting.bytes(app.memoryBytes)) "
                     + "(\(app.state.rawValue)\(backend))")
+        }
+        let exempt = apps.filter { $0.state != .terminated && $0.suspensionExemption != nil }
+        for (index, app) in exempt.enumerated() {
+            lines.append(
+                (index == 0 ? "exempt:    " : "           ")
+                    + "\(Formatting.printable(app.name)) is never suspended: "
+                    + Formatting.printable(app.suspensionExemption ?? ""))
         }
         return lines.joined(separator: "\n") + "\n"
     }
@@ -82,7 +89,7 @@ public enum Rendering {
     // MARK: Apps
 
     /// One app in detail: state, process, cgroup, time left, memory and how it is measured, queued events, how it
-    /// ended, how it was last suspended, open tasks.
+    /// ended, how it was last suspended, why it is never suspended (when it is not), open tasks.
     public static func app(_ app: AppInfo) -> String {
         var lines = [Formatting.printable(app.name)]
         lines.append("  state:      \(app.state.rawValue)")
@@ -105,6 +112,9 @@ public enum Rendering {
         case .group: lines.append("  suspended:  SIGSTOP to its process group")
         case .process: lines.append("  suspended:  SIGSTOP to its process")
         case nil: break
+        }
+        if let reason = app.suspensionExemption {
+            lines.append("  exempt:     never suspended: \(Formatting.printable(reason))")
         }
         lines.append("  tasks:      \(app.tasks.count)")
         var text = lines.joined(separator: "\n") + "\n"

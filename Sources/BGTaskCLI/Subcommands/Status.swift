@@ -13,12 +13,13 @@ public struct Status: Subcommand {
             Without APP, shows the daemon: its version and uptime, the freeze, memory and kill backends it chose \
             for this host, how many apps it tracks and how many of them are suspended, the open background tasks, \
             the memory readings behind reclamation (the level, the trigger that wakes the daemon, the age of the \
-            last reading), and the memory of each running app it may see, heaviest first, with how it is measured.
+            last reading), the memory of each running app it may see, heaviest first, with how it is measured, and \
+            the apps it never suspends, with why (their unit is stopping, or has a watchdog).
 
             With APP, shows that app: its state, its cgroup when the daemon handles it through one, the \
             background time it has left (unlimited in the foreground), the memory charged to it and how that is \
-            measured, the events queued while it is suspended, how it was last suspended, its open background \
-            tasks with their age, and why it ended if it has, with its exit status or signal when the daemon \
+            measured, the events queued while it is suspended, how it was last suspended, why it is never \
+            suspended when its unit forbids it, its open background tasks with their age, and why it ended if it has, with its exit status or signal when the daemon \
             launched it. A terminated app stays visible, with its exit reason, until its name registers again.
 
             With --json, prints the GetStatus reply, or the GetApp reply for APP, as the io.bgtask.Lifecycle \
