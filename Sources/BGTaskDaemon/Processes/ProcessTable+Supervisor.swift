@@ -41,7 +41,9 @@ extension ProcessTable {
     /// The supervisor learned that the apps of the tracked process `serial` must never be suspended: the policy
     /// hears it for each of them (and wakes those suspended).
     private func exempt(_ serial: Int, _ exemption: SuspensionExemption) {
-        guard let process = processes[serial] else { return }
+        // A unit leaves `active` also when its program exits by itself: an exit already seen is the pidfd's to
+        // report, not a reason to record.
+        guard let process = processes[serial], (try? process.pidFD.hasExited) == false else { return }
         for app in process.apps.sorted() { host?.suspensionExempted(app, because: exemption) }
     }
 
