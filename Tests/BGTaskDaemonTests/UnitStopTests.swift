@@ -75,6 +75,29 @@ struct UnitStopTests {
         }
     }
 
+    @Test("where FreezeUnit froze the unit, its stop has the daemon ask ThawUnit as well (the manager thaws it too)")
+    func managerFrozenUnitThawedOnStop() async throws {
+        try await offThePool {
+            let fake = FakeUnitManager()
+            let harness = try ManagerHarness(unitManager: fake.endpoint(version: 256))
+            defer { harness.close() }
+            let launched = try harness.launchUnitApp("org.example.managed", through: fake)
+            let unit = launched.unit
+            try harness.sendToBackground(launched.app)
+            try harness.step(until: "FreezeUnit") { fake.count(.freezeUnit(unit)) == 1 }
+            try launched.cgroup.cgroup.requestFreeze(true)
+            fake.answerFreeze(unit, .success(()))
+            try harness.confirmFreezes()
+            #expect(try harness.app("org.example.managed")["suspendedWith"] == "unit")
+            fake.changeActiveState(of: unit, to: "deactivating")
+            try harness.step(until: "ThawUnit") { fake.count(.thawUnit(unit)) == 1 }
+            try launched.cgroup.cgroup.requestFreeze(false)
+            fake.answerThaw(unit, .success(()))
+            try harness.settle()
+            #expect(try harness.app("org.example.managed")["state"] == "background")
+        }
+    }
+
     @Test("a unit found stopping when first read (its stop began before the subscription) thaws its app too")
     func stopBeforeSubscription() async throws {
         try await offThePool {
