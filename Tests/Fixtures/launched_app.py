@@ -20,6 +20,9 @@ its standard output (which the daemon sends to its log).
                          AF_INET socket ("inet ok" or "inet ERRNO"), its NoNewPrivs and Seccomp lines of
                          /proc/self/status and its oom_score_adj ("oom_score_adj N")
     --complete-scheduled on runScheduledTask, complete the task (SetTaskCompleted, success); prints "completed ID"
+    --report-argv P      at start, write its whole argv to file P as a JSON array (written whole, then renamed into
+                         place), and print "argv written"; words after "--" are taken and ignored, for a test of
+                         what arguments reach the app
 Every event prints "event KIND id=N [tasks=ID,..] [name=..] [likelyVictim=..] [rank=..]". The process bounds its
 own lifetime (--lifetime, default 60 s).
 """
@@ -105,10 +108,19 @@ def main():
     parser.add_argument("--lifetime", type=int, default=60)
     parser.add_argument("--report-sandbox")
     parser.add_argument("--complete-scheduled", action="store_true")
+    parser.add_argument("--report-argv")
+    parser.add_argument("words", nargs="*")
     args = parser.parse_args()
     signal.alarm(args.lifetime)
     name = os.environ["BGTASK_APP_NAME"]
     out("started", name, "pid=%d" % os.getpid())
+    if args.report_argv:
+        import json
+
+        with open(args.report_argv + ".part", "w") as report:
+            json.dump(sys.argv, report)
+        os.rename(args.report_argv + ".part", args.report_argv)
+        out("argv written")
     held = {"trigger": arm_pressure() if args.arm_pressure else None, "block": None}
     if args.no_register:
         while True:
