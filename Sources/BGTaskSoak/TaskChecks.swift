@@ -61,7 +61,7 @@ extension SoakChecker {
             case .registered:
                 appEnded[entry.app] = nil
             case .reattached, .stateChanged, .expirationWarning, .suspensionDeferred, .memoryWarning, .killed,
-                .unregistered, .eventsDropped:
+                .unregistered, .eventsDropped, .requestCancelled:
                 break
             }
         }

@@ -173,7 +173,7 @@ private struct ModelRun {
     }
 
     mutating func performRandomOperation() throws -> String {
-        let roll = Int.random(in: 0..<116, using: &random)
+        let roll = Int.random(in: 0..<117, using: &random)
         let app = randomApp()
         switch roll {
         case 0..<10:
@@ -335,6 +335,15 @@ private struct ModelRun {
             let name = Self.names.randomElement(using: &random)!
             h.launchFailed(name)
             return "launch of \(name) failed"
+        case 116:
+            // The model's requests have no owner: a pin fits none of them, and cancels every one of its name.
+            let name = Self.names.randomElement(using: &random)!
+            for snapshot in h.core.scheduledRequests(app: name) {
+                removableRequests.insert("\(name)/\(snapshot.request.identifier)")
+            }
+            let pin: UInt32? = random.chance(50) ? 1000 : nil
+            h.setPins([name: pin])
+            return "pin \(name) to \(pin.map { "uid \($0)" } ?? "nobody")"
         default:
             let step = Duration.milliseconds(Int64.random(in: 0...8_000, using: &random))
             h.advance(by: step)
@@ -440,7 +449,7 @@ private struct ModelRun {
             case .stateChanged
             where entry.state?.isForeground == true || entry.state == .terminated
                 || entry.state == .notRunning:
-                leftForeground.insert(entry.app)
+                if let app = entry.app { leftForeground.insert(app) }
             default:
                 break
             }

@@ -27,6 +27,8 @@ final class UnitSupervisor: AppSupervisor {
     /// The most launches held at once.
     let capacity: Int
     var onOutcome: (LaunchAttempt, LaunchOutcome) -> Void = { _, _ in }
+    /// Never called: a unit's launch holds its place exactly until its outcome.
+    var onRoomFreed: () -> Void = {}
 
     private let manager: UnitManagerClient
     /// Which manager: for the report ("systemd 252 through the manager's socket ...").
@@ -140,8 +142,10 @@ final class UnitSupervisor: AppSupervisor {
     /// The manager's signals come on the loop in order; a registration is judged after them.
     func catchUp(with name: String) {}
 
+    var hasRoom: Bool { !isStopped && launches.count < capacity }
+
     func submit(_ request: LaunchRequest, for origin: LaunchOrigin, timeout: Duration) -> Bool {
-        guard !isStopped, launches.count < capacity else { return false }
+        guard hasRoom else { return false }
         let serial = nextSerial
         nextSerial += 1
         let unit = AppUnit.name(for: request.name)
