@@ -140,8 +140,10 @@ final class ForkSupervisor: AppSupervisor {
 
     private func preparationsFinished() {
         guard let worker, !isStopped else { return }
-        // A launch decided at its deadline while on the thread holds its place until it comes back here.
-        defer { onRoomFreed() }
+        // A launch decided at its deadline while on the thread holds its place until it comes back here: when it
+        // comes back with nothing started, its place frees with no outcome.
+        var isRoomFreed = false
+        defer { if isRoomFreed { onRoomFreed() } }
         for preparation in worker.takeOutcomes() {
             let serial = preparation.serial
             for warning in preparation.warnings {
@@ -159,6 +161,7 @@ final class ForkSupervisor: AppSupervisor {
             switch preparation.result {
             case .refused(let reason):
                 launches[serial] = nil
+                if launch.attempt.isDecided { isRoomFreed = true }
                 decide(launch, .failed(reason: reason))
             case .started(let started):
                 gate.claim(serial)
