@@ -339,6 +339,42 @@ struct ScheduledWorkEndToEndTests {
         }
     }
 
+    @Test("a daemon starting on saved requests that a pin no longer fits cancels them, the reason in History")
+    func restartMeetsAChangedPin() async throws {
+        try await offThePool {
+            let files = try ScratchDirectory(prefix: "scheduled-pin-restart")
+            let arguments = [
+                "--state-file", files.path + "/state.json", "--schedule-file", files.path + "/scheduled.json",
+            ]
+            let noBus = ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=\(files.path)/no-bus"]
+            let first = try DaemonHarness(arguments: arguments, environment: noBus)
+            let tomorrow = JSONValue.number(Date().timeIntervalSince1970 + 86_400)
+            for (app, identifier) in [("photos", "later"), ("notes", "kept")] {
+                let held = try first.connect().lifecycle(
+                    "SubmitRequest",
+                    ["app": .string(app), "identifier": .string(identifier), "earliestBegin": tomorrow])
+                #expect(held.parameters["request"]?["uid"] == 0, "\(held)")
+            }
+            try first.stop()
+
+            // The next daemon finds photos pinned to another user than the owner of its request.
+            let second = try DaemonHarness(
+                files: ["apps.d/photos.conf": "[Access]\nUser=nobody\n"], arguments: arguments, environment: noBus)
+            let control = try second.connect()
+            let requests = try control.lifecycle("ListRequests").parameters["requests"]?.arrayValue ?? []
+            #expect(requests.map { $0["identifier"] } == ["kept"], "\(requests)")
+            let entries = try control.lifecycle("History").parameters["entries"]?.arrayValue ?? []
+            let cancelled = entries.filter { $0["kind"] == "requestCancelled" }
+            #expect(cancelled.count == 1, "\(entries)")
+            #expect(cancelled.first?["app"] == "photos" && cancelled.first?["identifier"] == "later", "\(cancelled)")
+            #expect(cancelled.first?["uid"] == 0, "\(cancelled)")
+            #expect(
+                cancelled.first?["trigger"] == "photos is now pinned to uid 65534 (User=), not to its owner uid 0",
+                "\(cancelled)")
+            try second.stop()
+        }
+    }
+
     @Test("requests outlive kill -9 and a restart whose saved state is of another boot, keeping their wall-clock times")
     func survivesARebootAfterKill() async throws {
         try await offThePool {

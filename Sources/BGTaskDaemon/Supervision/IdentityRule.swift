@@ -11,7 +11,7 @@ struct IdentityRefusal: Error, CustomStringConvertible {
 }
 
 /// Who asks for a command of an app name to run.
-enum IdentityRequester: Equatable {
+enum IdentityRequester: Equatable, Sendable {
     /// A peer's call (`Launch`), by its uid: root asks for a pinned name on behalf of the user it is pinned to.
     case caller(uid_t)
     /// The owner of the scheduled requests a launch is for: exactly this uid, root included.
