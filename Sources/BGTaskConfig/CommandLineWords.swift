@@ -3,10 +3,11 @@
 
 /// Splits and writes command lines in the quoting of systemd's `ExecStart=` (`systemd.syntax(7)`): words are
 /// separated by whitespace; a word may be quoted whole or in part with `"..."` or `'...'`; a backslash escapes a quote,
-/// a backslash or a space (`\"`, `\'`, `\\`, `\ `) and gives the C escapes `\n`, `\t` and `\r`; `%%` is a `%`.
-/// Other specifiers (`%n`), other escapes and systemd's `@`, `-`, `:`, `+` and `!` prefixes are not read: the words
-/// are the program and its arguments as written, so an `ExecStart=` that needs them is refused rather than run
-/// differently from what systemd would run.
+/// a backslash or a space (`\"`, `\'`, `\\`, `\ `) and gives the C escapes `\n`, `\t` and `\r`; `%%` is a `%` and
+/// `$$` a `$`, quoted or not, as systemd reads them. Other specifiers (`%n`), environment variables (`$NAME`,
+/// `${NAME}`; any other `$`), other escapes and systemd's `@`, `-`, `:`, `+` and `!` prefixes are not read: the words
+/// are the program and its arguments exactly as the app gets them (the daemon expands nothing, forked or as a unit),
+/// so an `ExecStart=` that needs them is refused rather than run differently from what systemd would run.
 public enum CommandLineWords {
     /// Why a command line does not split.
     public enum Problem: Error, Hashable, Sendable, CustomStringConvertible {
@@ -18,7 +19,8 @@ public enum CommandLineWords {
         case trailingBackslash
         /// A NUL byte, which no argument can hold.
         case nulCharacter
-        /// A `%` specifier or an `ExecStart=` prefix, which the daemon does not expand.
+        /// A `%` specifier, a `$` of an environment variable or an `ExecStart=` prefix, which the daemon does not
+        /// expand.
         case unsupported(String)
 
         public var description: String {
@@ -60,10 +62,12 @@ public enum CommandLineWords {
                 isInWord = true
                 continue
             }
-            if scalar == "%" {
-                // Specifiers are expanded inside quotes too, so `%` means the same everywhere.
-                guard iterator.next() == "%" else { throw .unsupported("the % specifier") }
-                word.append("%")
+            if scalar == "%" || scalar == "$" {
+                // Specifiers and variables are expanded inside quotes too, so `%` and `$` mean the same everywhere.
+                guard iterator.next() == scalar else {
+                    throw .unsupported(scalar == "%" ? "the % specifier" : "the $ of an environment variable")
+                }
+                word.append(scalar)
                 isInWord = true
                 continue
             }
@@ -92,9 +96,9 @@ public enum CommandLineWords {
         return words
     }
 
-    /// `words` as one line that `split` reads back to the same words: `%` doubled; a word with a separator, a quote
-    /// or a backslash (or an empty one) in double quotes, its `"` and `\` escaped, newline, tab and carriage return as
-    /// `\n`, `\t` and `\r`.
+    /// `words` as one line that `split` reads back to the same words: `%` and `$` doubled; a word with a separator, a
+    /// quote or a backslash (or an empty one) in double quotes, its `"` and `\` escaped, newline, tab and carriage
+    /// return as `\n`, `\t` and `\r`.
     public static func join(_ words: [String]) -> String {
         words.map { word in
             let scalars = word.unicodeScalars
@@ -105,6 +109,7 @@ public enum CommandLineWords {
             for scalar in scalars {
                 switch scalar {
                 case "%": quoted.append(contentsOf: "%%".unicodeScalars)
+                case "$": quoted.append(contentsOf: "$$".unicodeScalars)
                 case "\"": quoted.append(contentsOf: "\\\"".unicodeScalars)
                 case "\\": quoted.append(contentsOf: "\\\\".unicodeScalars)
                 case "\n": quoted.append(contentsOf: "\\n".unicodeScalars)

@@ -53,17 +53,20 @@ public enum Action: Hashable, Sendable {
     /// The policy forgot a registration whose process may still run (a detached one, past `historySize` of
     /// them): let go of whatever is held for it, such as the handle watching its process.
     case forget(AppID)
-    /// Launch the app `app` in the background for its scheduled requests, as its `apps.d` entry or unit says; the
-    /// launched process is reported with `appLaunched`, a launch that cannot happen with `scheduledLaunchFailed`.
-    case launch(app: String)
+    /// Launch the app `app` in the background for the scheduled requests of `owner`, as its `apps.d` entry says, as
+    /// that user and no other (nil: requests of no owner, which only a test of the core makes; the daemon launches
+    /// nothing for them). The launched process is reported with `appLaunched`, a launch that cannot happen with
+    /// `scheduledLaunchFailed(app:owner:now:)`. Requests of another owner of the name wait meanwhile.
+    case launch(app: String, owner: UInt32?)
 }
 
 /// One entry of the audit trail: history, `Watch`, journal.
 public struct AuditEntry: Hashable, Sendable, Codable {
     /// When it happened (monotonic; the shell adds wall-clock time).
     public var time: MonotonicInstant
-    /// Which registration.
-    public var app: AppID
+    /// Which registration; nil for an entry about a scheduled request rather than a registration
+    /// (`requestCancelled`), which `ownerUID` and `requestIdentifier` name.
+    public var app: AppID?
     /// The app's name.
     public var appName: String
     /// What happened.
@@ -90,15 +93,22 @@ public struct AuditEntry: Hashable, Sendable, Codable {
     /// app's process: the time from the kill to the exit (its memory freed).
     public var latency: Duration?
     /// For a reclamation: the reading that triggered it ("apps use N bytes, AppsMemoryMax is M"); for the
-    /// expiration warning of a scheduled task: why it must end ("ac stopped holding").
+    /// expiration warning of a scheduled task: why it must end ("ac stopped holding"); for a cancelled request: why
+    /// the daemon cancelled it.
     public var trigger: String?
+    /// For `requestCancelled`: the request's identifier.
+    public var requestIdentifier: String?
+    /// For `requestCancelled`: the user the request belonged to, the one the entry is shown to besides root and
+    /// `ControllerGroup`.
+    public var ownerUID: UInt32?
 
     /// Creates an entry; the details default to absent.
     public init(
-        time: MonotonicInstant, app: AppID, appName: String, kind: AuditKind, state: AppState? = nil,
+        time: MonotonicInstant, app: AppID?, appName: String, kind: AuditKind, state: AppState? = nil,
         reason: TerminationReason? = nil, taskID: TaskID? = nil, taskName: String? = nil,
         taskEnd: TaskEndCause? = nil, taskIDs: [TaskID]? = nil, band: ReclamationBand? = nil,
-        memoryBytes: UInt64? = nil, rank: Int? = nil, latency: Duration? = nil, trigger: String? = nil
+        memoryBytes: UInt64? = nil, rank: Int? = nil, latency: Duration? = nil, trigger: String? = nil,
+        requestIdentifier: String? = nil, ownerUID: UInt32? = nil
     ) {
         self.time = time
         self.app = app
@@ -115,6 +125,8 @@ public struct AuditEntry: Hashable, Sendable, Codable {
         self.rank = rank
         self.latency = latency
         self.trigger = trigger
+        self.requestIdentifier = requestIdentifier
+        self.ownerUID = ownerUID
     }
 }
 

@@ -91,14 +91,25 @@ struct SchedulingState: Sendable {
 
 /// Whether a request's app can take its task now.
 private enum AppAvailability: Equatable {
-    /// Registered with a process (foreground, background or suspended).
+    /// Registered with a process of the request's owner (foreground, background or suspended).
     case running(AppID)
-    /// Launched, not yet registered.
+    /// Being launched for the request's owner (asked for with `.launch`, or launched and not yet registered).
     case awaitingLaunch
     /// Not running; the shell can launch it.
     case launchable
     /// Not running and not launchable: the request waits for the app to register.
     case unavailable
+    /// The name is another user's for now: a live registration of another uid, or a launch for another owner's
+    /// requests. The request waits until the name is free; it neither runs there nor launches a second copy.
+    case busy
+
+    /// Whether the request can start, now or once its launch registers.
+    var isReachable: Bool {
+        switch self {
+        case .running, .awaitingLaunch, .launchable: true
+        case .unavailable, .busy: false
+        }
+    }
 }
 
 extension Lifecycle {
@@ -234,12 +245,13 @@ extension Lifecycle {
         return actions
     }
 
-    /// The shell could not launch `name` for its scheduled requests: those launching wait again with backoff.
-    public mutating func scheduledLaunchFailed(app name: String, now: MonotonicInstant) -> [Action] {
+    /// The shell could not launch `name` for the scheduled requests of `owner` (`.launch(app:owner:)`): those
+    /// launching wait again with backoff. Another owner's requests of the name are not touched.
+    public mutating func scheduledLaunchFailed(app name: String, owner: UInt32?, now: MonotonicInstant) -> [Action] {
         var actions: [Action] = []
         let wall = wallClockNow(now)
         for (key, record) in scheduling.requests.storage.sorted(by: { $0.key < $1.key })
-        where record.request.appName == name {
+        where record.request.appName == name && record.request.ownerUID == owner {
             if case .launching = record.phase {
                 scheduling.requests[key] = SchedulingState.settled(record, backoffFrom: wall)
                 scheduling.needsEvaluation = true
@@ -247,6 +259,56 @@ extension Lifecycle {
         }
         armTimerIfDeadlineMoved(&actions, now: now)
         return actions
+    }
+
+    /// The app names `User=` pins to a user, as the shell resolved them (a nil uid: a user that cannot be resolved,
+    /// which pins the name to nobody): at start, once the saved requests are restored, and on every reload. A held
+    /// request of a pinned name owned by anyone but the pinned uid no longer fits and is cancelled, as its owner's
+    /// cancel would (a running one's app warned with `backgroundTaskExpiring`, its task ended at once), with a
+    /// `requestCancelled` audit entry saying why; so is a submit waiting to replace a running request that fits.
+    /// Requests of names no pin names are not touched: an unpinned name runs each request as its owner.
+    public mutating func pinsChanged(_ pins: [String: UInt32?], now: MonotonicInstant) -> [Action] {
+        var actions: [Action] = []
+        for key in scheduling.requests.storage.keys.sorted() {
+            guard var record = scheduling.requests[key], let pin = pins[record.request.appName] else { continue }
+            let name = record.request.appName
+            func reason(_ owner: UInt32?) -> String {
+                let was = owner.map { "its owner uid \($0)" } ?? "no owner"
+                return pin.map { "\(name) is now pinned to uid \($0) (User=), not to \(was)" }
+                    ?? "\(name) is now pinned to a user that cannot be resolved (User=)"
+            }
+            if let replacement = record.replacement, pin == nil || replacement.request.ownerUID != pin {
+                let why = reason(replacement.request.ownerUID)
+                auditCancelledRequest(replacement.request, because: why, now: now, into: &actions)
+                record.replacement = nil
+                scheduling.requests[key] = record
+            }
+            guard pin == nil || record.request.ownerUID != pin else { continue }
+            let why = reason(record.request.ownerUID)
+            if let run = record.runningTask {
+                if !run.isWarned { warnScheduledTask(run.task, of: run.app, because: why, now: now, into: &actions) }
+                scheduling.settlement = (run.task, .cancelled)
+                endScheduledTask(run, cause: .ended, now: now, into: &actions)
+            } else {
+                removeRequest(key, now: now)
+            }
+            auditCancelledRequest(record.request, because: why, now: now, into: &actions)
+            scheduling.needsEvaluation = true
+        }
+        armTimerIfDeadlineMoved(&actions, now: now)
+        return actions
+    }
+
+    /// Records that the daemon cancelled `request` (`requestCancelled`): an entry about the request and its owner,
+    /// not a registration.
+    private func auditCancelledRequest(
+        _ request: ScheduledRequest, because reason: String, now: MonotonicInstant, into actions: inout [Action]
+    ) {
+        actions.append(
+            .audit(
+                AuditEntry(
+                    time: now, app: nil, appName: request.appName, kind: .requestCancelled, trigger: reason,
+                    requestIdentifier: request.identifier, ownerUID: request.ownerUID)))
     }
 
     // MARK: Queries
@@ -376,7 +438,7 @@ extension Lifecycle {
                 if scheduling.isConditionsKnown, !scheduling.conditions.satisfy(record.request.constraints) {
                     // Its constraints stopped holding while its app started: it waits for them again.
                     scheduling.requests[key] = SchedulingState.requeued(record)
-                } else if case .running(let id) = availability(of: record),
+                } else if case .running(let id) = availability(of: record, launching: launchingOwners()),
                     let time = grant(for: record, granted: runningGrants(), now: now)
                 {
                     beginScheduledTask(record, key: key, in: id, time: time, now: now, into: &actions)
@@ -449,23 +511,25 @@ extension Lifecycle {
             return ($0.record.request.appName, $0.record.request.identifier)
                 < ($1.record.request.appName, $1.record.request.identifier)
         }
-        var launched: Set<String> = []
+        var launching = launchingOwners()
         var granted = runningGrants()
         for candidate in candidates where active < policy.scheduledTasksMax {
             let record = candidate.record
             let name = record.request.appName
             guard let time = grant(for: record, granted: granted[name] ?? .zero, now: now) else { continue }
-            let launchUntil = now + policy.appPolicy(for: name).launchTimeout * 2
-            switch launched.contains(name) ? .awaitingLaunch : availability(of: record) {
+            // Thrice LaunchTimeoutSec: the wait for a launch slot, the program's start, then its registration.
+            let launchUntil = now + policy.appPolicy(for: name).launchTimeout * 3
+            switch availability(of: record, launching: launching) {
             case .running(let id):
                 beginScheduledTask(record, key: candidate.key, in: id, time: time, now: now, into: &actions)
             case .awaitingLaunch:
                 setPhase(.launching(until: launchUntil), of: candidate.key)
             case .launchable:
-                actions.append(.launch(app: name))
-                launched.insert(name)
+                // For this owner only: another owner's requests of the name wait until the name is free.
+                actions.append(.launch(app: name, owner: record.request.ownerUID))
+                launching[name] = .some(record.request.ownerUID)
                 setPhase(.launching(until: launchUntil), of: candidate.key)
-            case .unavailable:
+            case .unavailable, .busy:
                 continue
             }
             granted[name, default: .zero] += time
@@ -507,9 +571,10 @@ extension Lifecycle {
         // Used time only falls after the last run ended, so the first instant an app's budget leaves enough,
         // found once per app and size, serves all its requests: at or after their due time, it is the later one.
         var firstFree: [String: WallClockInstant?] = [:]
+        let launching = launchingOwners()
         for record in scheduling.requests.values
         where record.isPending && scheduling.conditions.satisfy(record.request.constraints)
-            && availability(of: record) != .unavailable
+            && availability(of: record, launching: launching).isReachable
         {
             var at = record.due
             let name = record.request.appName
@@ -633,15 +698,30 @@ extension Lifecycle {
         }
     }
 
-    /// Where `record`'s app stands. A registration of the name by another user than the request's owner is not its
-    /// app: the request waits (it neither runs there nor launches another).
-    private func availability(of record: ScheduledRecord) -> AppAvailability {
-        if let id = liveNames[record.request.appName], let app = apps[id] {
-            if let owner = record.request.ownerUID, app.uid != owner { return .unavailable }
+    /// Where `record`'s app stands, given the owner each name is being launched for (`launchingOwners()`). A
+    /// registration of the name by another user than the request's owner is not its app, nor is a launch for
+    /// another owner's requests: the request waits (it neither runs there nor launches a second copy).
+    private func availability(of record: ScheduledRecord, launching: [String: UInt32?]) -> AppAvailability {
+        let name = record.request.appName
+        let owner = record.request.ownerUID
+        if let id = liveNames[name], let app = apps[id] {
+            if let owner, app.uid != owner { return .busy }
             if app.isRegistered, app.state.isRunning || app.state == .suspended { return .running(id) }
             if app.state == .notRunning { return .awaitingLaunch }
         }
+        if let launchingFor = launching[name] { return launchingFor == owner ? .awaitingLaunch : .busy }
         return record.isLaunchable ? .launchable : .unavailable
+    }
+
+    /// The owner each app name is being launched for: that of its requests waiting for their launch (one owner a
+    /// name, since a launch is asked for only while no other owner's is under way).
+    private func launchingOwners() -> [String: UInt32?] {
+        var owners: [String: UInt32?] = [:]
+        for record in scheduling.requests.values {
+            // `.some`: a nil owner is an owner too (a test's request), not the absence of a launch.
+            if case .launching = record.phase { owners[record.request.appName] = .some(record.request.ownerUID) }
+        }
+        return owners
     }
 
     /// The time a task for `record` gets now: its kind's, less what its app's daily budget does not leave once

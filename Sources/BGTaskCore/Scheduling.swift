@@ -56,8 +56,9 @@ public struct ScheduledRequest: Hashable, Sendable, Codable {
     public var earliestBegin: WallClockInstant
     /// Every one of these must hold for it to start, and while it runs.
     public var constraints: Set<Constraint>
-    /// The user it belongs to: it runs only in a registration of its app by this uid, and counts against this
-    /// uid's `ScheduledRequestsPerUserMax`. nil: in any registration of its app (none the daemon makes).
+    /// The user it belongs to: it runs only in a registration of its app by this uid, its app is launched for it
+    /// only as this uid (`.launch(app:owner:)`), and it counts against this uid's `ScheduledRequestsPerUserMax`.
+    /// nil: in any registration of its app (none the daemon makes).
     public var ownerUID: UInt32?
 
     /// Creates a request.

@@ -29,6 +29,8 @@ enum MessageID {
     static let taskExpired = "962703a73a624a5d8fed129fa46b667b"
     /// A suspended app's event queue was full: its oldest events are being dropped.
     static let eventsDropped = "2e2191f699c544de89e4ad737ba5d33c"
+    /// The daemon cancelled a held scheduled request that no longer fits the configuration (a pin changed).
+    static let requestCancelled = "580f89de10fd469e96c90ff7d8159a70"
 }
 
 /// The audit trail: every record the policy emits goes to the journal (or stderr), to live watchers, and,
@@ -76,7 +78,7 @@ final class AuditTrail {
         switch record.kind {
         case .taskBegan, .stateChanged: false
         case .registered, .reattached, .taskEnded, .expirationWarning, .suspensionDeferred, .suspensionExempted,
-            .memoryWarning, .terminated, .killed, .processExited, .unregistered, .eventsDropped:
+            .memoryWarning, .terminated, .killed, .processExited, .unregistered, .eventsDropped, .requestCancelled:
             true
         }
     }
@@ -188,6 +190,12 @@ final class AuditTrail {
                 "\(app)'s event queue is full (QueuedEventsPerAppMax): dropping its oldest events while it is "
                     + "suspended; GetApp counts them",
                 fields() + [.messageID(MessageID.eventsDropped)])
+        case .requestCancelled:
+            let owner = record.ownerUID.map { "uid \($0)" } ?? "no owner"
+            logger.warning(
+                "cancelled the scheduled request \(quoted(record.requestIdentifier)) of \(app) (\(owner)): "
+                    + (record.trigger ?? "it no longer fits the configuration"),
+                fields() + [.messageID(MessageID.requestCancelled)])
         }
     }
 

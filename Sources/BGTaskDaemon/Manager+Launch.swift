@@ -1,5 +1,6 @@
-// Managed apps, launched for a `Launch` call or for their scheduled requests: the launch checked, handed to the
-// supervisor (`AppSupervisor`), and the app taken on once its program has started.
+// Managed apps, launched for a `Launch` call or for their scheduled requests: the launch checked against the one
+// identity rule (`IdentityRule`), handed to the launch slots (`LaunchSlots`) in front of the supervisor
+// (`AppSupervisor`), and the app taken on once its program has started.
 
 import BGTaskCore
 import BGTaskPOSIX
@@ -11,9 +12,10 @@ extension Manager {
     /// The most arguments, and bytes of them in all, a launch takes (the message itself is under MessageSizeMax).
     static let launchArgumentsMax = 1024
 
-    /// `Launch`: checks the call, then starts `argv` as the managed app `name` off the loop (`AppSupervisor`). The
-    /// reply waits until the program has started (`launchEnded`), and so do the calls after it on the connection;
-    /// other connections are served meanwhile.
+    /// `Launch`: checks the call, then starts `argv` as the managed app `name` off the loop (`AppSupervisor`), as the
+    /// user the identity rule gives (`IdentityRule`: the caller, or the user the name is pinned to). A launch that
+    /// finds every slot taken waits for one (`LaunchSlots`). The reply waits until the program has started
+    /// (`launchEnded`), and so do the calls after it on the connection; other connections are served meanwhile.
     func launch(_ parameters: LaunchParameters, _ call: IncomingCall) throws -> CallOutcome<LaunchReply> {
         let name = parameters.name
         guard Self.isValidName(name) else { throw VarlinkError.invalidParameter(parameter: "name") }
@@ -21,71 +23,123 @@ extension Manager {
         guard let program = argv.first, !program.isEmpty, argv.count <= Self.launchArgumentsMax,
             argv.allSatisfy({ !$0.utf8.contains(0) })
         else { throw VarlinkError.invalidParameter(parameter: "argv") }
-        let uid = try launchUID(for: name, credentials: call.credentials)
+        let uid: uid_t
+        switch identity.user(ofAppNamed: name, for: .caller(call.credentials.uid)) {
+        case .success(let allowed):
+            uid = allowed
+        case .failure(let refusal):
+            logger.notice("denied Launch of \(name) to uid \(call.credentials.uid): \(refusal)", [.app(name)])
+            throw VarlinkError.permissionDenied()
+        }
         settleExitedHolder(of: name)
         try core.canLaunch(name: name, uid: uid)
-        guard let supervisor, !isStopping else {
+        guard let launchSlots, !isStopping else {
             logger.notice("cannot launch \(name) for uid \(call.credentials.uid): bgtaskd is stopping", [.app(name)])
             throw VarlinkError.launchFailed(app: name, reason: "bgtaskd is stopping")
         }
-        guard !supervisor.isLaunching(name) else { throw BGTaskCore.LifecycleError.appExists(name) }
+        guard !launchSlots.isLaunching(name) else { throw BGTaskCore.LifecycleError.appExists(name) }
         let request = LaunchRequest(
             name: name, argv: argv, uid: uid, changesUser: uid != geteuid(),
             exitsOnSuspend: parameters.exitsOnSuspend, logDirectory: logDirectory,
             socketPath: socketPath, oomScoreAdjust: configuration.launch.oomScoreAdjust(for: name))
         let timeout = configuration.core.appPolicy(for: name).launchTimeout
-        guard supervisor.submit(request, for: .call(call), timeout: timeout) else {
-            throw VarlinkError.limitExceeded(limit: "LaunchesInFlightMax", max: ProcessTable.launchesInFlightMax)
-        }
+        // Held before it is handed over: a launch that cannot start at all is answered (and released) at once.
         call.connection.holdCalls()
+        guard launchSlots.submit(PendingLaunch(request: request, origin: .call(call), timeout: timeout)) != .refused
+        else {
+            call.connection.releaseCalls()
+            logger.notice(
+                "cannot launch \(name) for uid \(call.credentials.uid): uid \(uid) has "
+                    + "\(LaunchSlots.waitingPerUserMax) launches waiting for a slot (LaunchesWaitingPerUserMax)",
+                [.app(name)])
+            throw VarlinkError.limitExceeded(limit: "LaunchesWaitingPerUserMax", max: LaunchSlots.waitingPerUserMax)
+        }
         return CallOutcome()
     }
 
-    /// `.launch`: the policy asks for `name` to be started for its scheduled requests, with the command
-    /// `apps.d/NAME.conf` gives (`ExecStart=`), as the requests' owner, through the same supervisor as `Launch`
-    /// (a unit of the service manager where there is one). The app starts in background when it registers. A
-    /// launch that cannot be made is told to the core at once: the requests wait again, with backoff.
-    func launchForScheduledWork(_ name: String) {
+    /// `.launch`: the policy asks for `name` to be started for the scheduled requests of `owner`, with the command
+    /// `apps.d/NAME.conf` gives (`ExecStart=`), as that user and no other (after the identity rule: refused when the
+    /// name is now pinned to another user, or the daemon is not root and `owner` is not its own uid), through the
+    /// same launch slots and supervisor as `Launch` (a unit of the service manager where there is one). The app
+    /// starts in background when it registers. A launch that cannot be made is told to the core at once: the owner's
+    /// requests wait again, with backoff.
+    func launchForScheduledWork(_ name: String, owner: UInt32?) {
+        guard let owner else { return scheduledLaunchFailed(name, owner: nil, "its requests have no owner") }
         guard let argv = configuration.launch.appCommands[name] else {
-            return scheduledLaunchFailed(name, "apps.d/\(name).conf has no ExecStart=")
+            return scheduledLaunchFailed(name, owner: owner, "apps.d/\(name).conf has no ExecStart=")
         }
-        guard let uid = core.scheduledRequests(app: name).lazy.compactMap(\.request.ownerUID).first else {
-            return scheduledLaunchFailed(name, "its requests have no owner")
+        let uid: uid_t
+        switch identity.user(ofAppNamed: name, for: .owner(owner)) {
+        case .success(let allowed): uid = allowed
+        case .failure(let refusal): return scheduledLaunchFailed(name, owner: owner, "\(refusal)")
         }
-        guard canLaunchScheduledWork(as: uid) else {
-            return scheduledLaunchFailed(name, "bgtaskd runs as uid \(geteuid()) and cannot start an app as uid \(uid)")
+        guard let launchSlots, !isStopping else {
+            return scheduledLaunchFailed(name, owner: owner, "bgtaskd is stopping")
         }
-        guard let supervisor, !isStopping else { return scheduledLaunchFailed(name, "bgtaskd is stopping") }
-        guard !supervisor.isLaunching(name) else {
-            return scheduledLaunchFailed(name, "a launch of \(name) is already under way")
+        guard !launchSlots.isLaunching(name) else {
+            return scheduledLaunchFailed(name, owner: owner, "a launch of \(name) is already under way")
         }
         settleExitedHolder(of: name)
         do {
             try core.canLaunch(name: name, uid: uid)
         } catch {
-            return scheduledLaunchFailed(name, "\(error)")
+            return scheduledLaunchFailed(name, owner: owner, "\(error)")
         }
         let request = LaunchRequest(
             name: name, argv: argv, uid: uid, changesUser: uid != geteuid(), exitsOnSuspend: nil,
             logDirectory: logDirectory, socketPath: socketPath,
             oomScoreAdjust: configuration.launch.oomScoreAdjust(for: name))
         let timeout = configuration.core.appPolicy(for: name).launchTimeout
-        guard supervisor.submit(request, for: .scheduledWork, timeout: timeout) else {
-            return scheduledLaunchFailed(name, "LaunchesInFlightMax=\(ProcessTable.launchesInFlightMax) reached")
+        guard launchSlots.submit(PendingLaunch(request: request, origin: .scheduledWork, timeout: timeout)) != .refused
+        else {
+            let limit = "LaunchesWaitingPerUserMax=\(LaunchSlots.waitingPerUserMax)"
+            return scheduledLaunchFailed(name, owner: owner, "uid \(uid) has \(limit) launches waiting for a slot")
         }
         logger.info("launching \(name) as uid \(uid) for its scheduled requests", [.app(name)])
     }
 
-    /// Whether the app of a request owned by `uid` can be launched for it: a daemon that is not root starts apps only
-    /// as itself.
-    func canLaunchScheduledWork(as uid: uid_t) -> Bool {
-        uid == geteuid() || geteuid() == 0
+    /// A launch for the scheduled requests of `owner` was not made, or its app not taken on: logged, and the core
+    /// told.
+    private func scheduledLaunchFailed(_ name: String, owner: UInt32?, _ reason: String) {
+        logger.notice(
+            "cannot launch \(name) for its scheduled requests of \(owner.map { "uid \($0)" } ?? "no owner"): \(reason)",
+            [.app(name)])
+        feedLater { [unowned self] in self.core.scheduledLaunchFailed(app: name, owner: owner, now: self.now) }
     }
 
-    /// A launch for scheduled work was not made, or its app not taken on: logged, and the core told.
-    private func scheduledLaunchFailed(_ name: String, _ reason: String) {
-        logger.notice("cannot launch \(name) for its scheduled requests: \(reason)", [.app(name)])
-        feedLater { [unowned self] in self.core.scheduledLaunchFailed(app: name, now: self.now) }
+    /// Why `request`, asked for by `origin`, may no longer run as its user: the identity rule, asked again, gives
+    /// another user or none (a reload changed a pin since the launch was asked for). Nil when it may.
+    func identityRefusal(for request: LaunchRequest, origin: LaunchOrigin) -> IdentityRefusal? {
+        let requester: IdentityRequester =
+            switch origin {
+            case .call(let call): .caller(call.credentials.uid)
+            case .scheduledWork: .owner(request.uid)
+            }
+        switch identity.user(ofAppNamed: request.name, for: requester) {
+        case .success(let uid) where uid == request.uid:
+            return nil
+        case .success(let uid):
+            return IdentityRefusal(description: "\(request.name) would now run as uid \(uid), not uid \(request.uid)")
+        case .failure(let refusal):
+            return refusal
+        }
+    }
+
+    /// A launch never handed to the supervisor (`LaunchSlots`): no slot came in time, the identity rule no longer
+    /// allows it, or the supervisor refused it. A `Launch` call is answered, a launch for scheduled work told to the
+    /// core.
+    func launchNotStarted(_ launch: PendingLaunch, because reason: LaunchNotStarted) {
+        let name = launch.request.name
+        defer { updateStatus() }
+        guard case .call(let call) = launch.origin else {
+            return scheduledLaunchFailed(name, owner: launch.request.uid, "\(reason)")
+        }
+        logger.notice("cannot launch \(name) for uid \(call.credentials.uid): \(reason)", [.app(name)])
+        switch reason {
+        case .denied: fail(call, VarlinkError.permissionDenied())
+        case .noSlot, .refused: fail(call, VarlinkError.launchFailed(app: name, reason: "\(reason)"))
+        }
+        call.connection.releaseCalls()
     }
 
     /// A launch ended: its program started (the app is tracked from now on, unless something changed meanwhile:
@@ -103,7 +157,7 @@ extension Manager {
             updateStatus()
         }
         func refuse(_ reason: String, _ answer: any Error) {
-            guard let call else { return scheduledLaunchFailed(name, reason) }
+            guard let call else { return scheduledLaunchFailed(name, owner: launch.request.uid, reason) }
             logger.notice("cannot launch \(name) for uid \(call.credentials.uid): \(reason)", [.app(name)])
             fail(call, answer)
         }
@@ -111,6 +165,11 @@ extension Manager {
         case .failed(let reason):
             refuse(reason, VarlinkError.launchFailed(app: name, reason: reason))
         case .started(let started):
+            if let refusal = identityRefusal(for: launch.request, origin: launch.origin) {
+                // Started before a reload pinned the name to another user: not taken on, and ended.
+                supervisor?.end(started)
+                return refuse("\(refusal)", VarlinkError.permissionDenied())
+            }
             switch adopt(started, of: launch.request, forScheduledWork: call == nil) {
             case .success(let launched):
                 if let call {
@@ -181,28 +240,6 @@ extension Manager {
             [.app(name)])
         if let note = request.oomScoreAdjustNote(pid: started.pid, procFS: procFS) { logger.notice(note, [.app(name)]) }
         return .success(launched)
-    }
-
-    /// The uid a launch of `name` runs as: the caller's; for root, the user `apps.d/NAME.conf` pins the name to.
-    /// A daemon that is not root launches only as itself.
-    private func launchUID(for name: String, credentials: PeerCredentials) throws -> uid_t {
-        var uid = credentials.uid
-        if let pinned = pinnedUsers[name] {
-            if credentials.uid == 0, let pinnedUID = pinned {
-                uid = pinnedUID
-            } else if pinned != credentials.uid {
-                logger.notice(
-                    "denied Launch of \(name) to uid \(credentials.uid): the name is pinned to "
-                        + "\(pinned.map { "uid \($0)" } ?? "a user that cannot be resolved") by apps.d/\(name).conf",
-                    [.app(name)])
-                throw VarlinkError.permissionDenied()
-            }
-        }
-        if uid != geteuid() && geteuid() != 0 {
-            logger.notice("denied Launch of \(name) as uid \(uid): bgtaskd runs as uid \(geteuid())", [.app(name)])
-            throw VarlinkError.permissionDenied()
-        }
-        return uid
     }
 }
 

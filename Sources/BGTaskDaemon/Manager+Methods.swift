@@ -172,11 +172,10 @@ extension Manager {
             backgroundTime = .nanoseconds(Int64(seconds * 1e9))
         }
         let credentials = call.credentials
-        if let pinned = pinnedUsers[name], pinned != credentials.uid {
+        if let refusal = identity.registrationRefusal(ofAppNamed: name, by: credentials.uid) {
             logger.notice(
-                "denied Register of \(name) to uid \(credentials.uid) (pid \(credentials.pid)): the name is pinned "
-                    + "to \(pinned.map { "uid \($0)" } ?? "a user that cannot be resolved") by apps.d/\(name).conf",
-                [.app(name)])
+                "denied Register of \(name) to uid \(credentials.uid) (pid \(credentials.pid)): \(refusal) by "
+                    + "apps.d/\(name).conf", [.app(name)])
             throw VarlinkError.permissionDenied()
         }
         // A holder whose process exited without the daemon having seen it yet ends first: re-attaching is only
@@ -350,7 +349,7 @@ extension Manager {
         let credentials = call.credentials
         let isPrivileged = isPrivileged(call.connection)
         let entries = trail.history(limit: parameters.limit) { [core] entry in
-            isPrivileged || core.uid(of: entry.app) == credentials.uid
+            isPrivileged || (entry.app.flatMap(core.uid(of:)) ?? entry.ownerUID) == credentials.uid
         }
         return CallOutcome(reply: HistoryReply(entries: entries))
     }

@@ -12,10 +12,12 @@ extension Manager {
     var processOfApp: [AppID: TrackedProcess] { processTable.processOfApp }
     /// The supervisor of managed apps; nil before `start()`.
     var supervisor: AppSupervisor? { processTable.supervisor }
+    /// The fair launch slots every launch goes through, in front of the supervisor; nil before `start()`.
+    var launchSlots: LaunchSlots? { processTable.launchSlots }
     var inspector: ProcessInspector { processTable.inspector }
-    /// The uid each pinned app name (`User=` in `apps.d`) belongs to; nil when the user cannot be resolved, which
-    /// pins the name to nobody (fail closed).
-    var pinnedUsers: [String: uid_t?] { processTable.pinnedUsers }
+    /// The pins of app names (`User=` in `apps.d`) and the one rule deciding from them who a launched app runs as and
+    /// whose a name's requests are.
+    var identity: IdentityRule { processTable.identity }
 
     // MARK: The core's actions
 

@@ -70,7 +70,8 @@ extension Manager {
 
     // MARK: Methods
 
-    /// `SubmitRequest`: the request belongs to the name's user (`requestOwner`), which the caller must be, or root.
+    /// `SubmitRequest`: the request belongs to the name's user (`requestOwner`: the user the name is pinned to, else
+    /// the live app's or the held requests' owner, else the caller), which the caller must be, or root.
     func submitRequest(_ parameters: SubmitRequestParameters, _ call: IncomingCall) throws
         -> CallOutcome<SubmitRequestReply>
     {
@@ -88,18 +89,22 @@ extension Manager {
             earliestBegin = WallClockInstant(nanoseconds: Int64(seconds * 1e9))
         }
         let caller = call.credentials.uid
-        guard let owner = requestOwner(ofAppNamed: name, caller: caller), caller == owner || caller == 0 else {
-            throw deniedScheduling(call, name)
+        let owner: UInt32
+        switch requestOwner(ofAppNamed: name, caller: caller) {
+        case .success(let allowed): owner = allowed
+        case .failure(let refusal): throw deniedScheduling(call, name, refusal)
         }
         if let held = heldRequest(name, parameters.identifier), held.request.ownerUID != owner, caller != 0 {
-            throw deniedScheduling(call, name)
+            throw deniedScheduling(
+                call, name, IdentityRefusal(description: "its request belongs to another user than uid \(owner)"))
         }
         let request = ScheduledRequest(
             appName: name, identifier: parameters.identifier, kind: parameters.kind ?? .refresh,
             earliestBegin: earliestBegin, constraints: Set(parameters.requires ?? []), ownerUID: owner)
-        // An app with a command in apps.d (`ExecStart=`) is launched for its requests when it is not running; any
-        // other waits for its app to register.
-        let isLaunchable = configuration.launch.appCommands[name] != nil && canLaunchScheduledWork(as: owner)
+        // An app with a command in apps.d (`ExecStart=`) is launched for its requests when it is not running, as their
+        // owner; any other waits for its app to register.
+        let isLaunchable =
+            configuration.launch.appCommands[name] != nil && identity.canLaunch(name, forRequestsOf: owner)
         let actions: [Action]
         do {
             actions = try core.submit(request, isLaunchable: isLaunchable, now: now)
@@ -126,7 +131,9 @@ extension Manager {
         guard let held = heldRequest(name, parameters.identifier), isVisible(held, to: call.connection) else {
             throw VarlinkError.noSuchRequest(app: name, identifier: parameters.identifier)
         }
-        guard caller == 0 || held.request.ownerUID == caller else { throw deniedScheduling(call, name) }
+        guard caller == 0 || held.request.ownerUID == caller else {
+            throw deniedScheduling(call, name, IdentityRefusal(description: "the request belongs to another user"))
+        }
         let actions: [Action]
         do {
             actions = try core.cancelScheduledRequest(app: name, identifier: parameters.identifier, now: now)
@@ -162,14 +169,21 @@ extension Manager {
 
     // MARK: Ownership
 
-    /// The uid requests of `name` belong to: the live app's, else the user `apps.d/NAME.conf` pins the name to, else
-    /// the owner of the name's requests held already, else `caller`. nil for a name pinned to a user that cannot be
-    /// resolved: nobody's, so nobody may submit for it.
-    private func requestOwner(ofAppNamed name: String, caller: UInt32) -> UInt32? {
-        if let (_, uid) = core.owner(ofAppNamed: name) { return uid }
-        if let pinned = pinnedUsers[name] { return pinned }
-        if let held = core.scheduledRequests(app: name).lazy.compactMap(\.request.ownerUID).first { return held }
-        return caller
+    /// The uid requests of `name` submitted by `caller` belong to, by the identity rule (`IdentityRule`): the user
+    /// `apps.d/NAME.conf` pins the name to (for that user and root alone; a name pinned to a user that cannot be
+    /// resolved is nobody's); else the live app's, else the owner of the name's requests held already, else
+    /// `caller`, which the caller must be, or root.
+    private func requestOwner(ofAppNamed name: String, caller: UInt32) -> Result<UInt32, IdentityRefusal> {
+        let unpinned =
+            core.owner(ofAppNamed: name)?.uid
+            ?? core.scheduledRequests(app: name).lazy.compactMap(\.request.ownerUID).first ?? caller
+        return identity.requestOwner(ofAppNamed: name, caller: caller, unpinnedOwner: unpinned)
+    }
+
+    /// Gives the core the pins as they are now (at start, once the saved requests are restored, and on every
+    /// reload): it cancels the held requests that no longer fit (`pinsChanged`), each with its reason in the history.
+    func applyPins() {
+        perform(core.pinsChanged(identity.pins, now: now))
     }
 
     /// The request `identifier` of `name`, as held.
@@ -182,11 +196,11 @@ extension Manager {
         isPrivileged(connection) || snapshot.request.ownerUID == connection.credentials.uid
     }
 
-    /// `PermissionDenied` for a scheduling call about `name`, logged.
-    private func deniedScheduling(_ call: IncomingCall, _ name: String) -> VarlinkError {
+    /// `PermissionDenied` for a scheduling call about `name`, logged with why.
+    private func deniedScheduling(_ call: IncomingCall, _ name: String, _ refusal: IdentityRefusal) -> VarlinkError {
         logger.notice(
             "denied \(call.header.method.member) on \(name) to uid \(call.credentials.uid) "
-                + "(pid \(call.credentials.pid)): the name's requests belong to another user", [.app(name)])
+                + "(pid \(call.credentials.pid)): \(refusal)", [.app(name)])
         return .permissionDenied()
     }
 }

@@ -102,7 +102,8 @@ extension Manager {
     /// Whether an audit record may be shown to the caller.
     func isVisible(_ record: AuditEntry, to connection: ClientConnection) -> Bool {
         if isPrivileged(connection) { return true }
-        return core.uid(of: record.app) == connection.credentials.uid
+        // An entry about a request rather than a registration is its owner's.
+        return (record.app.flatMap(core.uid(of:)) ?? record.ownerUID) == connection.credentials.uid
     }
 
     /// The app named `name` that the caller may use as `caller`; throws `NoSuchApp` or `PermissionDenied` (the

@@ -183,6 +183,8 @@ public final class Manager {
         streamStore.readLimit()
         try takeListenedDescriptors()
         restoreState()
+        // The restored requests meet the configuration's pins: those that no longer fit are cancelled.
+        applyPins()
         // Only now: the service manager's probe above turns the loop, whose idle hook would otherwise write the empty
         // policy of a daemon just started over the requests it is about to restore.
         try scheduledStore?.start()
@@ -262,7 +264,9 @@ public final class Manager {
         _ = try? notifier.stopping()
         // The fd store's copies of the event streams stay open, for the next daemon to take them back.
         connectionServer.stop()
-        // No half-launched child outlives the daemon: those whose program has not started yet are killed and reaped.
+        // No half-launched child outlives the daemon: those whose program has not started yet are killed and reaped,
+        // and those waiting for a slot never start.
+        launchSlots?.stop()
         supervisor?.stop()
         releaseAllApps()
         try? loop.exit(code: 0)
@@ -301,6 +305,8 @@ public final class Manager {
         if configuration.conditions != previousConditions { startConditionMonitor() }
         trail.capacity = configuration.core.historySize
         resolveAccessSettings()
+        // A pin changed: held requests that no longer fit are cancelled, each with its reason in the history.
+        applyPins()
         logger.notice("configuration reloaded from \(configurationPath)")
     }
 
@@ -369,8 +375,8 @@ public final class Manager {
             armTimer(at: instant)
         case .forget(let app):
             pruneProcess(of: app)
-        case .launch(let name):
-            launchForScheduledWork(name)
+        case .launch(let name, let owner):
+            launchForScheduledWork(name, owner: owner)
         case .audit(let record):
             guard let entry = trail.publish(record, isWatched: !watchers.isEmpty) else { return }
             // Encoded once, on the first watcher allowed to see it, for every watcher.

@@ -45,7 +45,8 @@ extension HistoryEntry {
             latencyMs: record.latency.map { $0.secondsValue * 1000 }, state: record.state,
             taskId: record.taskID.map { Int($0.rawValue) },
             taskName: record.taskID == nil ? nil : (record.taskName ?? ""), taskEnd: record.taskEnd,
-            taskIds: record.taskIDs?.map { Int($0.rawValue) }, rank: record.rank, trigger: record.trigger)
+            taskIds: record.taskIDs?.map { Int($0.rawValue) }, rank: record.rank, trigger: record.trigger,
+            identifier: record.requestIdentifier, uid: record.ownerUID.map(Int.init))
     }
 }
 

@@ -121,6 +121,9 @@ struct AppTracker {
             record.isRegistered = false
         case .expirationWarning, .suspensionDeferred, .suspensionExempted, .memoryWarning, .killed, .eventsDropped:
             break
+        case .requestCancelled:
+            // About a scheduled request, not a registration: no app's record changes.
+            return
         }
         apps[entry.app] = record
     }

@@ -61,7 +61,7 @@ extension SoakChecker {
             case .registered:
                 appEnded[entry.app] = nil
             case .reattached, .stateChanged, .expirationWarning, .suspensionDeferred, .suspensionExempted,
-                .memoryWarning, .killed, .unregistered, .eventsDropped:
+                .memoryWarning, .killed, .unregistered, .eventsDropped, .requestCancelled:
                 break
             }
         }

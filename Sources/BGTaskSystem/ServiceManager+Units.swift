@@ -68,7 +68,8 @@ public struct UnitInterface: RawRepresentable, Hashable, Sendable {
     public static let scope = UnitInterface(rawValue: "org.freedesktop.systemd1.Scope")
 }
 
-/// A command line of `ExecStart=` and its kin, as `StartTransientUnit` takes it (`(sasb)`).
+/// A command line of `ExecStart=` and its kin, as `StartTransientUnit` takes it: `(sasb)` for `ExecStart`, `(sasas)`
+/// for `ExecStartEx` (systemd 243 and later), whose flags say what the prefixes of a unit file say.
 public struct ExecCommand: Hashable, Sendable {
     /// The program's absolute path.
     public var path: String
@@ -76,17 +77,45 @@ public struct ExecCommand: Hashable, Sendable {
     public var arguments: [String]
     /// Whether a failure of the command is ignored (the `-` prefix in a unit file).
     public var ignoresFailure: Bool
+    /// Whether the manager expands `$NAME` and `${NAME}` in the arguments from the unit's environment, as it does for
+    /// a unit file's command unless the `:` prefix says not to (`%` specifiers it never expands in a command sent
+    /// over the bus). False: the program gets `arguments` exactly.
+    public var expandsEnvironment: Bool
 
     /// Runs `path` with `arguments` (`argv[0]` first; empty: the path alone).
-    public init(path: String, arguments: [String] = [], ignoresFailure: Bool = false) {
+    public init(path: String, arguments: [String] = [], ignoresFailure: Bool = false, expandsEnvironment: Bool = true) {
         self.path = path
         self.arguments = arguments.isEmpty ? [path] : arguments
         self.ignoresFailure = ignoresFailure
+        self.expandsEnvironment = expandsEnvironment
     }
 
-    /// The command as a `(sasb)` structure.
+    /// The command as a `(sasb)` structure, for `ExecStart`, which takes no flags: a command that must not be
+    /// expanded has every `$` of its arguments written `$$`, which the manager's expansion turns back into one `$`,
+    /// so the program gets its arguments exactly all the same.
     public var busValue: BusValue {
-        .structure([.string(path), .strings(arguments), .boolean(ignoresFailure)])
+        let words = expandsEnvironment ? arguments : arguments.map(Self.escapingEnvironment)
+        return .structure([.string(path), .strings(words), .boolean(ignoresFailure)])
+    }
+
+    /// The command as a `(sasas)` structure, for `ExecStartEx`: its flags in systemd's words (`ignore-failure`,
+    /// `no-env-expand`).
+    public var extendedBusValue: BusValue {
+        var flags: [String] = []
+        if ignoresFailure { flags.append("ignore-failure") }
+        if !expandsEnvironment { flags.append("no-env-expand") }
+        return .structure([.string(path), .strings(arguments), .strings(flags)])
+    }
+
+    /// `word` with every `$` doubled: what the manager's environment expansion reads back as `word` itself.
+    public static func escapingEnvironment(_ word: String) -> String {
+        guard word.utf8.contains(UInt8(ascii: "$")) else { return word }
+        var escaped = String.UnicodeScalarView()
+        for scalar in word.unicodeScalars {
+            escaped.append(scalar)
+            if scalar == "$" { escaped.append(scalar) }
+        }
+        return String(escaped)
     }
 }
 
@@ -109,10 +138,17 @@ public struct UnitProperty: Hashable, Sendable {
 
     /// `Description=`.
     public static func description(_ text: String) -> UnitProperty { UnitProperty("Description", .string(text)) }
-    /// `ExecStart=`: the commands a service runs (`a(sasb)`).
+    /// `ExecStart=`: the commands a service runs (`a(sasb)`; those that must not be expanded escaped, see
+    /// `ExecCommand.busValue`).
     public static func execStart(_ commands: [ExecCommand]) -> UnitProperty {
         UnitProperty("ExecStart", .array(element: "(sasb)", commands.map(\.busValue)))
     }
+    /// `ExecStartEx=`: the commands a service runs with their flags (`a(sasas)`; systemd 243 and later).
+    public static func execStartEx(_ commands: [ExecCommand]) -> UnitProperty {
+        UnitProperty("ExecStartEx", .array(element: "(sasas)", commands.map(\.extendedBusValue)))
+    }
+    /// The first systemd whose `StartTransientUnit` takes `ExecStartEx` (and with it `no-env-expand`).
+    public static let execStartExVersion = 243
     /// `Environment=`: `NAME=value` assignments.
     public static func environment(_ assignments: [String]) -> UnitProperty {
         UnitProperty("Environment", .strings(assignments))

@@ -21,12 +21,17 @@ public final class PolicyHarness {
     public var lockHolders: Set<AppID> = []
     /// Apps currently stopped by the shell.
     public private(set) var frozen: Set<AppID> = []
+    /// Apps whose suspension was refused (a lock) and the core not told yet: the refusal is an input fed after the
+    /// batch, as the daemon's lock check answers later. A resume or kill meanwhile drops it, as the daemon's
+    /// process table drops the pending check, and the core never hears it.
+    private var pendingRefusals: Set<AppID> = []
     /// Apps whose processes were killed.
     public private(set) var killed: Set<AppID> = []
     /// Registrations the policy forgot while their processes may live on (`.forget`).
     public private(set) var forgotten: Set<AppID> = []
-    /// App names the policy asked to launch for their scheduled requests (`.launch`), in order.
-    public private(set) var launchRequests: [String] = []
+    /// App names the policy asked to launch for their scheduled requests (`.launch`), in order, with the owner each
+    /// launch is for.
+    public private(set) var launchRequests: [(app: String, owner: UInt32?)] = []
     /// The instant the shell's single timer is armed at.
     public private(set) var armedDeadline: MonotonicInstant?
     /// Shell-side contract breaches seen while executing actions (an event sent to a frozen app, a resume of an
@@ -84,13 +89,13 @@ public final class PolicyHarness {
         return registration.app
     }
 
-    /// Records a launch of a managed app (`forScheduledWork`: one the policy asked for with `.launch`).
+    /// Records a launch of a managed app as `uid` (`forScheduledWork`: one the policy asked for with `.launch`).
     @discardableResult
-    public func launch(_ name: String, pid: Int32? = nil, forScheduledWork: Bool = false) throws(LifecycleError)
-        -> AppID
-    {
+    public func launch(
+        _ name: String, pid: Int32? = nil, uid: UInt32 = 0, forScheduledWork: Bool = false
+    ) throws(LifecycleError) -> AppID {
         let launched = try core.appLaunched(
-            name: name, process: ProcessIdentity(pid: pid ?? Self.pid(for: name), uid: 0),
+            name: name, process: ProcessIdentity(pid: pid ?? Self.pid(for: name), uid: uid),
             forScheduledWork: forScheduledWork, now: now)
         execute(launched.actions)
         return launched.app
@@ -194,9 +199,14 @@ public final class PolicyHarness {
         execute(core.wallClockChanged(offset: offset, now: now))
     }
 
-    /// The shell could not launch `name` for its scheduled requests.
-    public func launchFailed(_ name: String) {
-        execute(core.scheduledLaunchFailed(app: name, now: now))
+    /// The shell could not launch `name` for the scheduled requests of `owner`.
+    public func launchFailed(_ name: String, owner: UInt32? = nil) {
+        execute(core.scheduledLaunchFailed(app: name, owner: owner, now: now))
+    }
+
+    /// The names `User=` pins to users changed (or were read at start).
+    public func setPins(_ pins: [String: UInt32?]) {
+        execute(core.pinsChanged(pins, now: now))
     }
 
     /// Restarts the policy as the daemon restarts: `restoreFromSavedState()`, then `resumeAfterRestart()`.
@@ -221,6 +231,7 @@ public final class PolicyHarness {
             restoring: saved, policy: core.policy, conditions: core.conditions,
             wallClockOffset: wallClockOffset ?? core.wallClockOffset, now: now)
         frozen = []
+        pendingRefusals = []
         if let timer { loop.cancel(timer) }
         timer = nil
         armedDeadline = nil
@@ -290,24 +301,33 @@ public final class PolicyHarness {
             case .suspend(let app):
                 if lockHolders.contains(app) {
                     pendingEffects.append("suspend \(name(app)) refused: lock")
-                    deferredInputs.append { [unowned self] in self.core.suspensionRefused(app, now: self.now) }
+                    pendingRefusals.insert(app)
+                    deferredInputs.append { [unowned self] in
+                        guard self.pendingRefusals.remove(app) != nil else { return [] }
+                        return self.core.suspensionRefused(app, now: self.now)
+                    }
                 } else {
                     if frozen.contains(app) { violations.append("suspended \(name(app)) twice") }
                     frozen.insert(app)
                     pendingEffects.append("suspend \(name(app))")
                 }
             case .resume(let app):
-                if frozen.remove(app) == nil { violations.append("resumed \(name(app)), which was not stopped") }
+                // A resume while the refusal of its suspension is still on its way: nothing was stopped, and the
+                // refusal is dropped (the daemon's resume cancels the pending lock check).
+                if pendingRefusals.remove(app) == nil, frozen.remove(app) == nil {
+                    violations.append("resumed \(name(app)), which was not stopped")
+                }
                 pendingEffects.append("resume \(name(app))")
             case .kill(let app, let reason):
                 frozen.remove(app)
+                pendingRefusals.remove(app)
                 killed.insert(app)
                 pendingEffects.append("kill \(name(app)) (\(reason.rawValue))")
             case .forget(let app):
                 forgotten.insert(app)
-            case .launch(let name):
-                launchRequests.append(name)
-                pendingEffects.append("launch \(name)")
+            case .launch(let name, let owner):
+                launchRequests.append((name, owner))
+                pendingEffects.append("launch \(name)" + (owner.map { " for uid \($0)" } ?? ""))
             case .armTimer(let instant):
                 if let timer { loop.cancel(timer) }
                 timer = nil
@@ -333,6 +353,9 @@ public final class PolicyHarness {
                     pendingEffects.append("\(entry.appName) never suspended: \(entry.trigger ?? "?")")
                 case .eventsDropped:
                     pendingEffects.append("\(entry.appName) events dropped")
+                case .requestCancelled:
+                    pendingEffects.append(
+                        "\(entry.appName) request \(entry.requestIdentifier ?? "?") cancelled: \(entry.trigger ?? "?")")
                 default:
                     break
                 }

@@ -222,4 +222,9 @@ public enum AuditKind: String, Codable, CaseIterable, Sendable {
     /// A suspended app's event queue was full (`QueuedEventsPerAppMax`): its oldest events are being dropped.
     /// Recorded once per suspension; the app's `droppedEvents` counts every drop.
     case eventsDropped
+    /// The daemon cancelled a held scheduled request that no longer fits the configuration (its name is now pinned
+    /// to another user than its owner by `User=`): `identifier` and `uid` say which request and whose, `trigger`
+    /// why. A running one's task was warned and ended first, as a cancel by its owner does. About the request, not
+    /// a registration: it is recorded whether or not its app runs.
+    case requestCancelled
 }

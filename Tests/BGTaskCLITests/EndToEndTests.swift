@@ -200,7 +200,8 @@ func historyEntries(of app: String, daemon: DaemonHarness) throws -> [HistoryEnt
             // Subscribed now: everything about one more app must show, in order.
             let final = try runBinary(["run", "--app", "e2e.final", "--", "true"], against: daemon)
             #expect(final.status == .exited(0), "\(final.errors)")
-            try watch.waitForOutput(containing: #""app":"e2e.final","band":null,"kind":"processExited""#)
+            try watch.waitForOutput(
+                containing: #""app":"e2e.final","band":null,"identifier":null,"kind":"processExited""#)
             try watch.send(.interrupt)
             let result = try watch.finish()
             #expect(result.status == .signaled(.interrupt))

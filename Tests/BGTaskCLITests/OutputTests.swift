@@ -355,6 +355,15 @@ func idlReplyFields(of methodName: String) throws -> [String] {
         #expect(table.hasPrefix("TIME                 APP                 EVENT              DETAILS\n"))
         #expect(table.contains("2024-05-01 11:59:55  org.example.photos  expirationWarning  tasks=7,9\n"))
         #expect(Rendering.historyTable([], timeZone: utc) == "no history\n")
+        // A request the daemon cancelled: which request, whose, and why.
+        let cancelled = HistoryEntry(
+            time: 1_714_564_810, app: "org.example.mail", kind: .requestCancelled,
+            trigger: "org.example.mail is now pinned to uid 1001 (User=), not to its owner uid 1000",
+            identifier: "nightly", uid: 1000)
+        #expect(
+            Rendering.historyLine(cancelled, timeZone: utc)
+                == "2024-05-01 12:00:10  org.example.mail  requestCancelled  request=nightly  uid=1000  "
+                + "trigger=org.example.mail is now pinned to uid 1001 (User=), not to its owner uid 1000\n")
     }
 
     @Test func rendersSmallReplies() {

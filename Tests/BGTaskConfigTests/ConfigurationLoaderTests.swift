@@ -534,6 +534,11 @@ func aBadOOMScoreAdjustIsAnErrorAndKeepsTheEarlierValue(value: String, message: 
         ("/bin/x a\\", .trailingBackslash),
         ("/bin/x %n", .unsupported("the % specifier")),
         ("/bin/x \"%h\"", .unsupported("the % specifier")),
+        // The manager would expand these from the app's environment: the daemon never does, so they are refused.
+        ("/bin/x $HOME", .unsupported("the $ of an environment variable")),
+        ("/bin/x ${X}", .unsupported("the $ of an environment variable")),
+        ("/bin/x '$HOME'", .unsupported("the $ of an environment variable")),
+        ("/bin/x price=5$", .unsupported("the $ of an environment variable")),
         ("-/bin/x", .unsupported("the prefix - of the program")),
         ("@/bin/x name", .unsupported("the prefix @ of the program")),
         ("/bin/x \\x41", .unsupported("the escape \\x")),
@@ -543,8 +548,13 @@ func aCommandThatDoesNotSplitIsRefused(line: String, problem: CommandLineWords.P
     #expect(throws: problem) { try CommandLineWords.split(line) }
 }
 
+@Test func aDoubledDollarIsADollarQuotedOrNot() throws {
+    #expect(try CommandLineWords.split("/bin/x $$HOME \"$${X}\" '5$$'") == ["/bin/x", "$HOME", "${X}", "5$"])
+}
+
 @Test(arguments: [
     ["/bin/x"], ["/bin/x", ""], ["/bin/x", "a b", "tab\there", "new\nline", "cr\r"], ["/bin/x", "50%", "%%"],
+    ["/bin/x", "$HOME", "${X}", "$$", "%n", "a \\ $b"],
     ["/bin/x", "\"quoted\"", "it's", "back\\slash"], ["prog", "-", "--flag=value", "ünïcödé"],
     // Read scalar by scalar: CR LF (one Character in Swift) written as two escapes, a backslash or a quote before a
     // combining mark still escaped, a vertical tab and a no-break space (not systemd's whitespace) kept as they are.

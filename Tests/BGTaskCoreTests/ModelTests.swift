@@ -173,7 +173,7 @@ private struct ModelRun {
     }
 
     mutating func performRandomOperation() throws -> String {
-        let roll = Int.random(in: 0..<118, using: &random)
+        let roll = Int.random(in: 0..<119, using: &random)
         let app = randomApp()
         switch roll {
         case 0..<10:
@@ -343,6 +343,15 @@ private struct ModelRun {
                 : .unitWatchdog(unit: "app.service", interval: .seconds(Int64.random(in: 1...9, using: &random)))
             h.exempt(app, exemption)
             return "exempt \(app): \(exemption)"
+        case 118:
+            // The model's requests have no owner: a pin fits none of them, and cancels every one of its name.
+            let name = Self.names.randomElement(using: &random)!
+            for snapshot in h.core.scheduledRequests(app: name) {
+                removableRequests.insert("\(name)/\(snapshot.request.identifier)")
+            }
+            let pin: UInt32? = random.chance(50) ? 1000 : nil
+            h.setPins([name: pin])
+            return "pin \(name) to \(pin.map { "uid \($0)" } ?? "nobody")"
         default:
             let step = Duration.milliseconds(Int64.random(in: 0...8_000, using: &random))
             h.advance(by: step)
@@ -448,7 +457,7 @@ private struct ModelRun {
             case .stateChanged
             where entry.state?.isForeground == true || entry.state == .terminated
                 || entry.state == .notRunning:
-                leftForeground.insert(entry.app)
+                if let app = entry.app { leftForeground.insert(app) }
             default:
                 break
             }

@@ -52,6 +52,13 @@ private func request(
     ScheduledRequest(appName: app, identifier: identifier, kind: kind, earliestBegin: due, constraints: constraints)
 }
 
+/// A refresh request of `app` belonging to `owner`, as the daemon submits every request.
+private func ownedRequest(
+    _ app: String, _ identifier: String, by owner: UInt32, at due: WallClockInstant
+) -> ScheduledRequest {
+    ScheduledRequest(appName: app, identifier: identifier, kind: .refresh, earliestBegin: due, ownerUID: owner)
+}
+
 @Suite("Scheduled requests")
 struct SchedulingTimelineTests {
     // MARK: Submit
@@ -380,8 +387,8 @@ struct SchedulingTimelineTests {
         let h = scheduler()
         try h.submit(request("mail", "sync", at: h.wallNow), isLaunchable: true)
         #expect(h.takeEffects() == ["launch mail"])
-        // Twice LaunchTimeoutSec (5 s): the launch itself, then the registration.
-        h.advance(by: .seconds(9))
+        // Thrice LaunchTimeoutSec (5 s): the wait for a launch slot, the launch itself, then the registration.
+        h.advance(by: .seconds(14))
         #expect(h.request("mail", "sync")?.state == .launching)
         h.advance(by: .seconds(1))
         #expect(h.request("mail", "sync")?.state == .pending(due: h.wallNow + .seconds(30), waitingOn: []))
@@ -391,6 +398,130 @@ struct SchedulingTimelineTests {
         h.launchFailed("mail")
         #expect(h.request("mail", "sync")?.state == .pending(due: h.wallNow + .seconds(60), waitingOn: []))
         #expect(h.request("mail", "sync")?.failures == 2)
+    }
+
+    // MARK: Owners
+
+    @Test("a launch is for the owner of the request it is for: .launch carries it, and the owner's requests share it")
+    func launchCarriesTheOwner() throws {
+        let h = scheduler()
+        try h.submit(ownedRequest("mail", "sync", by: 1000, at: h.wallNow), isLaunchable: true)
+        try h.submit(ownedRequest("mail", "fetch", by: 1000, at: h.wallNow), isLaunchable: true)
+        #expect(h.takeEffects() == ["launch mail for uid 1000"])
+        #expect(h.launchRequests.map(\.owner) == [1000])
+        #expect(h.request("mail", "fetch")?.state == .launching && h.request("mail", "sync")?.state == .launching)
+        try h.launch("mail", uid: 1000, forScheduledWork: true)
+        let mail = try h.register("mail", uid: 1000)
+        #expect(
+            h.takeEffects() == [
+                "mail ← didEnterBackground", "mail ← runScheduledTask [1](fetch)", "mail ← runScheduledTask [2](sync)",
+            ])
+        #expect(h.state(mail) == .background)
+    }
+
+    @Test(
+        "two owners of one unpinned name: one launch at a time, the other's request waits and never runs in the first's app"
+    )
+    func twoOwnersOfOneName() throws {
+        let h = scheduler()
+        try h.submit(ownedRequest("mail", "alice", by: 1000, at: h.wallNow), isLaunchable: true)
+        try h.submit(ownedRequest("mail", "bob", by: 1001, at: h.wallNow), isLaunchable: true)
+        // One launch, for the first in the fair order; the other owner's request neither launches a second copy nor
+        // waits on this launch.
+        #expect(h.takeEffects() == ["launch mail for uid 1000"])
+        #expect(h.request("mail", "bob")?.state == .pending(due: h.wallNow, waitingOn: []))
+        // A failure of a launch for the other owner does not touch this owner's.
+        h.launchFailed("mail", owner: 1001)
+        #expect(h.request("mail", "alice")?.state == .launching)
+        #expect(h.request("mail", "bob")?.failures == 0)
+
+        try h.launch("mail", uid: 1000, forScheduledWork: true)
+        let alice = try h.register("mail", uid: 1000)
+        #expect(h.takeEffects() == ["mail ← didEnterBackground", "mail ← runScheduledTask [1](alice)"])
+        try h.acknowledgeLast(.didEnterBackground, of: alice)
+        try h.complete(alice, TaskID(rawValue: 1), .success)
+        #expect(h.takeEffects() == ["suspend mail"])
+        // Suspended, the first owner's app still holds the name: the other's request waits, with no wake-up for it.
+        h.advance(by: .seconds(3600))
+        #expect(h.takeEffects() == [])
+        #expect(h.request("mail", "bob")?.state == .pending(due: h.wallNow - .seconds(3600), waitingOn: []))
+        #expect(h.core.nextDeadline == nil)
+        #expect(h.events(of: alice).allSatisfy { $0.name != "bob" })
+
+        // The name is free once that app is gone: launched now for the other owner, and run in its own app.
+        h.processExited(alice)
+        #expect(h.takeEffects() == ["mail terminated (exited)", "launch mail for uid 1001"])
+        try h.launch("mail", uid: 1001, forScheduledWork: true)
+        let bob = try h.register("mail", uid: 1001)
+        #expect(h.takeEffects() == ["mail ← didEnterBackground", "mail ← runScheduledTask [2](bob)"])
+        #expect(h.request("mail", "bob")?.state == .running(app: bob, task: TaskID(rawValue: 2)))
+        #expect(h.launchRequests.map(\.owner) == [1000, 1001])
+    }
+
+    @Test(
+        "a pin change cancels exactly the requests whose owner is not the pinned user: a running one warned then ended, each with its reason"
+    )
+    func pinChangeCancelsWhatNoLongerFits() throws {
+        let h = scheduler()
+        let mail = try h.register("mail", uid: 1000)
+        try h.submit(ownedRequest("mail", "running", by: 1000, at: h.wallNow))
+        #expect(h.takeEffects() == ["mail ← runScheduledTask [1](running)"])
+        try h.submit(ownedRequest("mail", "later", by: 1000, at: h.wallNow + .seconds(600)))
+        try h.submit(ownedRequest("mail", "theirs", by: 1001, at: h.wallNow + .seconds(600)))
+        try h.submit(ownedRequest("notes", "sync", by: 1000, at: h.wallNow + .seconds(600)))
+        try h.submit(ownedRequest("photos", "upload", by: 1000, at: h.wallNow + .seconds(600)))
+        _ = h.takeEffects()
+
+        // mail is now 1001's, photos nobody's; notes stays unpinned.
+        let pins: [String: UInt32?] = ["mail": 1001, "photos": nil]
+        h.setPins(pins)
+        let mailReason = "mail is now pinned to uid 1001 (User=), not to its owner uid 1000"
+        let photosReason = "photos is now pinned to a user that cannot be resolved (User=)"
+        #expect(
+            h.takeEffects() == [
+                "mail request later cancelled: \(mailReason)", "mail ← backgroundTaskExpiring [1]",
+                "mail request running cancelled: \(mailReason)", "photos request upload cancelled: \(photosReason)",
+            ])
+        let held = h.core.scheduledRequests().map { "\($0.request.appName)/\($0.request.identifier)" }
+        #expect(held == ["mail/theirs", "notes/sync"])
+        // The running one ended as a cancel ends it: warned with the reason, its task ended as asked.
+        #expect(h.core.snapshot(of: mail, now: h.now)?.tasks.isEmpty == true)
+        #expect(warningReasons(h) == [mailReason])
+        let ended = h.actions.compactMap { action -> TaskEndCause? in
+            guard case .audit(let entry) = action, entry.kind == .taskEnded else { return nil }
+            return entry.taskEnd
+        }
+        #expect(ended == [.ended])
+        // The history's entries name the request and its owner, and no registration.
+        let cancelled = h.actions.compactMap { action -> AuditEntry? in
+            guard case .audit(let entry) = action, entry.kind == .requestCancelled else { return nil }
+            return entry
+        }
+        #expect(cancelled.map(\.requestIdentifier) == ["later", "running", "upload"])
+        #expect(cancelled.map(\.ownerUID) == [1000, 1000, 1000])
+        #expect(cancelled.allSatisfy { $0.app == nil })
+
+        // The same pins again: everything held fits.
+        h.setPins(pins)
+        #expect(h.takeEffects() == [])
+        #expect(h.core.scheduledRequestCount == 2)
+    }
+
+    @Test("a pin change cancels a request whose app is being launched for it: the app, once registered, gets no task")
+    func pinChangeWhileLaunching() throws {
+        let h = scheduler()
+        try h.submit(ownedRequest("mail", "sync", by: 1000, at: h.wallNow), isLaunchable: true)
+        #expect(h.takeEffects() == ["launch mail for uid 1000"])
+        h.setPins(["mail": 1001])
+        #expect(
+            h.takeEffects() == [
+                "mail request sync cancelled: mail is now pinned to uid 1001 (User=), not to its owner uid 1000"
+            ])
+        #expect(h.core.scheduledRequestCount == 0)
+        try h.launch("mail", uid: 1000, forScheduledWork: true)
+        let mail = try h.register("mail", uid: 1000)
+        #expect(h.takeEffects() == ["mail ← didEnterBackground"])
+        #expect(h.state(mail) == .background)
     }
 
     // MARK: Constraints lost

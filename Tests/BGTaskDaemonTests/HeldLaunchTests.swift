@@ -106,7 +106,7 @@ struct HeldLaunchTests {
         }
     }
 
-    @Test("launches in flight are bounded: past the bound a Launch is refused with LimitExceeded")
+    @Test("launches in flight are bounded: past the bound a Launch waits for a slot, and starts once one frees")
     func launchesInFlightBounded() async throws {
         try await withHeldLaunches("launchesInFlightBounded") { fixture, root in
             let bound = 4
@@ -119,14 +119,22 @@ struct HeldLaunchTests {
             _ = try fixture.heldChildren(count: bound)
             let extra = try fixture.daemon.connect()
             try extra.send(Self.launch, fixture.launchParameters("org.example.extra"))
-            let refused = try #require(try extra.receive(timeout: Self.promptly), "closed")
-            #expect(refused.errorName == "io.bgtask.Lifecycle.LimitExceeded", "\(refused)")
-            #expect(refused.parameters["max"]?.intValue == bound, "\(refused)")
+            // Another client answered: the loop has gone round since the extra Launch arrived; it waits, and nothing
+            // more is started for it.
+            #expect(try fixture.daemon.connect().call("io.bgtask.Lifecycle.GetStatus").errorName == nil)
+            #expect(try extra.poll() == .nothing, "the extra Launch was answered while every slot was taken")
+            #expect(try fixture.heldChildren(count: bound).count == bound)
+            // A second Launch of the waiting name is refused as for one starting.
+            let again = try fixture.daemon.connect()
+            try again.send(Self.launch, fixture.launchParameters("org.example.extra"))
+            let refused = try #require(try again.receive(timeout: Self.promptly), "closed")
+            #expect(refused.errorName == "io.bgtask.Lifecycle.AppExists", "\(refused)")
 
             try root.requestFreeze(false)
-            for (index, launcher) in launchers.enumerated() {
+            for (index, launcher) in (launchers + [extra]).enumerated() {
                 let reply = try #require(try launcher.receive(timeout: Self.promptly), "closed")
-                #expect(reply.parameters["app"]?["name"] == .string("org.example.app\(index)"), "\(reply)")
+                let name = index < bound ? "org.example.app\(index)" : "org.example.extra"
+                #expect(reply.parameters["app"]?["name"] == .string(name), "\(reply)")
             }
         }
     }

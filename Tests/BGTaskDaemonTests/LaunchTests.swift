@@ -1,6 +1,7 @@
 // Launch: managed apps started by the daemon in cgroups of their own, with the memory pressure protocol,
 // the launch timeout, their real exit status, their output captured, and their cgroups removed when they end.
 
+import BGTaskConfig
 import BGTaskPOSIX
 import BGTaskProtocol
 import BGTaskSystem
@@ -134,6 +135,48 @@ struct LaunchTests {
             try fixture.client.lifecycle("Terminate", ["app": "org.example.pinned"])
             try fixture.waitForApp("org.example.pinned") { $0["state"] == "terminated" }
             #expect(fixture.waitUntilCgroupsRemoved(), "left behind: \(fixture.appCgroups)")
+        }
+    }
+
+    @Test(
+        "a forked app gets its argv exactly: no $ or % expanded, a backslash kept; an apps.d ExecStart= means its words, $$ and %% read as $ and %"
+    )
+    func argvExactly() async throws {
+        try await offThePool {
+            let words = ["$HOME", "${X}", "$X", "%n", "back\\slash", "$$", "%%"]
+            let reports = try ScratchDirectory(prefix: "bgtaskd-argv")
+            let scheduledReport = reports.path + "/scheduled.argv"
+            let script = Products.packageRoot + "/Tests/Fixtures/launched_app.py"
+            let scheduledArguments = ["--lifetime", "90", "--report-argv", scheduledReport, "--"] + words
+            let execStart = CommandLineWords.join(["python3", script] + scheduledArguments)
+            #expect(execStart.contains("$$HOME") && execStart.contains("%%n"), "\(execStart)")
+            let fixture = try LaunchFixture(
+                files: ["apps.d/org.example.scheduled.conf": "[Launch]\nExecStart=\(execStart)\n"],
+                environment: ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=\(reports.path)/no-bus"])
+            defer { fixture.close() }
+            func report(_ path: String) throws -> [String] {
+                let deadline = MonotonicClock.now() + Duration.seconds(30).nanosecondCount
+                while !FileManager.default.fileExists(atPath: path) {
+                    guard MonotonicClock.now() < deadline else {
+                        throw HarnessError("no \(path)\n\(fixture.daemon.log)")
+                    }
+                    usleep(20_000)
+                }
+                return try JSONDecoder().decode([String].self, from: Data(contentsOf: URL(fileURLWithPath: path)))
+            }
+            // Launch: the words of the call.
+            let launchedReport = reports.path + "/launched.argv"
+            let arguments = ["--lifetime", "90", "--report-argv", launchedReport, "--"] + words
+            let reply = try fixture.client.lifecycle(
+                "Launch",
+                ["name": "org.example.argv", "argv": .array((["python3", script] + arguments).map { .string($0) })])
+            #expect(reply.errorName == nil, "\(reply)")
+            #expect(try report(launchedReport) == [script] + arguments)
+            // A launch for a scheduled request: the words apps.d gives.
+            let submitted = try fixture.client.lifecycle(
+                "SubmitRequest", ["app": "org.example.scheduled", "identifier": "argv"])
+            #expect(submitted.errorName == nil, "\(submitted)")
+            #expect(try report(scheduledReport) == [script] + scheduledArguments)
         }
     }
 

@@ -43,6 +43,8 @@ final class FakeProcessTableHost: ProcessTableHost {
     func whenStateSaved(_ action: @escaping () -> Void) { unsaved.append(action) }
     func memorySampleArrived(_ sample: MemorySample) {}
     func launchEnded(_ launch: LaunchAttempt, _ outcome: LaunchOutcome) {}
+    func identityRefusal(for request: LaunchRequest, origin: LaunchOrigin) -> IdentityRefusal? { nil }
+    func launchNotStarted(_ launch: PendingLaunch, because reason: LaunchNotStarted) {}
 
     /// Runs what waited for the save.
     func save() {

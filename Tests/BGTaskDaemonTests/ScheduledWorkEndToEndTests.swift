@@ -262,6 +262,119 @@ struct ScheduledWorkEndToEndTests {
         }
     }
 
+    @Test(
+        "a pinned name's scheduled launch runs as the pinned user only; another user's submit is refused, root's held for the pinned user; a pin change cancels what no longer fits, the reason in History",
+        .requires(.root(for: "launching an app as another user"))
+    )
+    func pinnedScheduledLaunch() async throws {
+        try await offThePool {
+            let scratch = try ScratchDirectory(prefix: "scheduled-pinned")
+            // The app is the Swift fixture, copied where the pinned user may run it; it registers by itself, and,
+            // having no handler for the task, completes it as failed.
+            let nobody = try OtherUser(uid: 65534, gid: 65534)
+            let stranger = try OtherUser(uid: 4246, gid: 4246)
+            let command = CommandLineWords.join([
+                nobody.tools.path + "/BGTaskFixtureApp", "--lifetime", "90", "--run", "register backup", "--stay",
+            ])
+            let fixture = try LaunchFixture(
+                nil, withMemory: false,
+                files: ["apps.d/backup.conf": "[Access]\nUser=nobody\n[Launch]\nExecStart=\(command)\n"],
+                environment: ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=\(scratch.path)/no-bus"])
+            defer { fixture.close() }
+            let watch = try WatchStream(fixture.daemon)
+            let control = fixture.client
+            let denied = "io.bgtask.Lifecycle.PermissionDenied"
+
+            // Another user may not submit for the name; root's request, like the pinned user's own, is the pinned
+            // user's.
+            let refused = try stranger.call(fixture.daemon, "SubmitRequest", ["app": "backup", "identifier": "mine"])
+            #expect(refused.errorName == denied, "\(refused)")
+            #expect(fixture.daemon.log.contains("denied SubmitRequest on backup to uid 4246"), "\(fixture.daemon.log)")
+            let tomorrow = JSONValue.number(Date().timeIntervalSince1970 + 86_400)
+            let later = try control.lifecycle(
+                "SubmitRequest", ["app": "backup", "identifier": "later", "earliestBegin": tomorrow])
+            #expect(later.parameters["request"]?["uid"] == 65534, "\(later)")
+            let nightly = try control.lifecycle("SubmitRequest", ["app": "backup", "identifier": "nightly"])
+            #expect(nightly.parameters["request"]?["uid"] == 65534, "\(nightly)")
+
+            // Due now: launched for it, as the pinned user, and the task runs in that app.
+            try fixture.waitForOutput("backup", "event runScheduledTask", timeout: .seconds(30))
+            let app = try control.app("backup")
+            #expect(app["uid"] == 65534 && app["managed"] == true, "\(app)")
+            let pid = try #require(app["pid"]?.intValue)
+            let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+            #expect(status.contains("Uid:\t65534\t65534\t65534\t65534"), "\(status)")
+            #expect(fixture.daemon.log.contains("launched backup for its scheduled requests as pid \(pid) (uid 65534)"))
+
+            // The pin moves to another user: the request held for the old one no longer fits, and is cancelled, its
+            // reason in the history (for its owner to read too) and the journal.
+            try fixture.daemon.directory.write(
+                "apps.d/backup.conf", "[Access]\nUser=4246\n[Launch]\nExecStart=\(command)\n")
+            #expect(kill(fixture.daemon.pid, SIGHUP) == 0)
+            let reason = "backup is now pinned to uid 4246 (User=), not to its owner uid 65534"
+            let cancelled = try watch.waitFor("requestCancelled", app: "backup", ["identifier": "later"])
+            #expect(cancelled["trigger"] == .string(reason) && cancelled["uid"] == 65534, "\(cancelled)")
+            #expect(try request("later", of: "backup", control) == nil)
+            let history = try nobody.call(fixture.daemon, "History").parameters["entries"]?.arrayValue ?? []
+            #expect(
+                history.contains { $0["kind"] == "requestCancelled" && $0["identifier"] == "later" },
+                "not in the owner's history: \(history)")
+            let logged = "cancelled the scheduled request \"later\" of backup (uid 65534): \(reason)"
+            #expect(fixture.daemon.log.contains(logged), "\(fixture.daemon.log)")
+
+            // The new pinned user's request waits while the name is the old user's live app: it never runs there.
+            let theirs = try stranger.call(fixture.daemon, "SubmitRequest", ["app": "backup", "identifier": "theirs"])
+            #expect(theirs.parameters["request"]?["uid"] == 4246, "\(theirs)")
+            #expect(try request("theirs", of: "backup", control)?["state"] == "pending")
+            #expect(
+                fixture.output(of: "backup").split(separator: "\n").filter { $0.hasPrefix("event runScheduledTask") }
+                    .count == 1, "\(fixture.output(of: "backup"))")
+            // Cancelled before the old user's app ends, so that nothing is launched for it behind the test.
+            #expect(
+                try stranger.call(fixture.daemon, "CancelRequest", ["app": "backup", "identifier": "theirs"]).errorName
+                    == nil)
+            try control.lifecycle("Terminate", ["app": "backup"])
+            try watch.waitFor("stateChanged", app: "backup", ["state": "terminated"])
+            _ = try fixture.daemon.stop()
+        }
+    }
+
+    @Test("a daemon starting on saved requests that a pin no longer fits cancels them, the reason in History")
+    func restartMeetsAChangedPin() async throws {
+        try await offThePool {
+            let files = try ScratchDirectory(prefix: "scheduled-pin-restart")
+            let arguments = [
+                "--state-file", files.path + "/state.json", "--schedule-file", files.path + "/scheduled.json",
+            ]
+            let noBus = ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=\(files.path)/no-bus"]
+            let first = try DaemonHarness(arguments: arguments, environment: noBus)
+            let tomorrow = JSONValue.number(Date().timeIntervalSince1970 + 86_400)
+            for (app, identifier) in [("photos", "later"), ("notes", "kept")] {
+                let held = try first.connect().lifecycle(
+                    "SubmitRequest",
+                    ["app": .string(app), "identifier": .string(identifier), "earliestBegin": tomorrow])
+                #expect(held.parameters["request"]?["uid"] == 0, "\(held)")
+            }
+            try first.stop()
+
+            // The next daemon finds photos pinned to another user than the owner of its request.
+            let second = try DaemonHarness(
+                files: ["apps.d/photos.conf": "[Access]\nUser=nobody\n"], arguments: arguments, environment: noBus)
+            let control = try second.connect()
+            let requests = try control.lifecycle("ListRequests").parameters["requests"]?.arrayValue ?? []
+            #expect(requests.map { $0["identifier"] } == ["kept"], "\(requests)")
+            let entries = try control.lifecycle("History").parameters["entries"]?.arrayValue ?? []
+            let cancelled = entries.filter { $0["kind"] == "requestCancelled" }
+            #expect(cancelled.count == 1, "\(entries)")
+            #expect(cancelled.first?["app"] == "photos" && cancelled.first?["identifier"] == "later", "\(cancelled)")
+            #expect(cancelled.first?["uid"] == 0, "\(cancelled)")
+            #expect(
+                cancelled.first?["trigger"] == "photos is now pinned to uid 65534 (User=), not to its owner uid 0",
+                "\(cancelled)")
+            try second.stop()
+        }
+    }
+
     @Test("requests outlive kill -9 and a restart whose saved state is of another boot, keeping their wall-clock times")
     func survivesARebootAfterKill() async throws {
         try await offThePool {

@@ -132,13 +132,50 @@ struct UnitLaunchTests {
             for property in Self.sandboxProperties {
                 #expect(byName[property] == nil, "the daemon's \(property) reached the app's unit")
             }
-            guard case .array(_, let commands)? = byName["ExecStart"], case .structure(let command)? = commands.first
+            // systemd 243 and later: ExecStartEx, which the manager does not expand (no-env-expand).
+            #expect(byName["ExecStart"] == nil)
+            guard case .array(let element, let commands)? = byName["ExecStartEx"],
+                case .structure(let command)? = commands.first
             else {
-                Issue.record("ExecStart is not a(sasb): \(String(describing: byName["ExecStart"]))")
+                Issue.record("no ExecStartEx: \(String(describing: byName["ExecStartEx"]))")
                 return
             }
+            #expect(element == "(sasas)")
             #expect(command.first == .string("/bin/sleep"))
             #expect(command.dropFirst().first?.stringArrayValue == ["/bin/sleep", "60"])
+            #expect(command.dropFirst(2).first?.stringArrayValue == ["no-env-expand"])
+        }
+    }
+
+    @Test(
+        "a manager before systemd 243 gets ExecStart with every $ doubled, which its expansion reads back as the words given"
+    )
+    func argumentsEscapedForAnOldManager() async throws {
+        try await offThePool {
+            let argv = ["/bin/echo", "$HOME", "${X}", "a$$b", "%n", "back\\slash", "5$"]
+            for (version, expected) in [
+                (242, ["/bin/echo", "$$HOME", "$${X}", "a$$$$b", "%n", "back\\slash", "5$$"]),
+                (243, argv),
+            ] {
+                let fake = FakeUnitManager()
+                let harness = try ManagerHarness(unitManager: fake.endpoint(version: version))
+                defer { harness.close() }
+                let launch = try harness.beginLaunch("org.example.argv", through: fake, argv: argv)
+                let sent = try #require(fake.properties[launch.unit])
+                let names = sent.map(\.name)
+                #expect(
+                    names.contains(version < 243 ? "ExecStart" : "ExecStartEx")
+                        && !names.contains(version < 243 ? "ExecStartEx" : "ExecStart"), "\(version): \(names)")
+                guard case .array(_, let commands)? = sent.first(where: { $0.name.hasPrefix("ExecStart") })?.value,
+                    case .structure(let command)? = commands.first
+                else {
+                    Issue.record("\(version): no command in \(sent)")
+                    continue
+                }
+                #expect(command.first == .string("/bin/echo"))
+                // What the real manager reads back from these as the words given: ServiceManagerTests.
+                #expect(command.dropFirst().first?.stringArrayValue == expected, "\(version)")
+            }
         }
     }
 

@@ -157,6 +157,21 @@ struct LaunchedUnitTests {
         }
     }
 
+    @Test("an app launched as a unit gets its argv exactly, as a forked one does: no $ or % expanded, a backslash kept")
+    func argvExactlyAsAUnit() async throws {
+        try await offThePool {
+            let service = try InstalledUserService(configuration: roomyPolicy)
+            defer { service.close() }
+            let report = service.systemd.directory.path + "/argv.json"
+            let arguments = ["--report-argv", report, "--", "$HOME", "${X}", "$X", "%n", "back\\slash", "$$", "5$"]
+            let app = try service.launch("org.example.argv", arguments)
+            #expect(app["unit"]?.stringValue?.hasPrefix("app-bgtask-org.example.argv-") == true, "\(app)")
+            #expect(eventually { FileManager.default.fileExists(atPath: report) }, "no report:\n\(service.log)")
+            let argv = try JSONDecoder().decode([String].self, from: Data(contentsOf: URL(fileURLWithPath: report)))
+            #expect(argv == [launchedApp, "--lifetime", "180"] + arguments)
+        }
+    }
+
     @Test("suspended, the app's unit is frozen through its cgroup and thawed on active; Terminate ends the unit")
     func frozenThroughTheUnit() async throws {
         try await offThePool {

@@ -221,6 +221,66 @@ struct ServiceManagerTests {
 }
 
 extension ServiceManagerTests {
+    @Test(
+        "a command not to be expanded reaches its program exactly: through ExecStartEx with no-env-expand, and through ExecStart with every $ doubled"
+    )
+    func argumentsReachTheProgramExactly() async throws {
+        try await offThePool {
+            let systemd = try ContainedSystemd()
+            defer { systemd.close() }
+            let loop = try EventLoop()
+            var probed: (ServiceManagerConnection?, ServiceManagerProbe)?
+            ServiceManagerConnection.probe(.user(runtimeDirectory: systemd.runtimeDirectory), loop: loop) {
+                probed = ($0, $1)
+            }
+            #expect(try turn(loop) { probed != nil })
+            let (found, probe) = try #require(probed)
+            let connection = try #require(found, "\(probe)")
+            defer { connection.close() }
+            let versionText = try connection.waitFor { connection.managerVersion(completion: $0) }
+            let version = Int(versionText.prefix { $0.isNumber })
+            #expect((version ?? 0) >= UnitProperty.execStartExVersion, "ExecStartEx needs systemd 243")
+
+            // The shell's own "$@" is an argument too: expanded by the manager, the script would print nothing.
+            let words = ["$HOME", "${X}", "$X", "%n", "a\\b", "$$", "price: 5$"]
+            func command(_ report: String, expands: Bool) -> ExecCommand {
+                ExecCommand(
+                    path: "/bin/sh", arguments: ["sh", "-c", "printf '%s\\n' \"$@\" > \(report)", "sh"] + words,
+                    expandsEnvironment: expands)
+            }
+            var reports: [String: String] = [:]
+            for kind in ["ExecStartEx", "ExecStart", "expanded"] {
+                let unit = "app-bgtask-argv-\(kind)-\(String(UInt32.random(in: 0...UInt32.max), radix: 16)).service"
+                let report = systemd.directory.path + "/\(kind).argv"
+                let execute: UnitProperty =
+                    switch kind {
+                    case "ExecStartEx": .execStartEx([command(report, expands: false)])
+                    case "ExecStart": .execStart([command(report, expands: false)])
+                    default: .execStart([command(report, expands: true)])
+                    }
+                let properties = [
+                    .description("bgtask argv test"), execute, .environment(["X=expanded-x"]),
+                    .collectMode("inactive-or-failed"), .serviceType("exec"),
+                ]
+                _ = try connection.waitFor {
+                    connection.startTransientUnit(unit, properties: properties, completion: $0)
+                }
+                let deadline = MonotonicClock.now() + Duration.seconds(30).nanosecondCount
+                while (try? String(contentsOfFile: report, encoding: .utf8))?.last != "\n" {
+                    guard MonotonicClock.now() < deadline else { throw HarnessError("\(unit) wrote no \(report)") }
+                    usleep(20_000)
+                }
+                reports[kind] = try String(contentsOfFile: report, encoding: .utf8)
+            }
+            let exact = words.joined(separator: "\n") + "\n"
+            #expect(reports["ExecStartEx"] == exact, "\(reports)")
+            #expect(reports["ExecStart"] == exact, "\(reports)")
+            // What the manager does to a command it may expand: why neither above is left to it.
+            #expect(reports["expanded"] != exact, "\(reports)")
+            #expect(reports["expanded"]?.contains("expanded-x") == true, "\(reports)")
+        }
+    }
+
     @Test("through the user's bus: the probe falls back to it, and signals are matched on the manager's name")
     func throughTheBus() async throws {
         try await offThePool {

@@ -22,6 +22,9 @@ its standard output (which the daemon sends to its log).
     --complete-scheduled on runScheduledTask, complete the task (SetTaskCompleted, success); prints "completed ID"
     --sigterm-marker P   on SIGTERM, append "sigterm PID" to file P and exit 0 (what an app saving its state does);
                          such an app does not exit when its event stream closes
+    --report-argv P      at start, write its whole argv to file P as a JSON array (written whole, then renamed into
+                         place), and print "argv written"; words after "--" are taken and ignored, for a test of
+                         what arguments reach the app
 Every event prints "event KIND id=N [tasks=ID,..] [name=..] [likelyVictim=..] [rank=..]". The process bounds its
 own lifetime (--lifetime, default 60 s).
 """
@@ -108,6 +111,8 @@ def main():
     parser.add_argument("--report-sandbox")
     parser.add_argument("--complete-scheduled", action="store_true")
     parser.add_argument("--sigterm-marker")
+    parser.add_argument("--report-argv")
+    parser.add_argument("words", nargs="*")
     args = parser.parse_args()
     signal.alarm(args.lifetime)
     if args.sigterm_marker:
@@ -121,6 +126,13 @@ def main():
         signal.signal(signal.SIGTERM, on_sigterm)
     name = os.environ["BGTASK_APP_NAME"]
     out("started", name, "pid=%d" % os.getpid())
+    if args.report_argv:
+        import json
+
+        with open(args.report_argv + ".part", "w") as report:
+            json.dump(sys.argv, report)
+        os.rename(args.report_argv + ".part", args.report_argv)
+        out("argv written")
     held = {"trigger": arm_pressure() if args.arm_pressure else None, "block": None}
     if args.no_register:
         while True:

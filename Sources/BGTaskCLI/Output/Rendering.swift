@@ -237,6 +237,8 @@ public enum Rendering {
     /// latency, and a warned app's rank.
     public static func details(_ entry: HistoryEntry) -> [String] {
         var details: [String] = []
+        if let identifier = entry.identifier { details.append("request=\(Formatting.printable(identifier))") }
+        if let uid = entry.uid { details.append("uid=\(uid)") }
         if let state = entry.state { details.append("state=\(state.rawValue)") }
         if let taskId = entry.taskId {
             let name = entry.taskName.map { $0.isEmpty ? "" : " (\(Formatting.printable($0)))" } ?? ""

@@ -24,9 +24,15 @@ public struct Launch: Subcommand {
             it can make one. Either way the daemon freezes and kills the app through its cgroup where it has one \
             (and measures it there where the cgroup counts memory), and records how it exited (its status, or \
             the signal that ended it, in 'bgtask status NAME'). CMD runs with standard input from /dev/null and \
-            without a shell: a CMD without a slash is looked up in the daemon's PATH, not bgtask's (under a \
-            service manager older than systemd 250, in the manager's). The app must then register under NAME \
-            within LaunchTimeoutSec, or the daemon kills it and records launch-timeout.
+            without a shell, its words exactly as given: nothing expands a $ or a % in them. A CMD without a \
+            slash is looked up in the daemon's PATH, not bgtask's (under a service manager older than systemd \
+            250, in the manager's). The app must then register under NAME within LaunchTimeoutSec, or the \
+            daemon kills it and records launch-timeout.
+
+            The app runs as you. A NAME that the daemon's apps.d/NAME.conf pins to a user (User=) runs as that \
+            user: root may launch it, anyone else is refused. At most 4 launches start at once: past that the \
+            launch waits for a slot, which goes in turn to the users with the fewest launches starting, and \
+            fails if none comes within LaunchTimeoutSec.
 
             Prints the app as launched: its name, its state (notRunning until it registers), its process id, and \
             its cgroup. With --json, prints the Launch reply, which names the unit too. Fails when a live app \

@@ -9,7 +9,8 @@ import Glibc
 
 extension ProcessTable {
     /// The most launches held at once (from the call to the program's exec, and children being ended): a few, since
-    /// a healthy launch takes milliseconds; more at once means starts are hanging, and each holds a child.
+    /// a healthy launch takes milliseconds; more at once means starts are hanging, and each holds a child. Launches
+    /// past it wait for a slot (`LaunchSlots`), which goes to the waiting user with the fewest starting.
     static let launchesInFlightMax = 4
 
     /// Makes the supervisor of managed apps (`AppSupervisor`): the service manager that runs the daemon starts them
@@ -30,7 +31,6 @@ extension ProcessTable {
             let fork = try ForkSupervisor(
                 capacity: Self.launchesInFlightMax, roots: roots, loop: loop, clock: clock, logger: logger,
                 procFS: procFS)
-            fork.onOutcome = { [weak self] launch, outcome in self?.host?.launchEnded(launch, outcome) }
             fork.onExemption = { [weak self] serial, exemption in self?.exempt(serial, exemption) }
             return fork
         } catch {
@@ -62,7 +62,6 @@ extension ProcessTable {
                 capacity: Self.launchesInFlightMax, manager: endpoint.client, description: endpoint.description,
                 version: endpoint.version, isSystemInstance: endpoint.isSystemInstance, clock: clock, logger: logger,
                 procFS: procFS, hierarchies: cgroupHierarchies, probeCgroup: daemonCgroup)
-            units.onOutcome = { [weak self] launch, outcome in self?.host?.launchEnded(launch, outcome) }
             units.onExemption = { [weak self] serial, exemption in self?.exempt(serial, exemption) }
             logger.info("managed apps are launched as units: \(endpoint.description)")
             return units

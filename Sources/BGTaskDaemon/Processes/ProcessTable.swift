@@ -48,9 +48,11 @@ final class ProcessTable {
     private var worker: BackgroundWorker<InspectionJob, InspectionOutcome>?
     /// Starts managed apps and owns what it made for them (`AppSupervisor`); made in `startSupervisor`.
     private(set) var supervisor: AppSupervisor?
-    /// The uid each pinned app name (`User=` in `apps.d`) belongs to; nil when the user cannot be resolved, which
-    /// pins the name to nobody (fail closed).
-    private(set) var pinnedUsers: [String: uid_t?] = [:]
+    /// The pins of app names (`User=` in `apps.d`, resolved to uids) and the one rule deciding from them who a
+    /// launched app runs as and whose a name's requests are (`IdentityRule`).
+    private(set) var identity = IdentityRule()
+    /// What launches go through, in front of the supervisor: fair launch slots (`LaunchSlots`); made with it.
+    private(set) var launchSlots: LaunchSlots?
 
     init(loop: EventLoop, clock: ManagerClock, logger: Logger, procFS: ProcFS) {
         self.loop = loop
@@ -91,20 +93,32 @@ final class ProcessTable {
         }
     }
 
-    /// Makes the supervisor of managed apps (see `makeSupervisor`).
+    /// Makes the supervisor of managed apps (see `makeSupervisor`) and the launch slots in front of it.
     func startSupervisor(memory: DaemonConfiguration.Memory, unitManager: UnitManagerChoice?) throws(StartupError) {
-        supervisor = try makeSupervisor(memory: memory, unitManager: unitManager)
+        let supervisor = try makeSupervisor(memory: memory, unitManager: unitManager)
+        self.supervisor = supervisor
+        do {
+            let slots = try LaunchSlots(
+                supervisor: supervisor, capacity: Self.launchesInFlightMax,
+                waitingPerUserMax: LaunchSlots.waitingPerUserMax, clock: clock, logger: logger)
+            slots.host = host
+            launchSlots = slots
+        } catch {
+            throw StartupError(description: "cannot make the launch slots' timer: \(error)")
+        }
     }
 
     /// Stops the supervisor's and the worker's threads (the loop has ended).
     func stopThreads() {
+        launchSlots?.stop()
         supervisor?.stop()
         worker?.stop()
     }
 
-    /// Resolves the users of pinned app names (`User=` in `apps.d`, by name or number) to uids.
+    /// Resolves the users of pinned app names (`User=` in `apps.d`, by name or number) to uids: the identity rule
+    /// from now on.
     func resolvePinnedUsers(_ appUsers: [String: String]) {
-        pinnedUsers = Self.pinnedUsers(appUsers, logger: logger)
+        identity = IdentityRule(pins: Self.pinnedUsers(appUsers, logger: logger))
     }
 
     /// Lets go of every process (after they were continued): the table is empty afterwards.

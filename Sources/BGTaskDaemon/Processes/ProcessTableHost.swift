@@ -16,7 +16,7 @@ struct PeerProcess {
 ///
 /// The table asks, and the owner answers; the table never reaches into its owner's state, and the owner changes
 /// the table's only through its methods.
-protocol ProcessTableHost: AnyObject {
+protocol ProcessTableHost: LaunchSlotsHost {
     /// The time of the current loop iteration, as the policy's clock.
     var now: MonotonicInstant { get }
     /// Where the processes changed since the last journal record are noted.
@@ -46,8 +46,6 @@ protocol ProcessTableHost: AnyObject {
     func whenStateSaved(_ action: @escaping () -> Void)
     /// A memory sample came back from the inspection worker.
     func memorySampleArrived(_ sample: MemorySample)
-    /// A launch handed to the supervisor ended (its program started, or it could not).
-    func launchEnded(_ launch: LaunchAttempt, _ outcome: LaunchOutcome)
 }
 
 extension ProcessTable {

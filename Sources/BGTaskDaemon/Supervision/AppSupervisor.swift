@@ -11,7 +11,8 @@ import Glibc
 enum LaunchOrigin {
     /// A `Launch` call, answered when the launch ends (its connection holds the calls after it until then).
     case call(IncomingCall)
-    /// The policy, for the app's scheduled requests (`.launch`): the core hears how it ended.
+    /// The policy, for the app's scheduled requests of the launch's user (`.launch(app:owner:)`): the core hears how
+    /// it ended.
     case scheduledWork
 }
 
@@ -83,6 +84,12 @@ protocol AppSupervisor: AnyObject {
     /// Told, for a tracked process (by serial), that its apps must never be suspended, and why: the service manager
     /// is stopping the unit it runs in, or that unit has a watchdog.
     var onExemption: (Int, SuspensionExemption) -> Void { get set }
+    /// Told when room for a launch frees other than as a launch ends (which `onOutcome` tells): a child being ended
+    /// is gone, a launch decided earlier let go of its place.
+    var onRoomFreed: () -> Void { get set }
+    /// Whether a launch submitted now would be taken: fewer than its capacity held (launches, and what it still holds
+    /// of those that ended), and not stopped. `LaunchSlots` hands it launches only then.
+    var hasRoom: Bool { get }
     /// The launch backend and its roots, for `GetStatus`'s `backends` and the startup log.
     var report: [String: String] { get }
     /// How the apps it starts are frozen, measured and killed (the first link of each backend chain); nil for one
@@ -100,7 +107,7 @@ protocol AppSupervisor: AnyObject {
     /// before the loop has heard that it started.
     func catchUp(with name: String)
     /// Starts launching `request` for `origin`, its program to start within `timeout`; false (nothing started) when
-    /// too many launches are held, or the supervisor has stopped.
+    /// it has no room (`hasRoom`), or the supervisor has stopped.
     func submit(_ request: LaunchRequest, for origin: LaunchOrigin, timeout: Duration) -> Bool
     /// An app that started but that the manager does not take on: it is ended, and what was made for it removed.
     func end(_ started: StartedApp)

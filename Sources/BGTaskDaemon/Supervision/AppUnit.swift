@@ -29,11 +29,15 @@ enum AppUnit {
     /// The transient unit's properties: the program as a `Type=exec` service in `app.slice`, collected once it ends,
     /// its output in the journal under the app's name (or a file under `--log-dir`), as the caller's user on the
     /// system instance (`isSystemInstance`), with an `OOMScoreAdjust=` of its own and the environment an app needs
-    /// to find the daemon.
+    /// to find the daemon. The program gets its arguments exactly, as a forked app does: `ExecStartEx` with
+    /// `no-env-expand` where the manager has it (systemd 243 and later), else `ExecStart` with every `$` written
+    /// `$$`, which the manager's expansion gives back as it was (`%` it never expands in a command sent over the
+    /// bus).
     static func properties(
         for request: LaunchRequest, unit: String, isSystemInstance: Bool, managerVersion: Int
     ) -> [UnitProperty] {
         let program = request.argv.first ?? ""
+        let command = ExecCommand(path: program, arguments: request.argv, expandsEnvironment: false)
         var environment = ["BGTASK_SOCKET=" + request.socketPath, "BGTASK_APP_NAME=" + request.name]
         if let language = ProcessInfoEnvironment.value("LANG") { environment.append("LANG=" + language) }
         var properties: [UnitProperty] = [
@@ -41,11 +45,7 @@ enum AppUnit {
             UnitProperty("Type", .string("exec")),
             UnitProperty("Slice", .string("app.slice")),
             UnitProperty("CollectMode", .string("inactive-or-failed")),
-            UnitProperty(
-                "ExecStart",
-                .array(
-                    element: "(sasb)",
-                    [ExecCommand(path: program, arguments: request.argv, ignoresFailure: false).busValue])),
+            managerVersion >= UnitProperty.execStartExVersion ? .execStartEx([command]) : .execStart([command]),
             UnitProperty("Environment", .array(element: "s", environment.map { .string($0) })),
             // The app's own (0 unless its apps.d file says), never the daemon's (which its unit lowers to outlive
             // the apps).

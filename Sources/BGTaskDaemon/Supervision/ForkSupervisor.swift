@@ -49,6 +49,9 @@ final class ForkSupervisor: AppSupervisor {
     var onOutcome: (LaunchAttempt, LaunchOutcome) -> Void = { _, _ in }
     /// No service manager runs the apps: nothing forbids suspending them.
     var onExemption: (Int, SuspensionExemption) -> Void = { _, _ in }
+    /// Told when a place frees with no outcome: a child being ended was reaped, or a launch decided at its deadline
+    /// came back from the launcher's thread.
+    var onRoomFreed: () -> Void = {}
     /// Where apps' cgroups are made (`CgroupRoot=`, `MemoryCgroupRoot=`).
     let roots: LaunchCgroupRoots
 
@@ -99,6 +102,7 @@ final class ForkSupervisor: AppSupervisor {
             worker.stop()
             throw error
         }
+        endings.onReaped = { [unowned self] in self.onRoomFreed() }
     }
 
     /// Whether a launch of `name` is in flight and undecided.
@@ -118,10 +122,12 @@ final class ForkSupervisor: AppSupervisor {
     /// Launches and children being ended: what counts against `capacity`.
     var heldCount: Int { launches.count + endings.count }
 
+    var hasRoom: Bool { !isStopped && heldCount < capacity && worker != nil }
+
     /// Starts launching `request` for `origin`, its child to exec within `timeout`; false (nothing started) when
     /// `capacity` launches and endings are held, or the launcher has stopped.
     func submit(_ request: LaunchRequest, for origin: LaunchOrigin, timeout: Duration) -> Bool {
-        guard !isStopped, heldCount < capacity, let worker else { return false }
+        guard hasRoom, let worker else { return false }
         let serial = nextSerial
         guard worker.submit(LaunchJob(serial: serial, request: request)) else { return false }
         nextSerial += 1
@@ -136,6 +142,10 @@ final class ForkSupervisor: AppSupervisor {
 
     private func preparationsFinished() {
         guard let worker, !isStopped else { return }
+        // A launch decided at its deadline while on the thread holds its place until it comes back here: when it
+        // comes back with nothing started, its place frees with no outcome.
+        var isRoomFreed = false
+        defer { if isRoomFreed { onRoomFreed() } }
         for preparation in worker.takeOutcomes() {
             let serial = preparation.serial
             for warning in preparation.warnings {
@@ -153,6 +163,7 @@ final class ForkSupervisor: AppSupervisor {
             switch preparation.result {
             case .refused(let reason):
                 launches[serial] = nil
+                if launch.attempt.isDecided { isRoomFreed = true }
                 decide(launch, .failed(reason: reason))
             case .started(let started):
                 gate.claim(serial)

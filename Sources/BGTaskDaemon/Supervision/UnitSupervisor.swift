@@ -33,6 +33,8 @@ final class UnitSupervisor: AppSupervisor {
         get { watch.onExemption }
         set { watch.onExemption = newValue }
     }
+    /// Never called: a unit's launch holds its place exactly until its outcome.
+    var onRoomFreed: () -> Void = {}
 
     private let manager: UnitManagerClient
     /// Which manager: for the report ("systemd 252 through the manager's socket ...").
@@ -148,8 +150,10 @@ final class UnitSupervisor: AppSupervisor {
     /// The manager's signals come on the loop in order; a registration is judged after them.
     func catchUp(with name: String) {}
 
+    var hasRoom: Bool { !isStopped && launches.count < capacity }
+
     func submit(_ request: LaunchRequest, for origin: LaunchOrigin, timeout: Duration) -> Bool {
-        guard !isStopped, launches.count < capacity else { return false }
+        guard hasRoom else { return false }
         let serial = nextSerial
         nextSerial += 1
         let unit = AppUnit.name(for: request.name)

@@ -20,6 +20,8 @@ final class UnwantedChildren {
     private let cgroupRemovals: CgroupRemovals
     /// Children being ended, by pid (unique among the daemon's unreaped children).
     private var endings: [pid_t: Ending] = [:]
+    /// Told when a child was reaped: its place in the supervisor's capacity is free.
+    var onReaped: () -> Void = {}
 
     init(loop: EventLoop, logger: Logger, cgroupRemovals: CgroupRemovals) {
         self.loop = loop
@@ -74,6 +76,7 @@ final class UnwantedChildren {
         try? ending.child.pidFD.close()
         endings[pid] = nil
         if let cgroups = ending.cgroups { cgroupRemovals.discard(cgroups) }
+        onReaped()
     }
 
     /// Waits (at most `timeout`) for a killed child to exit, reaps it, closes its pidfd and removes its cgroups.
