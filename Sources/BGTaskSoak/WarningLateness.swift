@@ -101,7 +101,8 @@ extension SoakChecker {
                     continue
                 }
                 guard let id = taskIds.first, let run = scheduledBegins[TaskKey(app: entry.app, taskId: id)],
-                    let kind = taskKind(of: RequestKey(app: entry.app, identifier: run.identifier), at: run.began,
+                    let kind = taskKind(
+                        of: RequestKey(app: entry.app, identifier: run.identifier), at: run.began,
                         in: scheduled.operations),
                     let time = criteria.scheduledTaskTimes[kind]
                 else {

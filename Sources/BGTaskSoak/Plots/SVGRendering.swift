@@ -40,11 +40,17 @@ extension Figure {
         drawTrend(&svg, frame, summary)
         drawAxes(&svg, frame, step: scale.step)
         svg.element(
-            "text", [("class", "title"), ("x", number(SVGLayout.width / 2)), ("y", "22"), ("text-anchor", "middle"),
-                ("font-size", "16"), ("font-weight", "bold")], text: title)
+            "text",
+            [
+                ("class", "title"), ("x", number(SVGLayout.width / 2)), ("y", "22"), ("text-anchor", "middle"),
+                ("font-size", "16"), ("font-weight", "bold"),
+            ], text: title)
         svg.element(
-            "text", [("class", "subtitle"), ("x", number(SVGLayout.width / 2)), ("y", "42"), ("text-anchor", "middle"),
-                ("font-size", "12"), ("fill", "#333333")], text: subtitle(summary, clipped: scale.clipped))
+            "text",
+            [
+                ("class", "subtitle"), ("x", number(SVGLayout.width / 2)), ("y", "42"), ("text-anchor", "middle"),
+                ("font-size", "12"), ("fill", "#333333"),
+            ], text: subtitle(summary, clipped: scale.clipped))
         drawLegend(&svg, legendRows)
         svg.close("svg")
         return svg.text
@@ -73,7 +79,8 @@ extension Figure {
         guard let median = overall.median, let p99 = overall.p99, let maximum = overall.maximum else {
             return "no values were measured"
         }
-        var text = "all \(overall.count): median \(readable(median)), p99 \(readable(p99)), max \(readable(maximum)) \(unit)"
+        var text =
+            "all \(overall.count): median \(readable(median)), p99 \(readable(p99)), max \(readable(maximum)) \(unit)"
         if let trend = summary.trend {
             text += "; after the warm-up the median per minute drifts \(signed(trend.slopePerHour)) \(unit)/h"
         } else {
@@ -181,7 +188,8 @@ extension Figure {
                     ("y2", number(frame.y(fit.value(at: span.upperBound)))), ("stroke", SVGLayout.colour(index)),
                     ("stroke-width", "2.2"), ("stroke-dasharray", "8 4"),
                 ])
-            svg.element("title", text: "\(result.name): best fit after the warm-up, \(signed(fit.slopePerHour)) \(unit)/h")
+            svg.element(
+                "title", text: "\(result.name): best fit after the warm-up, \(signed(fit.slopePerHour)) \(unit)/h")
             svg.close("line")
         }
         svg.close("g")
@@ -220,20 +228,26 @@ extension Figure {
         svg.open("g", [("class", "axes"), ("stroke", "#333333"), ("stroke-width", "1")])
         svg.element(
             "line",
-            [("x1", number(frame.left)), ("y1", number(frame.bottom)), ("x2", number(frame.right)),
-                ("y2", number(frame.bottom))])
+            [
+                ("x1", number(frame.left)), ("y1", number(frame.bottom)), ("x2", number(frame.right)),
+                ("y2", number(frame.bottom)),
+            ])
         svg.element(
             "line",
-            [("x1", number(frame.left)), ("y1", number(frame.top)), ("x2", number(frame.left)),
-                ("y2", number(frame.bottom))])
+            [
+                ("x1", number(frame.left)), ("y1", number(frame.top)), ("x2", number(frame.left)),
+                ("y2", number(frame.bottom)),
+            ])
         svg.close("g")
         svg.open("g", [("class", "y-ticks"), ("font-size", "11"), ("text-anchor", "end"), ("fill", "#333333")])
         for value in AxisTicks.values(from: frame.valueLow, to: frame.valueHigh, step: step) {
             let y = frame.y(value)
             svg.element(
                 "line",
-                [("x1", number(frame.left - 5)), ("y1", number(y)), ("x2", number(frame.left)), ("y2", number(y)),
-                    ("stroke", "#333333")])
+                [
+                    ("x1", number(frame.left - 5)), ("y1", number(y)), ("x2", number(frame.left)), ("y2", number(y)),
+                    ("stroke", "#333333"),
+                ])
             svg.element(
                 "text", [("class", "tick"), ("x", number(frame.left - 8)), ("y", number(y + 4))],
                 text: AxisTicks.label(value, step: step))
@@ -245,8 +259,11 @@ extension Figure {
             let x = frame.x(minute * 60)
             svg.element(
                 "line",
-                [("x1", number(x)), ("y1", number(frame.bottom)), ("x2", number(x)), ("y2", number(frame.bottom + 5)),
-                    ("stroke", "#333333")])
+                [
+                    ("x1", number(x)), ("y1", number(frame.bottom)), ("x2", number(x)),
+                    ("y2", number(frame.bottom + 5)),
+                    ("stroke", "#333333"),
+                ])
             svg.element(
                 "text", [("class", "tick"), ("x", number(x)), ("y", number(frame.bottom + 18))],
                 text: AxisTicks.label(minute, step: minuteStep))
@@ -254,14 +271,19 @@ extension Figure {
         svg.close("g")
         svg.element(
             "text",
-            [("class", "axis-label"), ("x", number((frame.left + frame.right) / 2)), ("y", number(frame.bottom + 40)),
-                ("text-anchor", "middle"), ("font-size", "12")],
+            [
+                ("class", "axis-label"), ("x", number((frame.left + frame.right) / 2)),
+                ("y", number(frame.bottom + 40)),
+                ("text-anchor", "middle"), ("font-size", "12"),
+            ],
             text: "minutes since the start")
         let middle = (frame.top + frame.bottom) / 2
         svg.element(
             "text",
-            [("class", "axis-label"), ("x", "18"), ("y", number(middle)), ("text-anchor", "middle"),
-                ("font-size", "12"), ("transform", "rotate(-90 18 \(number(middle)))")],
+            [
+                ("class", "axis-label"), ("x", "18"), ("y", number(middle)), ("text-anchor", "middle"),
+                ("font-size", "12"), ("transform", "rotate(-90 18 \(number(middle)))"),
+            ],
             text: "\(quantity) (\(unit))")
     }
 
@@ -275,7 +297,8 @@ extension Figure {
             for (index, series) in series.enumerated() {
                 let colour = SVGLayout.colour(index)
                 items.append(
-                    LegendItem(swatch: series.style == .points ? .dot(colour) : .line(colour, dashed: false),
+                    LegendItem(
+                        swatch: series.style == .points ? .dot(colour) : .line(colour, dashed: false),
                         text: series.name))
             }
         }
@@ -317,23 +340,32 @@ extension Figure {
                 case .thick(let colour):
                     svg.element(
                         "line",
-                        [("x1", number(x)), ("y1", number(y - 4)), ("x2", number(x + 22)), ("y2", number(y - 4)),
-                            ("stroke", colour), ("stroke-opacity", "0.6"), ("stroke-width", "2.5")])
+                        [
+                            ("x1", number(x)), ("y1", number(y - 4)), ("x2", number(x + 22)), ("y2", number(y - 4)),
+                            ("stroke", colour), ("stroke-opacity", "0.6"), ("stroke-width", "2.5"),
+                        ])
                 case .dot(let colour):
                     svg.element(
                         "circle", [("cx", number(x + 11)), ("cy", number(y - 4)), ("r", "3"), ("fill", colour)])
                 case .box(let colour):
                     svg.element(
                         "rect",
-                        [("x", number(x)), ("y", number(y - 10)), ("width", "22"), ("height", "12"), ("fill", colour),
-                            ("fill-opacity", "0.35")])
+                        [
+                            ("x", number(x)), ("y", number(y - 10)), ("width", "22"), ("height", "12"),
+                            ("fill", colour),
+                            ("fill-opacity", "0.35"),
+                        ])
                 case .marker(let colour):
                     svg.element(
                         "line",
-                        [("x1", number(x + 11)), ("y1", number(y - 11)), ("x2", number(x + 11)), ("y2", number(y + 2)),
-                            ("stroke", colour), ("stroke-width", "1.5")])
+                        [
+                            ("x1", number(x + 11)), ("y1", number(y - 11)), ("x2", number(x + 11)),
+                            ("y2", number(y + 2)),
+                            ("stroke", colour), ("stroke-width", "1.5"),
+                        ])
                 }
-                svg.element("text", [("class", "legend-text"), ("x", number(x + 28)), ("y", number(y))], text: item.text)
+                svg.element(
+                    "text", [("class", "legend-text"), ("x", number(x + 28)), ("y", number(y))], text: item.text)
             }
         }
         svg.close("g")

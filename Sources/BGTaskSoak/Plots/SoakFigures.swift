@@ -64,7 +64,9 @@ public enum SoakFigures {
             series: resourceSeries(evidence) { Double($0.openDescriptors) }, seriesLegend: processLegend,
             shaded: shaded, markers: markers, duration: duration)
         return [
-            rss, descriptors, latenessFigure(evidence, criteria: criteria, shaded: shaded, markers: markers,
+            rss, descriptors,
+            latenessFigure(
+                evidence, criteria: criteria, shaded: shaded, markers: markers,
                 duration: duration),
             statusFigure(statusCalls, shaded: shaded, markers: markers, duration: duration),
         ]
@@ -135,7 +137,8 @@ public enum SoakFigures {
     ) -> Figure {
         let timeliness = SoakChecker.warningLateness(evidence, criteria)
         let names: [WarningLateness.Kind: String] = [
-            .budget: "budget (entry into background + budget − warning)", .atBegin: "lease begun in the warning window",
+            .budget: "budget (entry into background + budget − warning)",
+            .atBegin: "lease begun in the warning window",
             .scheduled: "scheduled task (begin + its time − warning)",
         ]
         let series = WarningLateness.Kind.allCases.compactMap { kind -> PlotSeries? in
