@@ -25,13 +25,14 @@ struct SoakOutcome {
 func runSoak(_ arguments: [String]) throws -> SoakOutcome {
     let directory = try ScratchDirectory(prefix: "bgtask-soak-test")
     defer { directory.remove() }
+    let base = directory.path + "/report"
     let (status, output) = try runProgram(
         ["/usr/bin/timeout", "--kill-after=10", "900", try Products.path("bgtask-soak")] + arguments + [
-            "--report", directory.path + "/report",
+            "--report", base,
         ])
-    let data = FileManager.default.contents(atPath: directory.path + "/report.json")
+    let data = FileManager.default.contents(atPath: base + ".json")
     let report = data.flatMap { try? JSONSerialization.jsonObject(with: $0) as? [String: Any] }
-    let markdown = try? String(contentsOfFile: directory.path + "/report.md", encoding: .utf8)
+    let markdown = try? String(contentsOfFile: base + ".md", encoding: .utf8)
     let svgs = (try FileManager.default.contentsOfDirectory(atPath: directory.path)).filter {
         $0.hasPrefix("report-") && $0.hasSuffix(".svg")
     }.sorted()
