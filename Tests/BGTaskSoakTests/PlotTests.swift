@@ -125,6 +125,26 @@ struct PlotTests {
         #expect(svg.utf8.count < 60_000, "\(svg.utf8.count) bytes")
     }
 
+    @Test("an hour's worth of dots, three series of 10,000 warnings, draws in a few hundred kilobytes")
+    func hourOfDots() throws {
+        let series = (0..<3).map { kind in
+            PlotSeries(
+                name: "kind \(kind)", style: .points,
+                points: (0..<10_000).map { PlotPoint(time: Double($0) * 0.36, value: Double(($0 * 7 + kind) % 50)) })
+        }
+        let svg = Figure(
+            name: "warning-lateness", title: "Lateness", caption: "c", quantity: "lateness", unit: "ms",
+            series: series, duration: 3_600, clipsOutliers: true
+        ).svg()
+        let summary = try SVGSummary.reading(svg)
+        #expect(summary.seriesPoints.count == 3 && summary.seriesPoints.allSatisfy { $0 <= 2_000 && $0 > 1_000 })
+        // Dots keep each bucket's median beside its extremes: the bulk between them shows.
+        let thinned = series[0].downsampled(toAtMost: Figure.maximumPointsPerSeries)
+        #expect(thinned.points.contains { (20...30).contains($0.value) })
+        #expect(thinned.points.contains { $0.value == 0 } && thinned.points.contains { $0.value == 49 })
+        #expect(svg.utf8.count < 300_000, "\(svg.utf8.count) bytes")
+    }
+
     @Test("text is escaped; latencies far above the rest are drawn at the top edge and said so")
     func escapingAndClipping() throws {
         var points = (0..<600).map { PlotPoint(time: Double($0), value: 0.4 + Double($0 % 5) / 10) }

@@ -64,15 +64,17 @@ public struct PlotSeries: Hashable, Sendable {
 
     /// The series with at most `maximumCount` points: past that, the span from its first point to its last is cut
     /// into equal buckets and each segment keeps, per bucket, its lowest and its highest point (in their time
-    /// order), so that a spike a single sample long is still drawn. The bucket count leaves room for segments
-    /// sharing a bucket; if many short segments still exceed the bound, every n-th point is kept.
+    /// order), so that a spike a single sample long is still drawn; dots (`points`) keep the bucket's median too,
+    /// so that the bulk between the extremes still shows. The bucket count leaves room for segments sharing a
+    /// bucket; if many short segments still exceed the bound, every n-th point is kept.
     public func downsampled(toAtMost maximumCount: Int) -> PlotSeries {
         let limit = max(2, maximumCount)
         guard count > limit, let first = segments.first?.first?.time, let last = segments.last?.last?.time else {
             return self
         }
-        // Each segment adds at most two points for a bucket it shares with the segment before it.
-        let bucketCount = max(1, (limit - 2 * (segments.count - 1)) / 2)
+        let perBucket = style == .points ? 3 : 2
+        // Each segment adds at most `perBucket` points for a bucket it shares with the segment before it.
+        let bucketCount = max(1, (limit - perBucket * (segments.count - 1)) / perBucket)
         let width = max(last - first, .leastNonzeroMagnitude) / Double(bucketCount)
         func bucket(_ point: PlotPoint) -> Int { min(bucketCount - 1, Int((point.time - first) / width)) }
         var thinned: [[PlotPoint]] = []
@@ -89,7 +91,12 @@ public struct PlotSeries: Hashable, Sendable {
                     if segment[end].value > segment[highest].value { highest = end }
                     end += 1
                 }
-                for position in Set([lowest, highest]).sorted() { kept.append(segment[position]) }
+                var positions: Set = [lowest, highest]
+                if perBucket == 3 {
+                    let byValue = (start..<end).sorted { segment[$0].value < segment[$1].value }
+                    positions.insert(byValue[byValue.count / 2])
+                }
+                for position in positions.sorted() { kept.append(segment[position]) }
                 start = end
             }
             thinned.append(kept)

@@ -146,30 +146,30 @@ extension Figure {
         svg.close("g")
     }
 
+    /// Each series in a group that carries its colour (so that each of up to a few thousand dots is only its
+    /// position: an hour's figure stays a few hundred kilobytes at most).
     private func drawSeries(_ svg: inout SVGWriter, _ frame: PlotFrame, _ drawn: [PlotSeries]) {
         for (index, series) in drawn.enumerated() {
             let colour = SVGLayout.colour(index)
-            svg.open("g", [("class", "series"), ("id", "series-\(index + 1)")])
+            svg.open(
+                "g",
+                [
+                    ("class", "series"), ("id", "series-\(index + 1)"), ("fill", colour), ("fill-opacity", "0.75"),
+                    ("stroke", series.style == .points ? "none" : colour), ("stroke-width", "1.2"),
+                    ("stroke-linejoin", "round"),
+                ])
             svg.element("title", text: series.name)
+            let radius = series.style == .points ? "2" : "1.5"
             for segment in series.segments {
                 if series.style == .points || segment.count == 1 {
                     for point in segment {
                         svg.element(
                             "circle",
-                            [
-                                ("class", "point"), ("cx", number(frame.x(point.time))),
-                                ("cy", number(frame.y(point.value))), ("r", series.style == .points ? "2" : "1.5"),
-                                ("fill", colour), ("fill-opacity", "0.75"),
-                            ])
+                            [("cx", number(frame.x(point.time))), ("cy", number(frame.y(point.value))), ("r", radius)])
                     }
                 } else {
                     let points = segment.map { "\(number(frame.x($0.time))),\(number(frame.y($0.value)))" }
-                    svg.element(
-                        "polyline",
-                        [
-                            ("class", "line"), ("points", points.joined(separator: " ")), ("fill", "none"),
-                            ("stroke", colour), ("stroke-width", "1.2"), ("stroke-linejoin", "round"),
-                        ])
+                    svg.element("polyline", [("points", points.joined(separator: " ")), ("fill", "none")])
                 }
             }
             svg.close("g")
