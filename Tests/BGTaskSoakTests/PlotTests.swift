@@ -198,6 +198,25 @@ struct PlotTests {
         #expect((unshaded.series.first?.fit?.slopePerHour ?? 0) > 10)
     }
 
+    @Test("the best fit of dots goes through their medians per minute: one late warning does not tilt it")
+    func dotsFitMedians() throws {
+        var points = (0..<600).map { PlotPoint(time: Double($0), value: 1 + Double($0 % 3) / 10) }
+        points[30].value = 900
+        let dots = PlotSeries(name: "warnings", style: .points, points: points)
+        let line = PlotSeries(name: "warnings", style: .line, points: points)
+        func fit(_ series: PlotSeries) throws -> LinearFit {
+            try #require(
+                Figure(
+                    name: "n", title: "t", caption: "c", quantity: "q", unit: "ms", series: [series], duration: 600
+                ).summary.series.first?.fit)
+        }
+        let throughMedians = try fit(dots)
+        let throughDots = try fit(line)
+        #expect(abs(throughMedians.slopePerHour) < 0.01, "\(throughMedians)")
+        // Through the dots themselves, the one at t=30 s reads as nearly 50 ms per hour of improvement.
+        #expect(throughDots.slopePerHour < -40, "\(throughDots)")
+    }
+
     @Test("GetStatus failures split the line into segments: gaps, never zeros")
     func statusGaps() throws {
         var calls = (0..<120).map { StatusCall(at: .milliseconds(Int64($0) * 500), latency: .microseconds(400)) }

@@ -109,22 +109,25 @@ public struct Figure: Hashable, Sendable {
     /// The summary of the figure: per series and over all of them, the quantiles of every point, and after the
     /// warm-up the line of best fit and the median of each minute.
     public var summary: FigureSummary {
-        let perSeries = series.map { summarize($0.name, $0.points) }
+        let perSeries = series.map { summarize($0.name, $0.points, style: $0.style) }
         let all = series.flatMap(\.points)
         let medians = medianPerMinute(all.filter { isJudged($0.time) })
         return FigureSummary(
-            series: perSeries, overall: summarize("all", all), medianPerMinute: medians,
+            series: perSeries, overall: summarize("all", all, style: .line), medianPerMinute: medians,
             trend: medians.count >= 2 ? LinearFit(medians) : nil)
     }
 
-    private func summarize(_ name: String, _ points: [PlotPoint]) -> SeriesSummary {
+    /// A series' figures. The line of best fit of dots goes through the medians of their minutes: a dot is an
+    /// event (a warning), and a rare one a second late would tilt a fit through the dots themselves.
+    private func summarize(_ name: String, _ points: [PlotPoint], style: PlotStyle) -> SeriesSummary {
         let values = points.map(\.value)
         let judged = points.filter { isJudged($0.time) }
         let span = (judged.last?.time ?? 0) - (judged.first?.time ?? 0)
+        let fitted = style == .points ? medianPerMinute(judged) : judged
         return SeriesSummary(
             name: name, count: points.count, median: quantile(values, 0.5), p99: quantile(values, 0.99),
             maximum: values.max(), judgedCount: judged.count,
-            fit: judged.count >= 3 && span >= fitMinimumSpan ? LinearFit(judged) : nil,
+            fit: judged.count >= 3 && span >= fitMinimumSpan ? LinearFit(fitted) : nil,
             judgedSpan: judged.first.flatMap { first in judged.last.map { first.time...$0.time } })
     }
 }
@@ -141,7 +144,8 @@ public struct SeriesSummary: Hashable, Sendable {
     public var maximum: Double?
     /// The points outside the shaded spans.
     public var judgedCount: Int
-    /// The line of best fit through those, when they span at least the figure's `fitMinimumSpan`.
+    /// The line of best fit through those (for dots, through their medians per minute), when they span at least the
+    /// figure's `fitMinimumSpan`.
     public var fit: LinearFit?
     /// From the first of those to the last.
     public var judgedSpan: ClosedRange<Double>?
