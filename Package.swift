@@ -156,7 +156,8 @@ let package = Package(
             name: "bgtask-bench", dependencies: ["BGTaskBenchmarks", "BGTaskCore", "BGTaskPOSIX", "BGTaskSystem"]),
         .testTarget(name: "BGTaskCoreTests", dependencies: ["BGTaskCore", "BGTaskTestSupport"]),
         .testTarget(name: "BGTaskArgumentsTests", dependencies: ["BGTaskArguments"]),
-        .testTarget(name: "BGTaskSoakTests", dependencies: ["BGTaskJSON", "BGTaskProtocol", "BGTaskSoak"]),
+        .testTarget(
+            name: "BGTaskSoakTests", dependencies: ["BGTaskJSON", "BGTaskProtocol", "BGTaskSoak", "BGTaskTestSupport"]),
         // Runs the built bgtask-soak against the built bgtaskd (a minute, 50 apps, every fault), so it depends on
         // both executables.
         .testTarget(

@@ -70,16 +70,26 @@ public struct RequestOperation: Hashable, Sendable {
     public var kind: Kind
     /// For a submit: the conditions it requires (`ac`, ...).
     public var requires: [String]
+    /// For a submit: the kind of task it asks for (`refresh` or `processing`); nil when not recorded.
+    public var taskKind: String?
     /// The answer.
     public var outcome: Outcome
+    /// When the answer came (or the call failed); nil when not recorded. The daemon did it, if at all, between
+    /// `at` and this.
+    public var answeredAt: Duration?
 
     /// An operation.
-    public init(at: Duration, key: RequestKey, kind: Kind, requires: [String] = [], outcome: Outcome) {
+    public init(
+        at: Duration, key: RequestKey, kind: Kind, requires: [String] = [], taskKind: String? = nil,
+        outcome: Outcome, answeredAt: Duration? = nil
+    ) {
         self.at = at
         self.key = key
         self.kind = kind
         self.requires = requires
+        self.taskKind = taskKind
         self.outcome = outcome
+        self.answeredAt = answeredAt
     }
 }
 

@@ -45,8 +45,12 @@ public struct SoakCriteria: Hashable, Sendable {
     /// the same loop iteration, so a second covers the harness's and the app's own delays on a loaded machine.
     public var reactionBound: Duration
     /// `ExpirationWarningSec`: how long after `backgroundTaskExpiring` for a lost constraint the daemon ends a
-    /// scheduled task the app did not end (`constraints-lost`).
+    /// scheduled task the app did not end (`constraints-lost`), and how long before a budget or a scheduled task's
+    /// time runs out the warning is due.
     public var expirationWarning: Duration
+    /// A scheduled task's time by its kind (`refresh`: `RefreshTaskSec`, `processing`: `ProcessingTaskSec`): its
+    /// warning is due that long after it began, less `expirationWarning`.
+    public var scheduledTaskTimes: [String: Duration]
 
     /// Criteria; the defaults are the daemon's default configuration and the tolerances of a harness sampling about
     /// once a second.
@@ -57,8 +61,10 @@ public struct SoakCriteria: Hashable, Sendable {
         readingWindow: Duration = .seconds(2), restartTolerance: Duration = .seconds(1),
         resourceGrowthLimit: Double = 0.1, warmUpFraction: Double = 0.2, descriptorSlack: Int = 4,
         minimumResourceSamples: Int = 6, counterExampleLimit: Int = 5, reactionBound: Duration = .seconds(1),
-        expirationWarning: Duration = .seconds(3)
+        expirationWarning: Duration = .seconds(3),
+        scheduledTaskTimes: [String: Duration] = ["refresh": .seconds(30), "processing": .seconds(600)]
     ) {
+        self.scheduledTaskTimes = scheduledTaskTimes
         self.reactionBound = reactionBound
         self.expirationWarning = expirationWarning
         self.backgroundTime = backgroundTime

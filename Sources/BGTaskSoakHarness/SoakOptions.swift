@@ -34,7 +34,8 @@ public struct SoakOptions: Sendable {
     public var faults: [SoakFault]?
     /// Run the installed units under a contained systemd manager.
     public var usesSystemd = false
-    /// Where to write the report: PATH.md and PATH.json (a `.md` or `.json` ending is dropped first).
+    /// Where to write the report: PATH.md, PATH.json and the figures PATH-NAME.svg (a `.md` or `.json` ending is
+    /// dropped first).
     public var reportPath: String?
     /// Print the help.
     public var wantsHelp = false
@@ -48,10 +49,11 @@ public struct SoakOptions: Sendable {
                            [--report PATH]
 
         Runs bgtaskd under a seeded random load of N synthetic apps (this program re-run as `bgtask-soak app`:
-        launched through the daemon, self-registered, some in cgroups of their own) for D, injects faults, gathers
-        evidence outside the daemon (its Watch stream stamped on arrival, /proc and cgroup.events, memory, the
-        daemon's RSS, descriptors and CPU) and judges it against the soak invariants. The seed is printed first;
-        the same seed replays the same schedule.
+        launched through the daemon, self-registered, some in cgroups of their own) for D, with scheduled requests
+        submitted and cancelled while a fake power adapter is pulled and plugged in, injects faults, gathers evidence
+        outside the daemon (its Watch stream stamped on arrival, /proc and cgroup.events, memory, the daemon's RSS,
+        descriptors and CPU, GetStatus timed twice a second) and judges it against the soak invariants. The seed is
+        printed first; the same seed replays the same schedule.
 
         options:
           --apps N          synthetic apps alive at once (default 50)
@@ -61,9 +63,14 @@ public struct SoakOptions: Sendable {
                             seeds (Tests/soak-gate-seeds.txt), and exploring is how new ones are found
           --faults LIST     comma-separated: kill, hang, restart, client-kill, hostile, disk-full, or none
                             (default: every one this host allows; disk-full needs root)
-          --systemd         run the units scripts/install installs under a contained systemd user manager (root):
-                            kill, hang and restart are injected at least three times each
-          --report PATH     write the report to PATH.md and PATH.json
+          --systemd         run the units scripts/install installs under a contained systemd user manager (root),
+                            configured through its own bgtaskd.conf (scheduled work included): kill, hang and
+                            restart are injected at least three times each
+          --report PATH     write the report to PATH.md and PATH.json, and its figures over time beside them:
+                            PATH-rss.svg and PATH-descriptors.svg (the daemon's, a line per daemon process),
+                            PATH-warning-lateness.svg (each expiration warning against when it was due) and
+                            PATH-status-latency.svg (GetStatus round trips; failures as gaps), with the
+                            warm-ups shaded, restarts and faults marked, and the median of each minute drawn
           -h, --help        this help
 
         exit status: 0 every invariant held, 1 an invariant failed or the harness failed, 64 usage error

@@ -45,7 +45,7 @@ extension SoakRun {
             lifetime: options.duration + .seconds(120), allocationMaximumMiB: slot.allocationMaximumMiB,
             peerCount: options.apps, backgroundTime: Self.backgroundTime, lockDirectory: scratch + "/locks",
             parent: selfRegistered ? getpid() : nil, memoryLogDirectory: scratch + "/memory",
-            scheduledLogDirectory: schedulesWork ? scratch + "/scheduled" : nil)
+            scheduledLogDirectory: scratch + "/scheduled")
     }
 
     /// Starts the app of `slot`; false when it could not be (the daemon refused the launch, or is down).

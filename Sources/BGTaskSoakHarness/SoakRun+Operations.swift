@@ -24,6 +24,7 @@ extension SoakRun {
             let name = schedule.slots[slot].name
             _ = controller.call(operation.kind) { client throws(ClientError) in try client.terminate(name) }
         case .fault(let fault, let parameter):
+            faultMarks.append(FaultMark(at: clock.now(), name: fault.rawValue, restartsDaemon: fault.restartsDaemon))
             try inject(fault, parameterMilliseconds: parameter)
             faultCounts[fault, default: 0] += 1
             controller.count(operation.kind)

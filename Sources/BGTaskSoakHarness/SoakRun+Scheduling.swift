@@ -9,7 +9,7 @@ import BGTaskSystem
 import Glibc
 
 extension SoakRun {
-    /// The fake power_supply class directory the private daemon reads (`PowerSupplyPath=`).
+    /// The fake power_supply class directory the daemon reads (`PowerSupplyPath=`).
     var powerSupplyPath: String { scratch + "/power" }
 
     /// Makes the power_supply tree with one adapter, online, and the directory the apps record their scheduled
@@ -54,7 +54,8 @@ extension SoakRun {
         requestOperations.append(
             RequestOperation(
                 at: asked, key: RequestKey(app: app, identifier: identifier), kind: .submit, requires: requires,
-                outcome: answer != nil ? .accepted : outcome(of: controller.lastError)))
+                taskKind: kind, outcome: answer != nil ? .accepted : outcome(of: controller.lastError),
+                answeredAt: clock.now()))
     }
 
     /// `CancelRequest` of `app`'s request `identifier`, recorded with its answer.
@@ -66,7 +67,7 @@ extension SoakRun {
         requestOperations.append(
             RequestOperation(
                 at: asked, key: RequestKey(app: app, identifier: identifier), kind: .cancel,
-                outcome: answer != nil ? .accepted : outcome(of: controller.lastError)))
+                outcome: answer != nil ? .accepted : outcome(of: controller.lastError), answeredAt: clock.now()))
     }
 
     /// A failed call's outcome: an error reply is a refusal (the daemon did nothing); anything else (no connection,

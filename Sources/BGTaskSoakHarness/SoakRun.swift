@@ -27,12 +27,17 @@ public final class SoakRun {
     var controller: Controller!
     var watch: WatchRecorder?
     var probe: LatencyProbe?
+    var statusProbe: StatusProbe?
     var schedule: SoakSchedule!
     var appsLog: FileDescriptor?
     var appsMemoryMaxBytes = 0
-    /// Memory-pressure phases (without `--systemd`): `AppsMemoryMax` lowered under the apps' measured total for
-    /// a few seconds, then put back, so reclamation has work to do and `heaviest-first` something to judge.
+    /// Memory-pressure phases: `AppsMemoryMax` lowered under the apps' measured total for a few seconds, then put
+    /// back, in the configuration file the daemon reads (its `--config`, or the installed service's own), so
+    /// reclamation has work to do and `heaviest-first` something to judge.
     var configurationPath: String?
+    /// The daemon's configuration root (the directory of `--config PATH`): it and everything under it the soak
+    /// writes is owned by root and writable by no one else, as the daemon trusts configuration.
+    var configurationRoot = ""
     var lowMemoryMax: Int?
     var memoryLimitChanges: [MemoryLimitChange] = []
     var pressureEndsAt: Duration?
@@ -55,9 +60,10 @@ public final class SoakRun {
     var keepsScratch = true
     /// The probe's lease call round trips, kept when it stops.
     var finalLatencies: [Int64] = []
-    /// Whether the run has scheduled work: requests and power flips, with the private daemon only (its power
-    /// tree is the harness's; the installed units read the host's).
-    var schedulesWork: Bool { !options.usesSystemd }
+    /// The status probe's `GetStatus` calls, kept when it stops.
+    var statusCalls: [StatusCall] = []
+    /// Every fault injected, when it began: the figures mark them.
+    var faultMarks: [FaultMark] = []
     /// The fake adapter's `online` as the harness set it (`setPower`).
     var powerChanges: [PowerChange] = []
     /// The submits and cancels made, with their answers.
@@ -124,18 +130,22 @@ public final class SoakRun {
         schedule = SoakSchedule(
             seed: seed, apps: options.apps, duration: options.duration, faults: faults,
             usesSystemd: options.usesSystemd, canLaunch: cgroups != nil, canScope: cgroups != nil,
-            allocationTotalMiB: allocationTotalMiB, schedulesWork: schedulesWork)
-        if schedulesWork { try preparePowerSupply() }
+            allocationTotalMiB: allocationTotalMiB)
+        try preparePowerSupply()
         // About 12 MiB per app of its own (the Swift runtime's share, threads, heap), plus a third of what the
         // apps may map: reclamation has work to do without the host feeling it.
         appsMemoryMaxBytes = (options.apps * 12 + allocationTotalMiB / 3) << 20
         let lifetime = options.duration + .seconds(300)
+        // No UPower of the host's system bus: the daemon reads the harness's power tree, in both modes.
+        let noSystemBus = "DBUS_SYSTEM_BUS_ADDRESS=unix:path=\(scratch)/no-system-bus"
         if options.usesSystemd {
             let systemdService = try SystemdSoakDaemon(
-                configuration: configuration(), executableDirectory: directory(of: executable), lifetime: lifetime,
-                log: log)
+                configuration: configuration(), environment: [noSystemBus],
+                executableDirectory: directory(of: executable), lifetime: lifetime, log: log)
             service = systemdService
             socketPath = systemdService.socketPath
+            configurationPath = systemdService.configurationPath
+            configurationRoot = systemdService.configurationRoot
         } else {
             var prefix: [String] = []
             if faults.contains(.diskFull) {
@@ -146,21 +156,21 @@ public final class SoakRun {
             socketPath = scratch + "/io.bgtask.Lifecycle"
             let configurationPath = scratch + "/bgtaskd.conf"
             self.configurationPath = configurationPath
-            nextPressureAt = options.duration / 5
-            try writeFile(configurationPath, configuration())
+            configurationRoot = scratch
+            try ConfigurationFile.write(configuration(), to: configurationPath, root: scratch)
             service = try PrivateSoakDaemon(
                 executable: directory(of: executable) + "/bgtaskd",
                 arguments: [
                     "--socket", socketPath, "--config", configurationPath, "--state-file",
                     scratch + "/state/state.json", "--log-dir", scratch + "/logs",
                 ], prefix: prefix, socketPath: socketPath, notifyPath: scratch + "/notify",
-                logPath: scratch + "/bgtaskd.log", lifetime: lifetime,
-                // No UPower of the host's system bus: the daemon reads the harness's power tree.
-                environment: ["DBUS_SYSTEM_BUS_ADDRESS=unix:path=\(scratch)/no-system-bus"])
+                logPath: scratch + "/bgtaskd.log", lifetime: lifetime, environment: [noSystemBus])
         }
+        nextPressureAt = options.duration / 5
         controller = Controller(socketPath: socketPath)
         watch = try WatchRecorder(socketPath: socketPath, clock: clock)
         probe = try LatencyProbe(socketPath: socketPath)
+        statusProbe = try StatusProbe(socketPath: socketPath, clock: clock)
     }
 
     /// The daemon's configuration.
@@ -168,7 +178,7 @@ public final class SoakRun {
         """
         [Policy]
         BackgroundTimeSec=\(Self.backgroundTime.components.seconds)s
-        ExpirationWarningSec=3s
+        ExpirationWarningSec=\(Self.expirationWarning.components.seconds)s
         EnterBackgroundGraceSec=3s
         WillTerminateGraceSec=2s
         LaunchTimeoutSec=20s
@@ -185,11 +195,20 @@ public final class SoakRun {
         ConnectionsPerUserMax=\(options.apps * 8 + 512)
         HistorySize=5000
 
-        """ + (schedulesWork ? Self.schedulingConfiguration(powerSupplyPath: powerSupplyPath) : "")
+        """ + Self.schedulingConfiguration(powerSupplyPath: powerSupplyPath)
     }
 
-    /// Scheduled work's configuration: short task times, so a minute holds many tasks that start, are told to stop,
-    /// lose their power and complete; three at a time, one over the default, so the cap is reached and freed often.
+    /// `RefreshTaskSec` and `ProcessingTaskSec`: short, so a minute holds many tasks that start, are told to stop,
+    /// lose their power and complete.
+    static let refreshTaskTime: Duration = .seconds(4)
+    static let processingTaskTime: Duration = .seconds(7)
+    /// The two by kind, as the checker reads them.
+    static var scheduledTaskTimes: [String: Duration] { ["refresh": refreshTaskTime, "processing": processingTaskTime] }
+    /// `ExpirationWarningSec`.
+    static let expirationWarning: Duration = .seconds(3)
+
+    /// Scheduled work's configuration: the harness's power tree, short task times, three at a time (one over the
+    /// default, so the cap is reached and freed often).
     static func schedulingConfiguration(powerSupplyPath: String) -> String {
         """
         [Conditions]
@@ -197,8 +216,8 @@ public final class SoakRun {
 
         [Scheduling]
         ScheduledTasksMax=3
-        RefreshTaskSec=4s
-        ProcessingTaskSec=7s
+        RefreshTaskSec=\(refreshTaskTime.components.seconds)s
+        ProcessingTaskSec=\(processingTaskTime.components.seconds)s
 
         """
     }
@@ -288,7 +307,7 @@ public final class SoakRun {
     private func setMemoryLimit(_ bytes: Int?, configurationPath: String) {
         lowMemoryMax = bytes
         do {
-            try writeFile(configurationPath, configuration())
+            try ConfigurationFile.write(configuration(), to: configurationPath, root: configurationRoot)
         } catch {
             log("cannot rewrite \(configurationPath): \(error)")
             return
@@ -355,7 +374,7 @@ public final class SoakRun {
         // Scheduled work ends first: the requests held now are what request-never-lost judges, and each is then
         // cancelled (recorded like any cancel), so that no scheduled task begins in an app kept alive past the
         // daemon's stop (a suspended one would be woken for it).
-        let heldAtEnd = schedulesWork ? heldRequests() : nil
+        let heldAtEnd = heldRequests()
         for key in (heldAtEnd ?? []).sorted() { cancel(key.app, identifier: key.identifier) }
         // The suspended apps outlive the daemon: a daemon that stops must leave none of them stopped or frozen.
         // They hold no task (an app is suspended once its last one ended), so nothing they did is left unjudged.
@@ -381,6 +400,9 @@ public final class SoakRun {
         finalLatencies = probe?.latencies ?? []
         probe?.stop()
         probe = nil
+        statusProbe?.stop()
+        statusCalls = statusProbe?.results ?? []
+        statusProbe = nil
         usleep(500_000)
         service?.stop()
         daemonStoppedAt = clock.now()
@@ -396,7 +418,7 @@ public final class SoakRun {
             allocationChanges: allocationChanges(),
             scheduled: ScheduledEvidence(
                 powerChanges: powerChanges, operations: requestOperations,
-                receipts: schedulesWork ? scheduledReceipts() : [], heldAtEnd: heldAtEnd))
+                receipts: scheduledReceipts(), heldAtEnd: heldAtEnd))
         let criteria = SoakCriteria(
             backgroundTime: Self.backgroundTime, budgetGrace: .seconds(3), settling: Self.settling,
             appsMemoryMax: appsMemoryMaxBytes, restartTolerance: .seconds(2), warmUpFraction: 0.3,
@@ -406,9 +428,12 @@ public final class SoakRun {
             // (their clients back off while it is down; a 15-minute run saw descriptors climb for 30 s), which is
             // not growth.
             descriptorSlack: max(8, options.apps / 2), minimumResourceSamples: 60, reactionBound: .seconds(1),
-            expirationWarning: .seconds(3))
+            expirationWarning: Self.expirationWarning, scheduledTaskTimes: Self.scheduledTaskTimes)
         let report = SoakChecker.check(evidence, criteria: criteria)
-        let result = SoakRunResult(run: self, evidence: evidence, report: report)
+        let figures = SoakFigures.figures(
+            evidence, statusCalls: statusCalls, faults: faultMarks, runDuration: options.duration, criteria: criteria)
+        let result = SoakRunResult(
+            run: self, evidence: evidence, report: report, figures: figures, warmUpFraction: criteria.warmUpFraction)
         keepsScratch = !result.isPassing
         if keepsScratch {
             writeEntries(evidence.entries, to: "entries.txt")
@@ -422,6 +447,7 @@ public final class SoakRun {
     /// named, when `keepsScratch`).
     func cleanUp() {
         probe?.stop()
+        statusProbe?.stop()
         for slot in running.keys.sorted() { running[slot]?.kill() }
         service?.stop()
         service = nil

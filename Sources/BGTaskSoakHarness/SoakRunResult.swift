@@ -33,8 +33,14 @@ public struct SoakRunResult: Sendable {
     public var report: SoakReport
     /// How many times the harness lowered `AppsMemoryMax` under the apps' total.
     public var memoryPressurePhases: Int
+    /// The figures over time: resident memory, descriptors, expiration-warning lateness, `GetStatus` latency.
+    public var figures: [Figure]
+    /// The fraction of each daemon process's life taken as its warm-up (shaded in the figures).
+    public var warmUpFraction: Double
 
-    init(run: SoakRun, evidence: SoakEvidence, report: SoakReport) {
+    init(run: SoakRun, evidence: SoakEvidence, report: SoakReport, figures: [Figure], warmUpFraction: Double) {
+        self.figures = figures
+        self.warmUpFraction = warmUpFraction
         seed = run.seed
         apps = run.options.apps
         durationSeconds = run.options.duration.secondsValue
@@ -66,7 +72,10 @@ public struct SoakRunResult: Sendable {
     }
 
     /// The report for people.
-    public var markdown: String {
+    public var markdown: String { markdown(plotBase: nil) }
+
+    /// The report for people; with `plotBase`, the figures are embedded from the files `plotBase-NAME.svg` beside it.
+    public func markdown(plotBase: String?) -> String {
         var lines = [
             "# bgtask-soak report", "",
             "- result: \(isPassing ? "pass" : "FAIL")",
@@ -101,6 +110,7 @@ public struct SoakRunResult: Sendable {
         for kind in operations.keys.sorted() {
             lines.append("| \(kind) | \(operations[kind]!.done) | \(operations[kind]!.refused) |")
         }
+        lines += plotLines(base: plotBase)
         lines += ["", "## Lease call latency under load (probe app, one call each)", ""]
         if let p50 = leaseLatencyMilliseconds(0.5), let p90 = leaseLatencyMilliseconds(0.9),
             let p99 = leaseLatencyMilliseconds(0.99), let maximum = leaseLatencyMilliseconds(1)
@@ -122,6 +132,53 @@ public struct SoakRunResult: Sendable {
                     + "\(format(sample.cpuSeconds, 2)) |")
         }
         return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// The figures: each embedded (when written beside the report) with the line saying what it shows, its
+    /// figures and what it left out.
+    func plotLines(base: String?) -> [String] {
+        var lines = [
+            "", "## Over time", "",
+            "Shaded: each daemon process's warm-up (from the fault before it until the first "
+                + "\(format(warmUpFraction * 100, 0))% of its life is over, as `resources-flat` leaves it out) and the "
+                + "wind-down; red lines: restarts; grey: other faults; orange: memory pressure. The dark steps are the "
+                + "median of each minute after the warm-up, the dashed lines each series' best fit after it: drift "
+                + "shows as steps or fits that climb.",
+        ]
+        for figure in figures {
+            let summary = figure.summary
+            lines.append("")
+            lines.append("### \(figure.title)")
+            lines.append("")
+            if let base { lines += ["![\(figure.title)](\(base)-\(figure.name).svg)", ""] }
+            lines.append(figure.caption)
+            lines.append("")
+            var facts: [String] = []
+            let overall = summary.overall
+            if let median = overall.median, let p99 = overall.p99, let maximum = overall.maximum {
+                facts.append(
+                    "\(summary.overall.count) values: median \(format(median, 3)), p99 \(format(p99, 3)), max "
+                        + "\(format(maximum, 3)) \(figure.unit)")
+            } else {
+                facts.append("no values")
+            }
+            if let trend = summary.trend {
+                facts.append(
+                    "after the warm-up the median per minute drifts \(format(trend.slopePerHour, 3)) \(figure.unit) "
+                        + "per hour (\(summary.medianPerMinute.count) minutes)")
+            }
+            func span(_ series: SeriesSummary) -> Double {
+                series.judgedSpan.map { $0.upperBound - $0.lowerBound } ?? 0
+            }
+            let fitted = summary.series.filter { $0.fit != nil }
+            if let longest = fitted.max(by: { span($0) < span($1) }), let fit = longest.fit {
+                facts.append(
+                    "best fit of \(longest.name) after its warm-up: \(format(fit.slopePerHour, 3)) \(figure.unit)/h")
+            }
+            lines.append("- " + facts.joined(separator: "; "))
+            for note in figure.notes { lines.append("- " + note) }
+        }
+        return lines
     }
 
     /// About twenty resource samples spread over the run, the first and last included.
@@ -155,6 +212,64 @@ private struct JSONRun: Encodable {
         var fds: Int
         var cpuSec: Double
     }
+    struct Fit: Encodable {
+        var slopePerHour: Double
+        var fromSec: Double
+        var toSec: Double
+    }
+    struct SeriesFigures: Encodable {
+        var name: String
+        var count: Int
+        var p50: Double?
+        var p99: Double?
+        var max: Double?
+        var judged: Int
+        var fitAfterWarmUp: Fit?
+
+        init(_ summary: SeriesSummary) {
+            name = summary.name
+            count = summary.count
+            p50 = summary.median
+            p99 = summary.p99
+            max = summary.maximum
+            judged = summary.judgedCount
+            fitAfterWarmUp = summary.fit.flatMap { fit in
+                summary.judgedSpan.map {
+                    Fit(slopePerHour: fit.slopePerHour, fromSec: $0.lowerBound, toSec: $0.upperBound)
+                }
+            }
+        }
+    }
+    struct Minute: Encodable {
+        var minute: Int
+        var median: Double
+    }
+    struct Plot: Encodable {
+        var name: String
+        var title: String
+        var quantity: String
+        var unit: String
+        var overall: SeriesFigures
+        var trendSlopePerHour: Double?
+        var medianPerMinute: [Minute]
+        var series: [SeriesFigures]
+        var notes: [String]
+
+        init(_ figure: Figure) {
+            let summary = figure.summary
+            name = figure.name
+            title = figure.title
+            quantity = figure.quantity
+            unit = figure.unit
+            overall = SeriesFigures(summary.overall)
+            trendSlopePerHour = summary.trend?.slopePerHour
+            medianPerMinute = summary.medianPerMinute.map {
+                Minute(minute: Int(($0.time / 60).rounded(.down)), median: $0.value)
+            }
+            series = summary.series.map(SeriesFigures.init)
+            notes = figure.notes
+        }
+    }
     struct Latency: Encodable {
         var count: Int
         var p50Ms: Double?
@@ -176,6 +291,7 @@ private struct JSONRun: Encodable {
     var resources: [Resource]
     var entries: Int
     var processSamples: Int
+    var plots: [Plot]
     var invariants: JSONValue
 
     init(_ result: SoakRunResult) throws {
@@ -204,6 +320,7 @@ private struct JSONRun: Encodable {
         }
         entries = result.entryCount
         processSamples = result.processSampleCount
+        plots = result.figures.map(Plot.init)
         invariants = try JSONParser.parse(Array(try result.report.jsonText().utf8))
     }
 }
@@ -224,12 +341,18 @@ func format(_ value: Double, _ digits: Int) -> String {
 
 extension SoakRunResult {
     /// Writes the Markdown and the JSON report to `path`.md and `path`.json (a `.md` or `.json` ending of `path`
-    /// is dropped first); the paths written.
+    /// is dropped first), and each figure beside them as `path-NAME.svg`; the paths written.
     public func write(to path: String) throws -> [String] {
         var base = path
         if base.hasSuffix(".md") { base.removeLast(3) } else if base.hasSuffix(".json") { base.removeLast(5) }
-        try writeFile(base + ".md", markdown)
+        let name = base.split(separator: "/").last.map(String.init) ?? base
+        try writeFile(base + ".md", markdown(plotBase: name))
         try writeFile(base + ".json", try jsonText())
-        return [base + ".md", base + ".json"]
+        var written = [base + ".md", base + ".json"]
+        for figure in figures {
+            try writeFile(base + "-" + figure.name + ".svg", figure.svg())
+            written.append(base + "-" + figure.name + ".svg")
+        }
+        return written
     }
 }

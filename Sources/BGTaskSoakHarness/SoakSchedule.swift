@@ -75,12 +75,10 @@ struct SoakSchedule: Sendable {
         ("scheduled-ac-0", ["ac"]), ("scheduled-ac-1", ["ac"]), ("scheduled-any", []),
     ]
 
-    /// Draws the schedule. `canLaunch` and `canScope` say whether the host gives the harness cgroups (root);
-    /// `schedulesWork` adds scheduled requests and power flips (the private daemon alone has a power tree the harness
-    /// owns).
+    /// Draws the schedule. `canLaunch` and `canScope` say whether the host gives the harness cgroups (root).
     init(
         seed: UInt64, apps: Int, duration: Duration, faults: [SoakFault], usesSystemd: Bool, canLaunch: Bool,
-        canScope: Bool, allocationTotalMiB: Int, schedulesWork: Bool = false
+        canScope: Bool, allocationTotalMiB: Int
     ) {
         var random = SeededGenerator(seed: seed)
         let perApp = max(1, min(64, allocationTotalMiB / max(1, apps)))
@@ -145,9 +143,7 @@ struct SoakSchedule: Sendable {
                     ))
             }
         }
-        if schedulesWork {
-            operations += Self.scheduledWork(slots: slots, milliseconds: milliseconds, random: &random)
-        }
+        operations += Self.scheduledWork(slots: slots, milliseconds: milliseconds, random: &random)
         operations.sort { $0.at < $1.at }
         self.operations = operations
     }

@@ -9,6 +9,10 @@ import Glibc
 /// runtime drop-in (the soak's configuration, the log, `WatchdogSec=`), the socket and the service started.
 final class SystemdSoakDaemon: SoakService {
     let socketPath: String
+    /// The configuration the service reads, `$XDG_CONFIG_HOME/bgtaskd/bgtaskd.conf`, as a user configures an
+    /// installed service; its directory is the configuration root.
+    let configurationPath: String
+    let configurationRoot: String
     private let systemd: ContainedSystemd
     private let logPath: String
     private var mainPID: pid_t?
@@ -18,27 +22,36 @@ final class SystemdSoakDaemon: SoakService {
 
     var daemonPID: pid_t? { mainPID }
 
-    /// Installs, configures and starts the service; `executableDirectory` holds the built `bgtaskd` and `bgtask`.
-    init(configuration: String, executableDirectory: String, lifetime: Duration, log: @escaping (String) -> Void)
-        throws
-    {
+    /// Installs, configures and starts the service; `executableDirectory` holds the built `bgtaskd` and `bgtask`,
+    /// `environment` is added to the service's (`NAME=VALUE` each).
+    init(
+        configuration: String, environment: [String], executableDirectory: String, lifetime: Duration,
+        log: @escaping (String) -> Void
+    ) throws {
         if let reason = ContainedSystemd.unavailableReason { throw SoakError("--systemd: \(reason)") }
         guard let root = Self.packageRoot(from: executableDirectory) else {
             throw SoakError("--systemd: no scripts/install above \(executableDirectory) (run from a built checkout)")
         }
         systemd = try ContainedSystemd(dataHome: "prefix/share")
+        let configHome = systemd.directory.path + "/config"
+        configurationRoot = configHome + "/bgtaskd"
+        configurationPath = configurationRoot + "/bgtaskd.conf"
+        logPath = systemd.directory.path + "/bgtaskd.log"
+        socketPath = systemd.runtimeDirectory + "/bgtaskd/io.bgtask.Lifecycle"
         do {
             let prefix = systemd.directory.path + "/prefix"
             try Self.run([root + "/scripts/install", "--prefix", prefix, "--from", executableDirectory])
-            let configHome = systemd.directory.path + "/config"
-            try systemd.directory.write("config/bgtaskd/bgtaskd.conf", configuration)
-            logPath = systemd.directory.path + "/bgtaskd.log"
-            socketPath = systemd.runtimeDirectory + "/bgtaskd/io.bgtask.Lifecycle"
+            // Made as an administrator makes them: root's, 0755 and 0644, so the daemon trusts them. (systemd 252
+            // also puts the unit's StateDirectory= there, and makes it 0700.)
+            try ConfigurationFile.makeDirectory(configHome)
+            try ConfigurationFile.makeDirectory(configurationRoot)
+            try ConfigurationFile.write(configuration, to: configurationPath, root: configurationRoot)
+            let variables = ["XDG_CONFIG_HOME=\(configHome)", "BGTASKD_LOG_LEVEL=notice"] + environment
             try systemd.directory.write(
                 "run/systemd/user/bgtaskd.service.d/soak.conf",
                 """
                 [Service]
-                Environment=XDG_CONFIG_HOME=\(configHome) BGTASKD_LOG_LEVEL=notice
+                \(variables.map { "Environment=\"\($0)\"" }.joined(separator: "\n"))
                 StandardError=append:\(logPath)
                 WatchdogSec=\(soakWatchdogInterval.components.seconds)s
                 RuntimeMaxSec=\(lifetime.components.seconds)s
