@@ -144,6 +144,9 @@ final class LaunchFixture {
 
     /// Stops the daemon, then kills whatever is left in the app cgroups and removes them and the scratch cgroups.
     func close() {
+        // A clean stop first: the daemon continues every app it stopped (a test that failed midway may leave one
+        // suspended, with no cgroup to empty); SIGKILL only if it does not stop.
+        _ = try? daemon.stop(timeout: .seconds(10))
         daemon.terminate()
         client.close()
         for path in appCgroups {
