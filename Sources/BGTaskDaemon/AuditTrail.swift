@@ -27,6 +27,9 @@ enum MessageID {
     static let taskExpired = "962703a73a624a5d8fed129fa46b667b"
     /// A suspended app's event queue was full: its oldest events are being dropped.
     static let eventsDropped = "2e2191f699c544de89e4ad737ba5d33c"
+    /// A configuration file or directory was refused by the trust rule (someone other than root or the daemon's
+    /// user could have written it, or it is not a regular file): none of its settings are used.
+    static let configurationRefused = "7e1ee76c47364c91b9092fbb45d141c4"
 }
 
 /// The audit trail: every record the policy emits goes to the journal (or stderr), to live watchers, and,

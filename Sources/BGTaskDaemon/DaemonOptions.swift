@@ -177,6 +177,15 @@ public struct DaemonOptions: Equatable, Sendable {
         return "/etc/bgtaskd/bgtaskd.conf"
     }
 
+    /// The configuration root, the directory above which the trust rule checks nothing: the main file's directory,
+    /// which is `/etc/bgtaskd`, `$XDG_CONFIG_HOME/bgtaskd` with `--user`, or that of `--config PATH` (`.` for a bare
+    /// file name).
+    public func resolvedConfigurationRoot(environment: [String: String]) -> String {
+        let path = resolvedConfigurationPath(environment: environment)
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
+    }
+
     /// A user's base directory as the XDG Base Directory specification has it: `$VARIABLE` when set and not empty,
     /// else `$HOME/fallback`.
     private static func userDirectory(_ variable: String, else fallback: String, _ environment: [String: String])
