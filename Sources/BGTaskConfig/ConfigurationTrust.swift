@@ -188,7 +188,9 @@ public struct TrustRefusal: Hashable, Sendable, CustomStringConvertible {
 public enum TrustVerdict: Hashable, Sendable {
     /// Trusted: `path` is where the file really is (no symbolic link in it), and `status` what was checked there.
     case trusted(path: String, status: FileStatus)
-    /// Nothing is there (a dangling symbolic link included): nothing to use, nothing to refuse.
+    /// Nothing is there, and the way to where it would be is trusted (a link dangling into a trusted place
+    /// included): nothing to use, nothing to refuse. Nothing in an untrusted directory is refused instead: anyone who
+    /// may write there could put something there.
     case missing
     /// Not trusted, and why.
     case refused(TrustRefusal)
@@ -212,6 +214,10 @@ public enum TrustVerdict: Hashable, Sendable {
 /// trusted all the way up to `/`, and the directory holding the link is checked as any other on the way. A link's
 /// own owner and mode do not matter: nobody can change a link's target, only replace the link, which needs write
 /// access to its directory, which is checked.
+///
+/// Each directory is checked as the resolution enters it, so it stops at the first that fails, before following
+/// anything in it: nothing an untrusted user made is ever followed, and a missing file in an untrusted directory is
+/// refused rather than missing.
 ///
 /// Everything is decided from `lookup`'s answers (`lstat` and `readlink`, or an in-memory tree): the rule itself
 /// does no I/O. The caller then opens the trusted path without following links (`O_NOFOLLOW`) and checks the
@@ -259,7 +265,7 @@ public struct ConfigurationTrust: Hashable, Sendable {
     ) -> TrustVerdict {
         // The root as the operator named it: followed wherever it leads, not checked above itself.
         let lexicalRoot = Self.components(of: root, in: workingDirectory)
-        var rootWalk = Resolution()
+        var rootWalk = Resolution(checksDirectories: false, root: [], trust: self)
         let rootComponents: [String]
         switch rootWalk.resolve(from: [], lexicalRoot, lookup: lookup) {
         case .found(let components, let entry):
@@ -273,51 +279,27 @@ public struct ConfigurationTrust: Hashable, Sendable {
         case .refused(let problem, let culprit, _):
             return .refused(refusal(problem, Self.path(culprit), isSubject: false))
         }
-        // A path inside the root is resolved from the root's real place; any other from `/`.
+        // A path inside the root is resolved from the root's real place, any other from `/`; every directory the walk
+        // enters is checked as it enters it.
         let absolute = Self.components(of: path, in: workingDirectory)
         let isBelowRoot = absolute.count > lexicalRoot.count && Array(absolute.prefix(lexicalRoot.count)) == lexicalRoot
-        var walk = Resolution()
-        let found: [String]
-        let entry: PathEntry
+        var walk = Resolution(checksDirectories: true, root: rootComponents, trust: self)
         switch walk.resolve(
             from: isBelowRoot ? rootComponents : [],
             isBelowRoot ? Array(absolute.dropFirst(lexicalRoot.count)) : absolute,
             lookup: lookup)
         {
-        case .found(let components, let foundEntry):
-            found = components
-            entry = foundEntry
+        case .found(let components, let entry):
+            let resolved = Self.path(components)
+            if let problem = problem(with: entry.status, expecting: kind) {
+                return .refused(refusal(problem, resolved, isSubject: true, link: walk.firstLink))
+            }
+            return .trusted(path: resolved, status: entry.status)
         case .missing:
             return .missing
-        case .refused(let problem, let culprit, let isFinal):
-            return .refused(refusal(problem, Self.path(culprit), isSubject: isFinal, link: walk.firstLink))
+        case .refused(let problem, let culprit, let isSubject):
+            return .refused(refusal(problem, Self.path(culprit), isSubject: isSubject, link: walk.firstLink))
         }
-        // Every directory entered, and the ones above each up to the root (inside it) or `/` (outside); then the file.
-        var checked: Set<[String]> = []
-        for (index, directory) in walk.entered.enumerated() {
-            let link = walk.firstLinkIndex.map { index >= $0 } == true ? walk.firstLink : nil
-            let isInside =
-                directory.count >= rootComponents.count
-                && Array(directory.prefix(rootComponents.count)) == rootComponents
-            for length in (isInside ? rootComponents.count : 0)...directory.count {
-                let above = Array(directory.prefix(length))
-                guard checked.insert(above).inserted else { continue }
-                let culprit = Self.path(above)
-                let problem: TrustRefusal.Problem?
-                switch lookup(culprit) {
-                case .found(let directoryEntry):
-                    problem = self.problem(with: directoryEntry.status, expecting: .directory)
-                case .missing: problem = .replaced
-                case .failed(let message): problem = .uncheckable(message)
-                }
-                if let problem { return .refused(refusal(problem, culprit, isSubject: false, link: link)) }
-            }
-        }
-        let resolved = Self.path(found)
-        if let problem = problem(with: entry.status, expecting: kind) {
-            return .refused(refusal(problem, resolved, isSubject: true, link: walk.firstLink))
-        }
-        return .trusted(path: resolved, status: entry.status)
     }
 
     private func refusal(
@@ -339,32 +321,45 @@ public struct ConfigurationTrust: Hashable, Sendable {
     }
 }
 
-/// One resolution of a path, name by name, as the kernel's path walk does it, recording what a trust check needs:
-/// each directory entered and the first symbolic link followed.
+/// One resolution of a path, name by name, as the kernel's path walk does it, checking each directory it enters (when
+/// `checksDirectories`) and recording the first symbolic link it follows.
+///
+/// A directory is checked as the walk enters it, with the directories above it that must be checked: those up to the
+/// root are already (the walk came down through them), except when it climbs out of the root with `..` or starts
+/// again at `/` for an absolute link target, where the ones up to `/` are checked then. So the walk stops at the first
+/// directory that fails, before following anything found in it, and does work in proportion to the names it walks.
 struct Resolution {
     /// What it found.
     enum Outcome {
-        /// The path leads here (no symbolic link in the components) to this entry.
+        /// The path leads here (no symbolic link in the components) to this entry, not yet judged itself.
         case found([String], PathEntry)
-        /// Nothing is there.
+        /// Nothing is there, and everything on the way to where it would be passed.
         case missing
-        /// The walk could not go on at `culprit`; `isFinal` when that is the last name of the path.
-        case refused(TrustRefusal.Problem, culprit: [String], isFinal: Bool)
+        /// The walk could not go on at `culprit`; `isSubject` when that is the last name of the path.
+        case refused(TrustRefusal.Problem, culprit: [String], isSubject: Bool)
     }
 
-    /// The directories entered, in order: where the walk started, then each one it went into or up to.
-    private(set) var entered: [[String]] = []
+    /// Whether directories are checked (not for the root's own path, which is taken as given).
+    let checksDirectories: Bool
+    /// The configuration root, resolved: directories below it are checked up to it, others up to `/`.
+    let root: [String]
+    let trust: ConfigurationTrust
     /// The first symbolic link followed.
     private(set) var firstLink: TrustRefusal.FollowedLink?
-    /// The index in `entered` of the first directory entered after `firstLink`.
-    private(set) var firstLinkIndex: Int?
     private var linksFollowed = 0
+    /// Directories outside the root checked with everything above them, besides those the walk came down through.
+    private var checkedFromSlash: Set<[String]> = []
 
-    /// Walks `names` from the directory `start` (components with no symbolic link in them), looking each name up
-    /// with `lookup`.
+    init(checksDirectories: Bool, root: [String], trust: ConfigurationTrust) {
+        self.checksDirectories = checksDirectories
+        self.root = root
+        self.trust = trust
+    }
+
+    /// Walks `names` from the directory `start` (components with no symbolic link in them): the root, or `/`.
     mutating func resolve(from start: [String], _ names: [String], lookup: (String) -> PathLookup) -> Outcome {
         var current = start
-        entered.append(current)
+        if let refusal = checkOnArrival(at: current, lookup: lookup) { return refusal }
         // The names still to walk, the next one last.
         var pending = Array(names.reversed())
         // The entry of `current` when the walk went into it by name (not by `..` or a link's `/`).
@@ -374,8 +369,8 @@ struct Resolution {
             if name == ".." {
                 // `..` of `/` is `/`, as in the kernel.
                 if !current.isEmpty { current.removeLast() }
-                entered.append(current)
                 currentEntry = nil
+                if let refusal = checkOnArrival(at: current, lookup: lookup) { return refusal }
                 continue
             }
             let candidate = current + [name]
@@ -384,23 +379,22 @@ struct Resolution {
             switch lookup(ConfigurationTrust.path(candidate)) {
             case .found(let found): entry = found
             case .missing: return .missing
-            case .failed(let message): return .refused(.uncheckable(message), culprit: candidate, isFinal: isFinal)
+            case .failed(let message): return .refused(.uncheckable(message), culprit: candidate, isSubject: isFinal)
             }
             if entry.status.kind == .symbolicLink {
                 linksFollowed += 1
                 guard linksFollowed <= ConfigurationTrust.maximumSymbolicLinks else {
-                    return .refused(.tooManySymbolicLinks, culprit: candidate, isFinal: isFinal)
+                    return .refused(.tooManySymbolicLinks, culprit: candidate, isSubject: isFinal)
                 }
                 // An empty target names nothing (`ENOENT`, as the kernel has it).
                 guard let target = entry.linkTarget, !target.isEmpty else { return .missing }
                 if firstLink == nil {
                     firstLink = TrustRefusal.FollowedLink(path: ConfigurationTrust.path(candidate), target: target)
-                    firstLinkIndex = entered.count
                 }
                 if target.hasPrefix("/") {
                     current = []
-                    entered.append(current)
                     currentEntry = nil
+                    if let refusal = checkOnArrival(at: current, lookup: lookup) { return refusal }
                 }
                 pending += target.split(separator: "/").reversed().map(String.init)
                 continue
@@ -408,10 +402,13 @@ struct Resolution {
             if isFinal { return .found(candidate, entry) }
             // Anything left to walk, `.` included, needs a directory here (`ENOTDIR`, as for `file/.`).
             guard entry.status.kind == .directory else {
-                return .refused(.kind(entry.status.kind, expected: .directory), culprit: candidate, isFinal: false)
+                return .refused(.kind(entry.status.kind, expected: .directory), culprit: candidate, isSubject: false)
+            }
+            // Going down: everything above is checked already.
+            if checksDirectories, let problem = trust.problem(with: entry.status, expecting: .directory) {
+                return .refused(problem, culprit: candidate, isSubject: false)
             }
             current = candidate
-            entered.append(current)
             currentEntry = entry
         }
         // The walk ended on a directory (`.` or `..` last, or nothing to walk): that directory is what it found.
@@ -419,7 +416,28 @@ struct Resolution {
         switch lookup(ConfigurationTrust.path(current)) {
         case .found(let entry): return .found(current, entry)
         case .missing: return .missing
-        case .failed(let message): return .refused(.uncheckable(message), culprit: current, isFinal: true)
+        case .failed(let message): return .refused(.uncheckable(message), culprit: current, isSubject: true)
         }
+    }
+
+    /// Checks `directory`, reached other than by going down into it: the walk's start, `..`, or `/` for an absolute
+    /// link. At the root, the root itself; inside it, nothing (the walk came down through it); outside it, each
+    /// directory from `/` to it not checked yet.
+    private mutating func checkOnArrival(at directory: [String], lookup: (String) -> PathLookup) -> Outcome? {
+        guard checksDirectories else { return nil }
+        let isInside = directory.count >= root.count && Array(directory.prefix(root.count)) == root
+        if isInside && directory.count > root.count { return nil }
+        for length in (isInside ? root.count : 0)...directory.count {
+            let above = Array(directory.prefix(length))
+            guard checkedFromSlash.insert(above).inserted else { continue }
+            let problem: TrustRefusal.Problem?
+            switch lookup(ConfigurationTrust.path(above)) {
+            case .found(let entry): problem = trust.problem(with: entry.status, expecting: .directory)
+            case .missing: problem = .replaced
+            case .failed(let message): problem = .uncheckable(message)
+            }
+            if let problem { return .refused(problem, culprit: above, isSubject: false) }
+        }
+        return nil
     }
 }

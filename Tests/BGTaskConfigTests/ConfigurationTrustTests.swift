@@ -305,6 +305,17 @@ let trustRows: [TrustRow] = [
     TrustRow("a dangling symlink", link(to: "/usr/share/bgtaskd/gone.conf"), .missing),
     TrustRow("a symlink with an empty target", link(to: ""), .missing),
     TrustRow(
+        "a dangling symlink into /tmp: anyone may make its target",
+        { tree in
+            tree.directories.insert("/tmp")
+            tree.attributes["/tmp"] = owned(0, 0, 0o1777)
+            link(to: "/tmp/gone.conf")(&tree)
+        }, .refused("a symlink to /tmp/gone.conf, whose directory /tmp is writable by group and others (mode 1777)")),
+    TrustRow(
+        "nothing there, in a directory anyone may write to", path: "/etc/bgtaskd/apps.d/other.conf",
+        { $0.attributes["/etc/bgtaskd/apps.d"] = owned(0, 0, 0o777) },
+        .refused("its directory /etc/bgtaskd/apps.d is writable by group and others (mode 0777)")),
+    TrustRow(
         "a symlink through a file",
         {
             withSharedFile(&$0); link(to: "/usr/share/bgtaskd/mail.conf/x")(&$0)

@@ -161,7 +161,10 @@ let realTrustRows: [RealTrustRow] = [
     RealTrustRow(name: "the root group-writable") { root, _ in
         try check(chmod(root, 0o775), "chmod")
         let reason = "its directory \(root) is writable by group (mode 0775)"
-        return .refused(["\(root)/bgtaskd.conf: \(reason)", "\(root)/apps.d: \(reason)"])
+        // Even the drop-ins' directory, which does not exist: anyone in the group could make it.
+        return .refused([
+            "\(root)/bgtaskd.conf: \(reason)", "\(root)/bgtaskd.conf.d: \(reason)", "\(root)/apps.d: \(reason)",
+        ])
     },
     RealTrustRow(name: "a relative symlink inside the root") { root, _ in
         try check(mkdir(root + "/shared", 0o755), "mkdir")
