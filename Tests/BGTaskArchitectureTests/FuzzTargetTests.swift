@@ -23,7 +23,9 @@ struct FuzzTargetTests {
     func everyTargetIsWired() throws {
         let root = Products.packageRoot
         let targets = try Self.declaredTargets()
-        let files = try FileManager.default.contentsOfDirectory(atPath: root + "/Fuzz").filter { $0.hasSuffix(".swift") }
+        let files = try FileManager.default.contentsOfDirectory(atPath: root + "/Fuzz").filter {
+            $0.hasSuffix(".swift")
+        }
         #expect(Set(targets.map(\.file)) == Set(files), "Fuzz/ holds a file scripts/fuzz does not build, or not")
         #expect(Set(targets.map(\.name)).count == targets.count, "two targets share a name")
         let (status, listed) = try runProgram([root + "/scripts/fuzz", "--list"])
@@ -31,7 +33,8 @@ struct FuzzTargetTests {
         #expect(listed.split(separator: "\n").map(String.init) == targets.map(\.name))
         let testing = try String(contentsOfFile: root + "/docs/TESTING.md", encoding: .utf8)
         for target in targets {
-            let seeds = (try? FileManager.default.contentsOfDirectory(atPath: root + "/Fuzz/Corpus/" + target.name)) ?? []
+            let seeds =
+                (try? FileManager.default.contentsOfDirectory(atPath: root + "/Fuzz/Corpus/" + target.name)) ?? []
             #expect(seeds.count >= 3, "\(target.name) has \(seeds.count) seeds in Fuzz/Corpus/\(target.name)")
             #expect(testing.contains("| `\(target.name)` |"), "docs/TESTING.md has no row for \(target.name)")
         }
