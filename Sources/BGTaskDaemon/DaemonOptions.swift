@@ -70,7 +70,9 @@ public struct DaemonOptions: Equatable, Sendable {
         "user", help: "Run as a per-user instance (socket and configuration in the user's directories).")
     /// `--dump-config`.
     static let dumpConfig = FlagSpec(
-        "dump-config", help: "Print the effective configuration and exit (1 if it has errors).")
+        "dump-config",
+        help: "Print the files read and refused, then the effective configuration, and exit (1 if it has errors or "
+            + "refused a file).")
 
     /// The command line as data: the help and the parser both come from it.
     public static let spec = ToolSpec(
