@@ -34,7 +34,7 @@ public func fuzzConfiguration(_ start: UnsafePointer<UInt8>, _ count: Int) -> CI
         }
         files[path] = String(decoding: part, as: UTF8.self)
     }
-    let loader = ConfigurationLoader(path: mainPath, fileSystem: InMemoryFileSystem(files: files))
+    let loader = ConfigurationLoader(path: mainPath, daemonUserID: 0, fileSystem: InMemoryFileSystem(files: files))
     checkRoundTrip(loader.load(), lines: nil)
     return 0
 }

@@ -43,6 +43,10 @@ public final class BenchmarkDaemon: Sendable {
         logPath = directory + "/bgtaskd.log"
         let configurationPath = directory + "/bgtaskd.conf"
         try configuration.write(toFile: configurationPath, atomically: true, encoding: .utf8)
+        // Whatever the umask: bgtaskd refuses a configuration file its group or others may write.
+        guard chmod(configurationPath, 0o644) == 0 else {
+            throw BenchmarkError("cannot chmod \(configurationPath): \(Errno(rawValue: errno, operation: "chmod"))")
+        }
         stateDirectory = try makeScratchDirectory(prefix: "bgtask-bench-state", in: Self.memoryFileSystem)
         do {
             service = try PrivateService.start(

@@ -2,24 +2,97 @@
 
 import BGTaskCore
 
+/// A configuration file or directory the trust rule refused: none of its settings apply (for a directory, none of
+/// its files').
+public struct RefusedConfiguration: Hashable, Sendable, CustomStringConvertible {
+    /// The path the loader looked for it at (`/etc/bgtaskd/apps.d/mail.conf`, `/etc/bgtaskd/apps.d`).
+    public var path: String
+    /// The rule it fails.
+    public var refusal: TrustRefusal
+    /// Whether it is a directory the loader would have listed (`bgtaskd.conf.d`, `apps.d`).
+    public var isDirectory: Bool
+
+    /// Creates a refusal of `path`.
+    public init(path: String, refusal: TrustRefusal, isDirectory: Bool) {
+        self.path = path
+        self.refusal = refusal
+        self.isDirectory = isDirectory
+    }
+
+    /// `PATH: the rule it fails`, as `--dump-config` lists it.
+    public var description: String { "\(path): \(refusal)" }
+
+    /// What follows from the refusal, for the log: "refused; its settings are not used".
+    public var consequence: String {
+        isDirectory ? "refused; none of the files in it are used" : "refused; its settings are not used"
+    }
+}
+
+/// Where the configuration came from: the root, the files read, the files and directories refused.
+public struct ConfigurationSources: Hashable, Sendable {
+    /// The configuration root: the directory above which nothing is checked.
+    public var root: String
+    /// The files read and applied, in order.
+    public var read: [String]
+    /// The files and directories refused by the trust rule, in the order they were met.
+    public var refused: [RefusedConfiguration]
+
+    /// Creates sources.
+    public init(root: String, read: [String] = [], refused: [RefusedConfiguration] = []) {
+        self.root = root
+        self.read = read
+        self.refused = refused
+    }
+
+    /// Comment lines for the top of `--dump-config`: `# read: PATH` for each file read, then `# refused: PATH:
+    /// reason` for each file or directory refused. Control characters in paths are escaped so each stays one line.
+    public func renderComments() -> String {
+        var text = ""
+        for path in read { text += "# read: \(Self.printable(path))\n" }
+        for refused in refused { text += "# refused: \(Self.printable(refused.description))\n" }
+        return text
+    }
+
+    /// `text` with control characters as `\xNN`.
+    static func printable(_ text: String) -> String {
+        var result = ""
+        for scalar in text.unicodeScalars {
+            if scalar.value < 0x20 || scalar.value == 0x7f {
+                result += "\\x" + (scalar.value < 0x10 ? "0" : "") + String(scalar.value, radix: 16)
+            } else {
+                result.unicodeScalars.append(scalar)
+            }
+        }
+        return result
+    }
+}
+
 /// What loading produced: the configuration in force and everything worth telling the operator.
 public struct ConfigurationLoadResult: Hashable, Sendable {
     /// The effective configuration. Values that failed to parse or validate kept their previous value.
     public var configuration: DaemonConfiguration
     /// Problems in file order, then the cross-field ones.
     public var diagnostics: [ConfigurationDiagnostic]
-    /// The files that were read and applied, in order (for the startup log).
-    public var filesRead: [String]
+    /// The files read and the ones refused.
+    public var sources: ConfigurationSources
 
     /// Creates a result.
-    public init(configuration: DaemonConfiguration, diagnostics: [ConfigurationDiagnostic], filesRead: [String]) {
+    public init(
+        configuration: DaemonConfiguration, diagnostics: [ConfigurationDiagnostic], sources: ConfigurationSources
+    ) {
         self.configuration = configuration
         self.diagnostics = diagnostics
-        self.filesRead = filesRead
+        self.sources = sources
     }
 
-    /// Whether something written in the files was not applied.
-    public var hasErrors: Bool { diagnostics.contains { $0.severity == .error } }
+    /// The files that were read and applied, in order (for the startup log).
+    public var filesRead: [String] { sources.read }
+
+    /// The files and directories the trust rule refused.
+    public var refused: [RefusedConfiguration] { sources.refused }
+
+    /// Whether something written in the files was not applied: an error, or a file refused.
+    public var hasErrors: Bool { !sources.refused.isEmpty || diagnostics.contains { $0.severity == .error } }
 }
 
 /// Applies main files in order, then app files over the resulting default policy, then validates.
@@ -96,12 +169,12 @@ struct ConfigurationBuilder {
     }
 
     /// Applies the app files, validates, and returns the result.
-    mutating func finish(filesRead: [String]) -> ConfigurationLoadResult {
+    mutating func finish(sources: ConfigurationSources) -> ConfigurationLoadResult {
         for (name, file) in appFiles {
             applyAppFile(file, appName: name)
         }
         validate()
-        return ConfigurationLoadResult(configuration: configuration, diagnostics: diagnostics, filesRead: filesRead)
+        return ConfigurationLoadResult(configuration: configuration, diagnostics: diagnostics, sources: sources)
     }
 
     private mutating func applyAppFile(_ file: INIFile, appName: String) {

@@ -36,14 +36,30 @@ public struct FileSystemError: Error, Hashable, Sendable, CustomStringConvertibl
     }
 }
 
-/// What the loader needs from a file system: reading a text file and listing a directory, each telling
-/// "nothing there" (nil) apart from "there but unreadable" (an error).
+/// What opening a file found: its text, or, when the status of what was opened is not acceptable, that status.
+public enum FileRead: Hashable, Sendable {
+    /// The file was accepted and read.
+    case read(FileStatus, String)
+    /// What was opened was not accepted (its status is given), and nothing was read from it.
+    case declined(FileStatus)
+}
+
+/// What the loader needs from a file system: looking a name up without following it, opening a file without
+/// following a link and judging what was opened before reading it, and listing a directory; each tells "nothing
+/// there" (nil) apart from "there but unreadable" (an error).
 public protocol ConfigurationFileSystem: Sendable {
-    /// The text of the file at `path`, or nil when nothing exists there.
-    func contentsOfFile(atPath path: String) throws(FileSystemError) -> String?
+    /// What is at `path` itself (`lstat`, and `readlink` for a symbolic link, which is not followed).
+    func lookUp(_ path: String) -> PathLookup
+
+    /// Opens the file at `path` without following a symbolic link in its last name (`O_NOFOLLOW`), and reads it
+    /// only when `accept` takes the status of what was opened (`fstat` of the descriptor); nil when nothing is there.
+    func readFile(atPath path: String, accepting accept: (FileStatus) -> Bool) throws(FileSystemError) -> FileRead?
 
     /// The names of the entries of the directory at `path`, in any order, or nil when nothing exists there.
     func namesInDirectory(atPath path: String) throws(FileSystemError) -> [String]?
+
+    /// What relative paths are relative to.
+    func workingDirectory() -> String
 }
 
 /// The real file system, through the C library.
@@ -54,8 +70,34 @@ public struct LocalFileSystem: ConfigurationFileSystem {
     /// The real file system.
     public init() {}
 
-    public func contentsOfFile(atPath path: String) throws(FileSystemError) -> String? {
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+    public func lookUp(_ path: String) -> PathLookup {
+        var information = stat()
+        guard lstat(path, &information) == 0 else {
+            let code = errno
+            return code == ENOENT || code == ENOTDIR ? .missing : .failed(Self.message(code))
+        }
+        let status = Self.status(information)
+        guard status.kind == .symbolicLink else { return .found(PathEntry(status: status)) }
+        // A link's target is at most PATH_MAX bytes; one more tells a longer one (which the kernel cannot follow).
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let count = readlink(path, &buffer, buffer.count)
+        guard count >= 0 else {
+            let code = errno
+            return code == ENOENT ? .missing : .failed(Self.message(code))
+        }
+        guard count < buffer.count else { return .failed("its target is longer than PATH_MAX") }
+        let target = buffer[..<count].withUnsafeBufferPointer { characters in
+            String(decoding: UnsafeRawBufferPointer(characters), as: UTF8.self)
+        }
+        return .found(PathEntry(status: status, linkTarget: target))
+    }
+
+    public func readFile(
+        atPath path: String, accepting accept: (FileStatus) -> Bool
+    ) throws(FileSystemError) -> FileRead? {
+        // O_NONBLOCK: a FIFO put in the file's place must not block the open until a writer comes (it is then
+        // declined, never read); O_NOCTTY: a terminal must not become the daemon's.
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY)
         guard descriptor >= 0 else {
             let code = errno
             if code == ENOENT { return nil }
@@ -63,6 +105,12 @@ public struct LocalFileSystem: ConfigurationFileSystem {
         }
         // Opened read-only: a close error cannot lose data.
         defer { close(descriptor) }
+        var information = stat()
+        guard fstat(descriptor, &information) == 0 else {
+            throw FileSystemError(path: path, reason: .unreadable(Self.message(errno)))
+        }
+        let status = Self.status(information)
+        guard accept(status) else { return .declined(status) }
         var bytes: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 64 << 10)
         while bytes.count <= Self.maximumFileBytes {
@@ -80,7 +128,7 @@ public struct LocalFileSystem: ConfigurationFileSystem {
         guard let text = String(validating: bytes, as: UTF8.self) else {
             throw FileSystemError(path: path, reason: .notUTF8)
         }
-        return text
+        return .read(status, text)
     }
 
     public func namesInDirectory(atPath path: String) throws(FileSystemError) -> [String]? {
@@ -104,48 +152,156 @@ public struct LocalFileSystem: ConfigurationFileSystem {
         }
     }
 
+    public func workingDirectory() -> String {
+        guard let directory = getcwd(nil, 0) else { return "/" }
+        defer { free(directory) }
+        return String(cString: directory)
+    }
+
+    /// The status in `stat`'s words.
+    static func status(_ information: stat) -> FileStatus {
+        let kind: FileKind
+        switch information.st_mode & S_IFMT {
+        case S_IFREG: kind = .regularFile
+        case S_IFDIR: kind = .directory
+        case S_IFLNK: kind = .symbolicLink
+        case S_IFIFO: kind = .fifo
+        case S_IFCHR: kind = .characterDevice
+        case S_IFBLK: kind = .blockDevice
+        case S_IFSOCK: kind = .socket
+        default: kind = .unknown
+        }
+        return FileStatus(
+            kind: kind, ownerID: information.st_uid, groupID: information.st_gid,
+            mode: UInt32(information.st_mode & 0o7777), device: UInt64(information.st_dev),
+            inode: UInt64(information.st_ino))
+    }
+
     /// The system's own words ("Permission denied", "Is a directory").
     private static func message(_ code: Int32) -> String {
         String(cString: strerror(code))
     }
 }
 
-/// A file tree held in memory, for tests and for embedding a configuration: paths map to file contents,
-/// directories exist implicitly as the parents of files, and chosen paths can be made unreadable.
+/// A file tree held in memory, for tests and for embedding a configuration: paths map to file contents, symbolic
+/// links, special files and empty directories; other directories exist as the parents of what is there. Every
+/// file is owned by root with mode 0644 and every directory with mode 0755, unless `attributes` says otherwise;
+/// chosen paths can be made unreadable.
 public struct InMemoryFileSystem: ConfigurationFileSystem {
+    /// The owner, group and mode of one path.
+    public struct Attributes: Hashable, Sendable {
+        /// The owner's uid.
+        public var ownerID: UInt32
+        /// The group's gid.
+        public var groupID: UInt32
+        /// The permission bits, with set-user-id, set-group-id and sticky.
+        public var mode: UInt32
+
+        /// Creates attributes.
+        public init(ownerID: UInt32 = 0, groupID: UInt32 = 0, mode: UInt32) {
+            self.ownerID = ownerID
+            self.groupID = groupID
+            self.mode = mode
+        }
+    }
+
     /// File contents by absolute path.
     public var files: [String: String]
     /// Paths (files or directories) that exist but fail to read, with the message to fail with.
     public var unreadable: [String: String]
+    /// Symbolic links by absolute path, with their targets.
+    public var symbolicLinks: [String: String]
+    /// Files that are neither regular files, directories nor links (FIFOs, devices, sockets), by absolute path.
+    public var specialFiles: [String: FileKind]
+    /// Directories that exist even with nothing in them.
+    public var directories: Set<String>
+    /// Owners, groups and modes other than the defaults (root, 0644 for files, 0755 for directories), by path.
+    public var attributes: [String: Attributes]
+    /// Paths whose lookup fails (`lstat` refused, as with `EACCES`), with the message to fail with.
+    public var uncheckable: [String: String]
 
     /// Creates a tree of `files`, with `unreadable` paths failing to read.
-    public init(files: [String: String] = [:], unreadable: [String: String] = [:]) {
+    public init(
+        files: [String: String] = [:], unreadable: [String: String] = [:], symbolicLinks: [String: String] = [:],
+        specialFiles: [String: FileKind] = [:], directories: Set<String> = [], attributes: [String: Attributes] = [:],
+        uncheckable: [String: String] = [:]
+    ) {
         self.files = files
         self.unreadable = unreadable
+        self.symbolicLinks = symbolicLinks
+        self.specialFiles = specialFiles
+        self.directories = directories
+        self.attributes = attributes
+        self.uncheckable = uncheckable
     }
 
-    public func contentsOfFile(atPath path: String) throws(FileSystemError) -> String? {
-        if let message = unreadable[path] { throw FileSystemError(path: path, reason: .unreadable(message)) }
-        if let text = files[path] { return text }
-        if namesBelow(path) != nil { throw FileSystemError(path: path, reason: .unreadable("Is a directory")) }
-        return nil
+    public func lookUp(_ path: String) -> PathLookup {
+        if let message = uncheckable[path] { return .failed(message) }
+        guard let kind = kind(at: path) else { return .missing }
+        let defaults =
+            kind == .directory ? Attributes(mode: 0o755) : Attributes(mode: kind == .symbolicLink ? 0o777 : 0o644)
+        let owned = attributes[path] ?? defaults
+        let status = FileStatus(kind: kind, ownerID: owned.ownerID, groupID: owned.groupID, mode: owned.mode & 0o7777)
+        return .found(PathEntry(status: status, linkTarget: symbolicLinks[path]))
+    }
+
+    public func readFile(
+        atPath path: String, accepting accept: (FileStatus) -> Bool
+    ) throws(FileSystemError) -> FileRead? {
+        switch lookUp(path) {
+        case .missing:
+            return nil
+        case .failed(let message):
+            throw FileSystemError(path: path, reason: .unreadable(message))
+        case .found(let entry):
+            if entry.status.kind == .symbolicLink {
+                throw FileSystemError(path: path, reason: .unreadable("Too many levels of symbolic links"))
+            }
+            if let message = unreadable[path] { throw FileSystemError(path: path, reason: .unreadable(message)) }
+            guard accept(entry.status) else { return .declined(entry.status) }
+            guard let text = files[path] else {
+                throw FileSystemError(
+                    path: path, reason: .unreadable(entry.status.kind == .directory ? "Is a directory" : "Not readable")
+                )
+            }
+            return .read(entry.status, text)
+        }
     }
 
     public func namesInDirectory(atPath path: String) throws(FileSystemError) -> [String]? {
         if let message = unreadable[path] { throw FileSystemError(path: path, reason: .unreadable(message)) }
-        if files[path] != nil { throw FileSystemError(path: path, reason: .unreadable("Not a directory")) }
-        return namesBelow(path)
+        switch kind(at: path) {
+        case nil: return nil
+        case .directory: return namesBelow(path)
+        default: throw FileSystemError(path: path, reason: .unreadable("Not a directory"))
+        }
     }
 
-    /// The names directly below `path` (files and implicit directories), or nil if there are none.
-    private func namesBelow(_ path: String) -> [String]? {
+    public func workingDirectory() -> String { "/" }
+
+    /// What is at `path`, or nil when nothing is.
+    private func kind(at path: String) -> FileKind? {
+        if symbolicLinks[path] != nil { return .symbolicLink }
+        if files[path] != nil { return .regularFile }
+        if let kind = specialFiles[path] { return kind }
+        if path == "/" || directories.contains(path) || !namesBelow(path).isEmpty { return .directory }
+        // An unreadable path that is nothing else is a file that cannot be read.
+        return unreadable[path] != nil ? .regularFile : nil
+    }
+
+    /// The names directly below `path`: of files, links, special files, directories and unreadable paths.
+    private func namesBelow(_ path: String) -> [String] {
         let prefix = path.hasSuffix("/") ? path : path + "/"
         var names = Set<String>()
-        for filePath in Array(files.keys) + Array(unreadable.keys) where filePath.hasPrefix(prefix) {
+        let everything = [
+            Array(files.keys), Array(unreadable.keys), Array(symbolicLinks.keys),
+            Array(specialFiles.keys), Array(directories),
+        ].joined()
+        for filePath in everything where filePath.hasPrefix(prefix) {
             if let name = filePath.dropFirst(prefix.count).split(separator: "/").first {
                 names.insert(String(name))
             }
         }
-        return names.isEmpty ? nil : Array(names)
+        return Array(names)
     }
 }

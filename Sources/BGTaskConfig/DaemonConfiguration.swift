@@ -254,7 +254,7 @@ extension DaemonConfiguration {
             }
         }
         flush(into: &builder)
-        var result = builder.finish(filesRead: [fileName])
+        var result = builder.finish(sources: ConfigurationSources(root: "", read: [fileName]))
         // One file: line order, whichever pass found the problem (app blocks are applied last).
         result.diagnostics = result.diagnostics.enumerated().sorted { lhs, rhs in
             (lhs.element.line ?? 0, lhs.offset) < (rhs.element.line ?? 0, rhs.offset)

@@ -31,6 +31,9 @@ enum MessageID {
     static let eventsDropped = "2e2191f699c544de89e4ad737ba5d33c"
     /// The daemon cancelled a held scheduled request that no longer fits the configuration (a pin changed).
     static let requestCancelled = "580f89de10fd469e96c90ff7d8159a70"
+    /// A configuration file or directory was refused by the trust rule (someone other than root or the daemon's
+    /// user could have written it, or it is not a regular file): none of its settings are used.
+    static let configurationRefused = "7e1ee76c47364c91b9092fbb45d141c4"
 }
 
 /// The audit trail: every record the policy emits goes to the journal (or stderr), to live watchers, and,

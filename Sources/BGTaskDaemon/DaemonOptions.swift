@@ -70,7 +70,9 @@ public struct DaemonOptions: Equatable, Sendable {
         "user", help: "Run as a per-user instance (socket and configuration in the user's directories).")
     /// `--dump-config`.
     static let dumpConfig = FlagSpec(
-        "dump-config", help: "Print the effective configuration and exit (1 if it has errors).")
+        "dump-config",
+        help: "Print the files read and refused, then the effective configuration, and exit (1 if it has errors or "
+            + "refused a file).")
 
     /// The command line as data: the help and the parser both come from it.
     public static let spec = ToolSpec(
@@ -175,6 +177,15 @@ public struct DaemonOptions: Equatable, Sendable {
             return "\(Self.userDirectory("XDG_CONFIG_HOME", else: ".config", environment))/bgtaskd/bgtaskd.conf"
         }
         return "/etc/bgtaskd/bgtaskd.conf"
+    }
+
+    /// The configuration root, the directory above which the trust rule checks nothing: the main file's directory,
+    /// which is `/etc/bgtaskd`, `$XDG_CONFIG_HOME/bgtaskd` with `--user`, or that of `--config PATH` (`.` for a bare
+    /// file name).
+    public func resolvedConfigurationRoot(environment: [String: String]) -> String {
+        let path = resolvedConfigurationPath(environment: environment)
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
     }
 
     /// A user's base directory as the XDG Base Directory specification has it: `$VARIABLE` when set and not empty,

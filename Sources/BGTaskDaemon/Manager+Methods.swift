@@ -401,6 +401,6 @@ extension Manager {
                 version: Self.version, uptimeSec: (now - startedAt).secondsValue,
                 backends: backendNames.mapValues { .string($0) }, apps: core.liveAppCount,
                 suspended: core.suspendedAppCount, tasks: core.openTaskCount, memory: memory, loop: loopStatus,
-                conditions: conditionsStatus))
+                conditions: conditionsStatus, configuration: configurationSources.map(ConfigurationInfo.init)))
     }
 }

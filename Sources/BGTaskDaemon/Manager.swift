@@ -33,6 +33,9 @@ public final class Manager {
     var core: Lifecycle
     var configuration: DaemonConfiguration
     let configurationPath: String
+    /// Where the configuration in force came from (files read and refused), for `GetStatus`; nil for a manager
+    /// given a configuration it did not load (a test's).
+    var configurationSources: ConfigurationSources?
     /// The socket path when the daemon created the socket itself (removed again on stop).
     let socketPath: String
     let logger: Logger
@@ -82,16 +85,21 @@ public final class Manager {
     /// Creates a manager; nothing listens until `start()`. `statePath` is where the state is saved for the next
     /// daemon and restored from (nil: nothing is kept across restarts), `scheduledPath` where the scheduled requests
     /// are kept across reboots too (nil: only in the state), `procFS` is where `/proc` is read (a fake tree in
-    /// tests), and `clock` where time comes from (a manual clock in tests).
+    /// tests), and `clock` where time comes from (a manual clock in tests). `configurationSources` are the files
+    /// `configuration` was read from and the ones refused (`ConfigurationLoadResult.sources`): `GetStatus` reports them,
+    /// and a reload (SIGHUP) checks files under the same root.
     public init(
-        configuration: DaemonConfiguration, configurationPath: String, socketPath: String, statePath: String? = nil,
-        scheduledPath: String? = nil, logger: Logger, procFS: ProcFS = ProcFS(), clock: ManagerClockMode = .loop
+        configuration: DaemonConfiguration, configurationPath: String,
+        configurationSources: ConfigurationSources? = nil,
+        socketPath: String, statePath: String? = nil, scheduledPath: String? = nil, logger: Logger,
+        procFS: ProcFS = ProcFS(), clock: ManagerClockMode = .loop
     ) throws(Errno) {
         loop = try EventLoop()
         self.clock = ManagerClock(mode: clock, loop: loop)
         core = Lifecycle(policy: configuration.core)
         self.configuration = configuration
         self.configurationPath = configurationPath
+        self.configurationSources = configurationSources
         self.socketPath = socketPath
         self.logger = logger
         connectionServer = ConnectionServer(loop: loop, clock: self.clock, logger: logger, socketPath: socketPath)
@@ -289,15 +297,18 @@ public final class Manager {
         processTable.releaseAll()
     }
 
-    /// SIGHUP: reads the configuration again. systemd hears `RELOADING=1` (with the time, as `Type=notify-reload`
-    /// wants it) before and `READY=1` after, so `systemctl reload` returns once the new configuration is in force.
+    /// SIGHUP: reads the configuration again, under the same trust rule as at start (a file refused now is not used,
+    /// whatever was read before; `GetStatus` shows the new outcome). systemd hears `RELOADING=1` (with the time, as
+    /// `Type=notify-reload` wants it) before and `READY=1` after, so `systemctl reload` returns once the new
+    /// configuration is in force.
     func reloadConfiguration() {
         _ = try? notifier.notify("RELOADING=1\nMONOTONIC_USEC=\(MonotonicClock.now() / 1000)")
         defer { _ = try? notifier.ready() }
-        let result = ConfigurationLoader(path: configurationPath).load()
-        for diagnostic in result.diagnostics {
-            logger.log(diagnostic.severity == .error ? .error : .warning, "\(diagnostic)")
-        }
+        let result = ConfigurationLoader(
+            path: configurationPath, root: configurationSources?.root, daemonUserID: geteuid()
+        ).load()
+        ConfigurationLog.log(result, to: logger)
+        configurationSources = result.sources
         let previousConditions = configuration.conditions
         configuration = result.configuration
         core.updatePolicy(configuration.core)
@@ -307,7 +318,9 @@ public final class Manager {
         resolveAccessSettings()
         // A pin changed: held requests that no longer fit are cancelled, each with its reason in the history.
         applyPins()
-        logger.notice("configuration reloaded from \(configurationPath)")
+        logger.notice(
+            "configuration reloaded from \(configurationPath): \(result.filesRead.count) file(s) read, "
+                + "\(result.refused.count) refused")
     }
 
     /// Starts the condition monitor with the configuration's `[Conditions]`, in place of the one running.

@@ -3,6 +3,7 @@
 // The words themselves (states, kinds, reasons, bands) are BGTaskVocabulary's, shared by both sides, so nothing
 // here converts a word: it only assembles the interface's structures.
 
+import BGTaskConfig
 import BGTaskCore
 import BGTaskJSON
 import BGTaskPOSIX
@@ -88,5 +89,16 @@ struct EventReply: Encodable {
             id: Int(event.id.rawValue), kind: event.kind, taskIds: event.taskIDs?.map { Int($0.rawValue) },
             name: event.name, payload: event.payloadJSON.map { RawJSON(validatedText: Array($0.utf8)) },
             count: event.count, likelyVictim: event.likelyVictim, rank: event.rank)
+    }
+}
+
+extension ConfigurationInfo {
+    /// The wire form of where the configuration came from.
+    init(_ sources: ConfigurationSources) {
+        self.init(
+            root: sources.root, read: sources.read,
+            refused: sources.refused.map {
+                RefusedFileInfo(path: $0.path, reason: $0.refusal.description, directory: $0.isDirectory)
+            })
     }
 }

@@ -78,6 +78,10 @@ final class DemoStage {
         } catch {
             throw DemoFailure("cannot write \(configurationPath): \(error)")
         }
+        // Whatever the umask: bgtaskd refuses a configuration file its group or others may write.
+        guard chmod(configurationPath, 0o600) == 0 else {
+            throw DemoFailure("cannot make \(configurationPath) private: \(String(cString: strerror(errno)))")
+        }
         transcript.say("policy (bgtaskd.conf): \(policy.summary)")
         transcript.say(
             "starting bgtaskd under timeout(1), with a NOTIFY_SOCKET of the demo's own to learn when it is ready")

@@ -64,18 +64,27 @@ public final class DaemonHarness {
     /// must exec the daemon, so that the daemon stays the only child of `timeout`. With
     /// `standardErrorIsJournalStream`, `JOURNAL_STREAM` names the daemon's standard error, as systemd sets it for a
     /// service whose output goes to the journal: the daemon then logs through the journal's socket.
+    ///
+    /// With `perUserInstance`, the daemon runs as that user's per-user instance (`--user`, through `setpriv`): the
+    /// configuration and `files` go in `config/bgtaskd/` of the scratch directory, which is `$XDG_CONFIG_HOME`, and
+    /// the whole scratch directory is the user's, as a user's own files are. `prepare` runs last, on the scratch
+    /// directory, before the daemon starts: for a test to make files as an administrator (or an attacker) would.
     public init(
         configuration: String = DaemonHarness.fastPolicy, files: [String: String] = [:], arguments: [String] = [],
         environment: [String: String] = [:], launchPrefix: [String] = [], readyTimeout: Duration = .seconds(30),
-        standardErrorIsJournalStream: Bool = false
+        standardErrorIsJournalStream: Bool = false, perUserInstance user: ForeignUser? = nil,
+        prepare: ((ScratchDirectory) throws -> Void)? = nil
     ) throws {
         directory = try ScratchDirectory(prefix: "bgtaskd-test")
         socketPath = directory.path + "/io.bgtask.Lifecycle"
-        configurationPath = try directory.write("bgtaskd.conf", configuration)
-        for (name, text) in files { try directory.write(name, text) }
+        let configurationDirectory = user == nil ? "" : "config/bgtaskd/"
+        configurationPath = try directory.write(configurationDirectory + "bgtaskd.conf", configuration)
+        for (name, text) in files { try directory.write(configurationDirectory + name, text) }
         logPath = directory.path + "/bgtaskd.log"
         let notifyPath = directory.path + "/notify"
         collector = try NotificationCollector(socket: UnixSocket.bindDatagram(path: notifyPath))
+        if let user { try Self.giveAway(directory.path, to: user) }
+        try prepare?(directory)
         let log = try FileDescriptor.open(
             logPath, .writeOnly, options: [.create, .truncate], permissions: 0o644)
         defer { try? log.close() }
@@ -88,13 +97,18 @@ public final class DaemonHarness {
             guard fstat(log.rawValue, &status) == 0 else { throw Errno(rawValue: errno, operation: "fstat(log)") }
             variables["JOURNAL_STREAM"] = "\(status.st_dev):\(status.st_ino)"
         }
+        if user != nil { variables["XDG_CONFIG_HOME"] = directory.path + "/config" }
         for (key, value) in environment { variables[key] = value }
         var options = SpawnOptions(flags: .newProcessGroup, standardError: .fileDescriptor(log))
         options.environment = variables.map { "\($0.key)=\($0.value)" }
+        let daemon =
+            if let user {
+                user.command("bgtaskd", ["--socket", socketPath, "--user"] + arguments)
+            } else {
+                [try Products.path("bgtaskd"), "--socket", socketPath, "--config", configurationPath] + arguments
+            }
         process = try ProcessSpawner.spawn(
-            ["timeout", "--kill-after=10", Self.lifetimeLimit] + launchPrefix
-                + [try Products.path("bgtaskd"), "--socket", socketPath, "--config", configurationPath] + arguments,
-            options: options)
+            ["timeout", "--kill-after=10", Self.lifetimeLimit] + launchPrefix + daemon, options: options)
         let wrapper = process
         do {
             try Self.waitForNotification("READY=1", from: collector, of: wrapper, timeout: readyTimeout)
@@ -104,6 +118,14 @@ public final class DaemonHarness {
             _ = try? wrapper.waitForExit()
             collector.stop()
             throw HarnessError("bgtaskd did not become ready: \(error)\nlog:\n\(Self.read(logPath))")
+        }
+    }
+
+    /// Makes `path` and everything below it `user`'s (symbolic links themselves, not their targets).
+    private static func giveAway(_ path: String, to user: ForeignUser) throws {
+        let below = FileManager.default.enumerator(atPath: path)?.allObjects.compactMap { $0 as? String } ?? []
+        for entry in [path] + below.map({ path + "/" + $0 }) where lchown(entry, user.uid, user.gid) != 0 {
+            throw Errno(rawValue: errno, operation: "lchown(\(entry))")
         }
     }
 

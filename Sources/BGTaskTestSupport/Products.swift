@@ -70,12 +70,17 @@ public final class ScratchDirectory: Sendable {
     }
 
     /// Writes `data` to `name` inside the directory (making the directories above it) and returns the file's path.
+    ///
+    /// The file is made mode 0644 and new directories 0755 whatever the umask, as an administrator's files are: bgtaskd
+    /// refuses configuration that group or others may write, which a umask of 002 would make.
     @discardableResult
     public func write(_ name: String, _ data: Data) throws -> String {
         let file = path + "/" + name
         try FileManager.default.createDirectory(
-            atPath: (file as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            atPath: (file as NSString).deletingLastPathComponent, withIntermediateDirectories: true,
+            attributes: [.posixPermissions: 0o755])
         try data.write(to: URL(fileURLWithPath: file))
+        guard chmod(file, 0o644) == 0 else { throw HarnessError("chmod \(file): \(String(cString: strerror(errno)))") }
         return file
     }
 

@@ -36,10 +36,17 @@ case .serve, .dumpConfiguration, .releaseStopped:
 }
 
 let configurationPath = options.resolvedConfigurationPath(environment: environment)
-let loaded = ConfigurationLoader(path: configurationPath).load()
+// Only files root or the daemon's own user could have written are used (ConfigurationTrust).
+let loaded = ConfigurationLoader(
+    path: configurationPath, root: options.resolvedConfigurationRoot(environment: environment),
+    daemonUserID: geteuid()
+).load()
 if options.mode == .dumpConfiguration {
     for diagnostic in loaded.diagnostics { try? standardError.writeAll(Array("\(diagnostic)\n".utf8)) }
-    print(loaded.configuration.renderINI(), terminator: "")
+    for refused in loaded.refused {
+        try? standardError.writeAll(Array("\(refused.path): error: \(refused.refusal); \(refused.consequence)\n".utf8))
+    }
+    print(loaded.sources.renderComments() + loaded.configuration.renderINI(), terminator: "")
     exit(loaded.hasErrors ? 1 : 0)
 }
 
@@ -57,9 +64,7 @@ let scheduledPath = options.resolvedScheduledPath(socketPath: socketPath, enviro
 if options.mode == .releaseStopped {
     exit(StoppedRelease.run(statePath: statePath, logger: logger))
 }
-for diagnostic in loaded.diagnostics {
-    logger.log(diagnostic.severity == .error ? .error : .warning, "\(diagnostic)")
-}
+ConfigurationLog.log(loaded, to: logger)
 let problems = Requirements.problems()
 guard problems.isEmpty else { fail(problems.joined(separator: "\n"), status: 1) }
 // Every client costs a descriptor: use all the hard limit allows (the soft limit is often 1024 for select(2)'s sake).
@@ -71,7 +76,8 @@ do {
 
 do {
     let manager = try Manager(
-        configuration: loaded.configuration, configurationPath: configurationPath, socketPath: socketPath,
+        configuration: loaded.configuration, configurationPath: configurationPath, configurationSources: loaded.sources,
+        socketPath: socketPath,
         statePath: statePath, scheduledPath: scheduledPath, logger: logger)
     manager.logDirectory = options.logDirectory
     // Under systemd (which sets INVOCATION_ID for the services it starts) apps are launched as its units.

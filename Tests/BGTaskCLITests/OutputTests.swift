@@ -342,6 +342,40 @@ func idlReplyFields(of methodName: String) throws -> [String] {
         #expect(Rendering.status(status).hasSuffix("loop:      1234 dispatches, the longest 2.50ms (client-7)\n"))
     }
 
+    @Test func rendersTheConfigurationReadAndRefused() throws {
+        var status = Samples.status
+        status.configuration = ConfigurationInfo(
+            root: "/etc/bgtaskd", read: ["/etc/bgtaskd/bgtaskd.conf", "/etc/bgtaskd/apps.d/mail.conf"],
+            refused: [
+                RefusedFileInfo(
+                    path: "/etc/bgtaskd/apps.d/photos.conf", reason: "writable by group (mode 0664)", directory: false),
+                RefusedFileInfo(
+                    path: "/etc/bgtaskd/bgtaskd.conf.d", reason: "owned by uid 65534, not root", directory: true),
+            ])
+        #expect(
+            Rendering.status(status).hasSuffix(
+                """
+                memory:    appsBytes=120.0 MiB  availablePercent=42  level=normal
+                config:    /etc/bgtaskd: 2 files read, 2 refused
+                refused:   /etc/bgtaskd/apps.d/photos.conf: writable by group (mode 0664)
+                           /etc/bgtaskd/bgtaskd.conf.d: owned by uid 65534, not root (a directory: none of its files are used)
+
+                """), "\(Rendering.status(status))")
+        status.configuration = ConfigurationInfo(root: "/etc/bgtaskd", read: ["/etc/bgtaskd/bgtaskd.conf"], refused: [])
+        #expect(Rendering.status(status).hasSuffix("config:    /etc/bgtaskd: 1 file read, 0 refused\n"))
+        // A path is printed on one line whatever it holds.
+        status.configuration?.refused = [
+            RefusedFileInfo(path: "/etc/bgtaskd/apps.d/a\nb.conf", reason: "x", directory: false)
+        ]
+        #expect(Rendering.status(status).hasSuffix("refused:   /etc/bgtaskd/apps.d/a\\u{a}b.conf: x\n"))
+        // --json: the reply's fields, the configuration's with them.
+        let object = try #require(decodeLine(try Rendering.json(status)).objectValue)
+        let configuration = try #require(object["configuration"]?.objectValue)
+        #expect(configuration["root"] == "/etc/bgtaskd")
+        #expect(configuration["refused"]?.arrayValue?.first?.objectValue?["reason"] == "x")
+        for field in try idlFields(of: "Configuration") { #expect(configuration[field] != nil, "\(field)") }
+    }
+
     @Test func rendersHistory() throws {
         let utc = try #require(TimeZone(identifier: "UTC"))
         #expect(

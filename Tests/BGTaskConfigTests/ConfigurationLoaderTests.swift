@@ -9,7 +9,10 @@ let dropInPath = "/etc/bgtaskd/bgtaskd.conf.d"
 let appsPath = "/etc/bgtaskd/apps.d"
 
 func load(_ files: [String: String], unreadable: [String: String] = [:]) -> ConfigurationLoadResult {
-    ConfigurationLoader(path: mainPath, fileSystem: InMemoryFileSystem(files: files, unreadable: unreadable)).load()
+    ConfigurationLoader(
+        path: mainPath, daemonUserID: 0, fileSystem: InMemoryFileSystem(files: files, unreadable: unreadable)
+    )
+    .load()
 }
 
 /// The diagnostics as `file:line: severity` strings, the part tests pin down exactly.
@@ -351,21 +354,22 @@ func validatesAppNames(_ name: String, _ expected: AppNameError?) {
     #expect(result.filesRead == ["\(dropInPath)/10-a.conf"])
 }
 
-@Test func unreadableDirectoriesAndFilesAreErrors() {
+@Test func unreadableFilesAreErrorsAndAFileForADirectoryIsRefused() {
     let result = load(
         [dropInPath: "not a directory", "\(appsPath)/a.conf": "[Policy]\n"],
         unreadable: ["\(appsPath)/b.conf": "Input/output error"])
-    #expect(places(result) == ["\(dropInPath):-: error", "\(appsPath)/b.conf:-: error"])
+    #expect(places(result) == ["\(appsPath)/b.conf:-: error"])
+    #expect(result.refused.map(\.description) == ["\(dropInPath): a regular file, not a directory"])
     #expect(Set(result.configuration.core.appPolicies.keys) == ["a"])
 }
 
 @Test func aMainPathWithoutADirectoryFindsAppsBesideIt() {
-    let loader = ConfigurationLoader(path: "bgtaskd.conf", fileSystem: InMemoryFileSystem())
+    let loader = ConfigurationLoader(path: "bgtaskd.conf", daemonUserID: 0, fileSystem: InMemoryFileSystem())
     #expect(loader.dropInDirectory == "bgtaskd.conf.d")
     #expect(loader.appsDirectory == "apps.d")
-    #expect(ConfigurationLoader(path: "/bgtaskd.conf").appsDirectory == "/apps.d")
-    #expect(ConfigurationLoader().path == "/etc/bgtaskd/bgtaskd.conf")
-    #expect(ConfigurationLoader().appsDirectory == "/etc/bgtaskd/apps.d")
+    #expect(ConfigurationLoader(path: "/bgtaskd.conf", daemonUserID: 0).appsDirectory == "/apps.d")
+    #expect(ConfigurationLoader(daemonUserID: 0).path == "/etc/bgtaskd/bgtaskd.conf")
+    #expect(ConfigurationLoader(daemonUserID: 0).appsDirectory == "/etc/bgtaskd/apps.d")
 }
 
 // MARK: Value limits and cross-field validation

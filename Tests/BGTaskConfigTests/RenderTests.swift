@@ -46,7 +46,7 @@ let documentedKeys: [(section: String, keys: [String])] = [
     // Loading the dump and loading the documented table of defaults must agree, value for value.
     let dumped = DaemonConfiguration.parseRenderedINI(DaemonConfiguration().renderINI(), fileName: "dump")
     let documented = ConfigurationLoader(
-        path: "/c", fileSystem: InMemoryFileSystem(files: ["/c": documentedDefaults])
+        path: "/c", daemonUserID: 0, fileSystem: InMemoryFileSystem(files: ["/c": documentedDefaults])
     ).load()
     #expect(dumped.diagnostics.isEmpty)
     #expect(dumped.configuration == documented.configuration)
@@ -69,7 +69,7 @@ let documentedKeys: [(section: String, keys: [String])] = [
 
 @Test func aLoadedTreeSurvivesDumpAndParse() {
     let result = ConfigurationLoader(
-        path: mainPath,
+        path: mainPath, daemonUserID: 0,
         fileSystem: InMemoryFileSystem(files: [
             mainPath: """
             [Policy]
@@ -109,7 +109,8 @@ let documentedKeys: [(section: String, keys: [String])] = [
 func valuesEndingInBackslashesSurviveDumpAndParse(value: String) {
     // From a file, as an administrator would write them.
     let file = "[Memory]\nCgroupRoot=/sys/fs/cgroup/\(value) \n[Access]\nControllerGroup=\(value) \n"
-    let loaded = ConfigurationLoader(path: "/c", fileSystem: InMemoryFileSystem(files: ["/c": file])).load()
+    let loaded = ConfigurationLoader(path: "/c", daemonUserID: 0, fileSystem: InMemoryFileSystem(files: ["/c": file]))
+        .load()
     #expect(loaded.diagnostics.isEmpty, "\(loaded.diagnostics)")
     #expect(loaded.configuration.access.controllerGroup == value)
     #expect(loaded.configuration.memory.cgroupRoot == "/sys/fs/cgroup/" + value)

@@ -71,10 +71,11 @@ final class ManagerHarness {
         socketPath = directory.path + "/io.bgtask.Lifecycle"
         configurationPath = try directory.write("bgtaskd.conf", configuration)
         for (name, text) in files { _ = try directory.write(name, text) }
-        let loaded = ConfigurationLoader(path: configurationPath).load()
+        let loaded = ConfigurationLoader(path: configurationPath, daemonUserID: geteuid()).load()
         if let problem = loaded.diagnostics.first(where: { $0.severity == .error }) {
             throw HarnessError("bad test configuration: \(problem)")
         }
+        if let refused = loaded.refused.first { throw HarnessError("test configuration refused: \(refused)") }
         self.configuration = loaded.configuration
         statePath = directory.path + "/state.json"
         tree = try FakeProcTree()

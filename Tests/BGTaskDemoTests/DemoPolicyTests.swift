@@ -52,8 +52,9 @@ struct DemoPolicyTests {
         defer { try? FileManager.default.removeItem(at: directory) }
         let path = directory.appendingPathComponent("bgtaskd.conf").path
         try Data(configuration.utf8).write(to: URL(fileURLWithPath: path))
-        let loaded = ConfigurationLoader(path: path).load()
+        let loaded = ConfigurationLoader(path: path, daemonUserID: geteuid()).load()
         #expect(loaded.diagnostics.isEmpty, "\(loaded.diagnostics)")
+        #expect(loaded.refused.isEmpty, "\(loaded.refused)")
         return loaded
     }
 

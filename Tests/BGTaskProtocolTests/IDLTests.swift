@@ -20,7 +20,10 @@ struct IDLTests {
         #expect(lifecycleDefinition.name == LifecycleInterface.name)
         #expect(lifecycleDefinition.methods.map(\.name) == LifecycleMethod.allCases.map(\.rawValue))
         #expect(Set(lifecycleDefinition.errors.map(\.name)) == Set(LifecycleErrorName.allCases.map(\.rawValue)))
-        #expect(Set(lifecycleDefinition.types.map(\.name)) == ["Task", "App", "Event", "HistoryEntry", "Request"])
+        #expect(
+            Set(lifecycleDefinition.types.map(\.name)) == [
+                "Task", "App", "Event", "HistoryEntry", "Request", "RefusedFile", "Configuration",
+            ])
     }
 
     @Test func serviceDeclaresEveryMethodAndErrorOfTheSwiftTypes() {

@@ -34,6 +34,9 @@ public enum Rendering {
         if let conditions = status.conditions {
             lines.append("conditions: " + members(conditions))
         }
+        if let configuration = status.configuration {
+            lines += self.configuration(configuration)
+        }
         if let longest = status.loop["longestIterationMs"]?.doubleValue,
             let iterations = status.loop["iterations"]?.intValue
         {
@@ -58,6 +61,23 @@ public enum Rendering {
                     + Formatting.printable(app.suspensionExemption ?? ""))
         }
         return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// Where the daemon's configuration came from: the root and how many files were read and refused, then each
+    /// refused file or directory with the rule it fails, one to a line.
+    static func configuration(_ configuration: ConfigurationInfo) -> [String] {
+        let files = configuration.read.count == 1 ? "1 file" : "\(configuration.read.count) files"
+        var lines = [
+            "config:    \(Formatting.printable(configuration.root)): \(files) read, "
+                + "\(configuration.refused.count) refused"
+        ]
+        for (index, refused) in configuration.refused.enumerated() {
+            let what = refused.directory ? " (a directory: none of its files are used)" : ""
+            lines.append(
+                (index == 0 ? "refused:   " : "           ")
+                    + "\(Formatting.printable(refused.path)): \(Formatting.printable(refused.reason))\(what)")
+        }
+        return lines
     }
 
     /// The members of a free-form object as `key=value`, sorted by key; byte counts (keys ending in `Bytes`)

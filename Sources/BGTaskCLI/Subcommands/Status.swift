@@ -13,8 +13,10 @@ public struct Status: Subcommand {
             Without APP, shows the daemon: its version and uptime, the freeze, memory and kill backends it chose \
             for this host, how many apps it tracks and how many of them are suspended, the open background tasks, \
             the memory readings behind reclamation (the level, the trigger that wakes the daemon, the age of the \
-            last reading), the memory of each running app it may see, heaviest first, with how it is measured, and \
-            the apps it never suspends, with why (their unit is stopping, or has a watchdog).
+            last reading), the memory of each running app it may see, heaviest first, with how it is measured, \
+            the apps it never suspends, with why (their unit is stopping, or has a watchdog), and where its \
+            configuration came from: the root, how many files it read, and each file or directory it refused \
+            because someone other than root (or the daemon's user) could have written it, with the rule it fails.
 
             With APP, shows that app: its state, its cgroup when the daemon handles it through one, the \
             background time it has left (unlimited in the foreground), the memory charged to it and how that is \
