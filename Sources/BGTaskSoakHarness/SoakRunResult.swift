@@ -163,9 +163,10 @@ public struct SoakRunResult: Sendable {
                 facts.append("no values")
             }
             if let trend = summary.trend {
+                let across = figure.seriesLegend == nil ? "" : ", across daemon processes (a restart moves it)"
                 facts.append(
                     "after the warm-up the median per minute drifts \(format(trend.slopePerHour, 3)) \(figure.unit) "
-                        + "per hour (\(summary.medianPerMinute.count) minutes)")
+                        + "per hour (\(summary.medianPerMinute.count) minutes\(across))")
             }
             func span(_ series: SeriesSummary) -> Double {
                 series.judgedSpan.map { $0.upperBound - $0.lowerBound } ?? 0

@@ -81,7 +81,19 @@ extension Figure {
         }
         var text =
             "all \(overall.count): median \(readable(median)), p99 \(readable(p99)), max \(readable(maximum)) \(unit)"
-        if let trend = summary.trend {
+        // One series per daemon process: a restarted daemon starts from its restored state, so the medians of all
+        // of them together move at each restart; the drift that counts is a process's own, after its warm-up.
+        let fitted = summary.series.filter { $0.fit != nil }
+        func span(_ series: SeriesSummary) -> Double {
+            series.judgedSpan.map { $0.upperBound - $0.lowerBound } ?? 0
+        }
+        if seriesLegend != nil, let longest = fitted.max(by: { span($0) < span($1) }), let fit = longest.fit {
+            text +=
+                "; after its warm-up the longest-lived process (\(readable(span(longest) / 60)) min) drifts "
+                + "\(signed(fit.slopePerHour)) \(unit)/h"
+        } else if seriesLegend != nil {
+            text += "; no process lived a minute past its warm-up: no drift"
+        } else if let trend = summary.trend {
             text += "; after the warm-up the median per minute drifts \(signed(trend.slopePerHour)) \(unit)/h"
         } else {
             text += "; under two minutes after the warm-up: no trend"
