@@ -97,10 +97,19 @@ public struct AuditEntry: Hashable, Sendable, Codable {
     /// the daemon cancelled it.
     public var trigger: String?
     /// For `requestCancelled`: the request's identifier.
-    public var requestIdentifier: String?
+    public var requestIdentifier: String? {
+        get { request?.value.identifier }
+        set { request = Boxed(RequestReference(identifier: newValue, ownerUID: ownerUID)) }
+    }
     /// For `requestCancelled`: the user the request belonged to, the one the entry is shown to besides root and
     /// `ControllerGroup`.
-    public var ownerUID: UInt32?
+    public var ownerUID: UInt32? {
+        get { request?.value.ownerUID }
+        set { request = Boxed(RequestReference(identifier: requestIdentifier, ownerUID: newValue)) }
+    }
+    /// The two above, out of line: every action the policy returns is as large as an entry, and these are set only
+    /// on the rare `requestCancelled`.
+    private var request: Boxed<RequestReference>?
 
     /// Creates an entry; the details default to absent.
     public init(
@@ -125,8 +134,39 @@ public struct AuditEntry: Hashable, Sendable, Codable {
         self.rank = rank
         self.latency = latency
         self.trigger = trigger
-        self.requestIdentifier = requestIdentifier
-        self.ownerUID = ownerUID
+        if requestIdentifier != nil || ownerUID != nil {
+            request = Boxed(RequestReference(identifier: requestIdentifier, ownerUID: ownerUID))
+        }
+    }
+}
+
+/// The scheduled request an audit entry is about.
+struct RequestReference: Hashable, Sendable, Codable {
+    var identifier: String?
+    var ownerUID: UInt32?
+}
+
+/// A value kept out of line (one pointer wherever it is stored), for fields that are rarely set in types that are
+/// copied often.
+indirect enum Boxed<Value: Hashable & Sendable & Codable>: Hashable, Sendable, Codable {
+    case value(Value)
+
+    init(_ value: Value) { self = .value(value) }
+
+    /// Encoded as the value itself.
+    init(from decoder: any Decoder) throws {
+        self = .value(try decoder.singleValueContainer().decode(Value.self))
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(value)
+    }
+
+    var value: Value {
+        switch self {
+        case .value(let value): value
+        }
     }
 }
 

@@ -2,8 +2,9 @@
 
 /// A reason the policy never suspends an app, though it would: freezing it would make its service manager wait on a
 /// process that cannot run (a stop), or kill it (a watchdog). Reported by the shell (`suspensionExempted`), kept for
-/// the registration's life, shown in `GetApp` and recorded in the audit trail.
-public enum SuspensionExemption: Hashable, Sendable, Codable, CustomStringConvertible {
+/// the registration's life, shown in `GetApp` and recorded in the audit trail. Indirect: every tracked app holds an
+/// optional one, which then costs a pointer rather than a unit name and a duration inline.
+public indirect enum SuspensionExemption: Hashable, Sendable, Codable, CustomStringConvertible {
     /// The service manager is stopping the unit the app runs in (`systemctl stop`, its own shutdown, a logout): the
     /// app must run to handle its SIGTERM, and it ends when the manager's stop does.
     case unitStopping(unit: String)
