@@ -129,6 +129,14 @@ final class ManagerTimer {
         armingSequence = clock.nextSequence()
     }
 
+    /// Arms the timer at `instant`, or disarms it for nil: what a part keeping several deadlines calls with the
+    /// earliest of them after each change. Nothing when it is armed there already.
+    func schedule(at instant: MonotonicInstant?) throws(Errno) {
+        guard let instant else { return disarm() }
+        guard instant != deadline else { return }
+        try rearm(at: instant)
+    }
+
     /// Disarms the timer; nothing when it is not armed.
     func disarm() {
         guard deadline != nil else { return }

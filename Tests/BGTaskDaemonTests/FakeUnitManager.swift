@@ -178,35 +178,17 @@ final class FakeUnitManager: UnitManagerClient {
 
     /// Answers the oldest properties read of `unit`.
     func answerProperties(_ unit: String, _ result: Result<UnitProperties, ServiceManagerError>) {
-        guard var waiting = propertyReads[unit], !waiting.isEmpty else {
-            Issue.record("no GetAll(\(unit)) is waiting")
-            return
-        }
-        let completion = waiting.removeFirst()
-        propertyReads[unit] = waiting
-        completion(result)
+        Self.takeOldest(from: &propertyReads, unit, "GetAll(\(unit))")?(result)
     }
 
     /// Answers the oldest `GetUnitByPID` of `pid`.
     func answerUnitName(_ pid: pid_t, _ result: Result<String, ServiceManagerError>) {
-        guard var waiting = unitNameReads[pid], !waiting.isEmpty else {
-            Issue.record("no GetUnitByPID(\(pid)) is waiting")
-            return
-        }
-        let completion = waiting.removeFirst()
-        unitNameReads[pid] = waiting
-        completion(result)
+        Self.takeOldest(from: &unitNameReads, pid, "GetUnitByPID(\(pid))")?(result)
     }
 
     /// Answers the oldest state read of `unit`.
     func answerUnitState(_ unit: String, _ result: Result<UnitStateReading, ServiceManagerError>) {
-        guard var waiting = unitStateReads[unit], !waiting.isEmpty else {
-            Issue.record("no state read of \(unit) is waiting")
-            return
-        }
-        let completion = waiting.removeFirst()
-        unitStateReads[unit] = waiting
-        completion(result)
+        Self.takeOldest(from: &unitStateReads, unit, "a state read of \(unit)")?(result)
     }
 
     /// Whether a state read of `unit` waits for its answer.
@@ -253,24 +235,27 @@ final class FakeUnitManager: UnitManagerClient {
 
     /// Answers the oldest `FreezeUnit` of `unit`.
     func answerFreeze(_ unit: String, _ result: Result<Void, ServiceManagerError>) {
-        guard var waiting = freezes[unit], !waiting.isEmpty else {
-            Issue.record("no FreezeUnit(\(unit)) is waiting")
-            return
-        }
-        let completion = waiting.removeFirst()
-        freezes[unit] = waiting
-        completion(result)
+        Self.takeOldest(from: &freezes, unit, "FreezeUnit(\(unit))")?(result)
     }
 
     /// Answers the oldest `ThawUnit` of `unit`.
     func answerThaw(_ unit: String, _ result: Result<Void, ServiceManagerError>) {
-        guard var waiting = thaws[unit], !waiting.isEmpty else {
-            Issue.record("no ThawUnit(\(unit)) is waiting")
-            return
+        Self.takeOldest(from: &thaws, unit, "ThawUnit(\(unit))")?(result)
+    }
+
+    /// Takes out the oldest call waiting under `key` in `table`, for the caller to answer once the table is no
+    /// longer being changed (an answer may make the daemon call again); nil, recorded as an issue naming `what`,
+    /// when none waits.
+    private static func takeOldest<Key: Hashable, Value>(
+        from table: inout [Key: [Completion<Value>]], _ key: Key, _ what: String
+    ) -> Completion<Value>? {
+        guard var waiting = table[key], !waiting.isEmpty else {
+            Issue.record("no \(what) is waiting")
+            return nil
         }
         let completion = waiting.removeFirst()
-        thaws[unit] = waiting
-        completion(result)
+        table[key] = waiting
+        return completion
     }
 
     /// The manager's refusal of something it cannot do on this host.

@@ -38,6 +38,24 @@ extension ManagerHarness {
     func confirmFreezes() throws {
         try advance(by: ProcessTable.freezeConfirmationInterval)
     }
+
+    /// Once `launched` is on its way to suspension: the fake manager freezes its unit as systemd's `FreezeUnit` does
+    /// (its cgroup frozen, then the answer), and the daemon confirms the freeze.
+    func freezeByManager(_ launched: LaunchedUnitApp, through fake: FakeUnitManager) throws {
+        try step(until: "FreezeUnit") { fake.count(.freezeUnit(launched.unit)) == 1 }
+        try launched.cgroup.cgroup.requestFreeze(true)
+        fake.answerFreeze(launched.unit, .success(()))
+        try confirmFreezes()
+    }
+
+    /// Once `launched` is on its way to suspension: the fake manager refuses `FreezeUnit` (`NotSupported`, as
+    /// systemd 252 on a hybrid host) and the daemon freezes the unit's cgroup itself; true when it shows frozen.
+    func freezeRefusedByManager(_ launched: LaunchedUnitApp, through fake: FakeUnitManager) throws -> Bool {
+        try step(until: "FreezeUnit") { fake.count(.freezeUnit(launched.unit)) == 1 }
+        fake.answerFreeze(launched.unit, .failure(FakeUnitManager.notSupported))
+        try settle()
+        return try launched.cgroup.cgroup.waitUntil(frozen: true, timeout: .seconds(5))
+    }
 }
 
 @Suite("Units frozen through a fake service manager", .requires(.cgroup(.unified)))
@@ -86,10 +104,9 @@ struct UnitFreezeTests {
             let launched = try harness.launchUnitApp("org.example.hybrid", through: fake)
             let unit = launched.unit
             try harness.sendToBackground(launched.app)
-            try harness.step(until: "FreezeUnit") { fake.count(.freezeUnit(unit)) == 1 }
-            fake.answerFreeze(unit, .failure(FakeUnitManager.notSupported))
-            try harness.settle()
-            #expect(try becomes(launched.cgroup, frozen: true), "not frozen through the cgroup after NotSupported")
+            #expect(
+                try harness.freezeRefusedByManager(launched, through: fake),
+                "not frozen through the cgroup after NotSupported")
             try harness.confirmFreezes()
             let suspended = try harness.app("org.example.hybrid")
             #expect(suspended["suspendedWith"] == "cgroup2", "\(suspended)")
@@ -117,10 +134,7 @@ struct UnitFreezeTests {
             let launched = try harness.launchUnitApp("org.example.stuck", through: fake)
             let unit = launched.unit
             try harness.sendToBackground(launched.app)
-            try harness.step(until: "FreezeUnit") { fake.count(.freezeUnit(unit)) == 1 }
-            try launched.cgroup.cgroup.requestFreeze(true)
-            fake.answerFreeze(unit, .success(()))
-            try harness.confirmFreezes()
+            try harness.freezeByManager(launched, through: fake)
             #expect(try harness.app("org.example.stuck")["state"] == "suspended")
 
             try harness.activate(launched.app)
@@ -171,10 +185,7 @@ struct UnitFreezeTests {
             let launched = try harness.launchUnitApp("org.example.left", through: fake)
             let unit = launched.unit
             try harness.sendToBackground(launched.app)
-            try harness.step(until: "FreezeUnit") { fake.count(.freezeUnit(unit)) == 1 }
-            try launched.cgroup.cgroup.requestFreeze(true)
-            fake.answerFreeze(unit, .success(()))
-            try harness.confirmFreezes()
+            try harness.freezeByManager(launched, through: fake)
             #expect(try harness.app("org.example.left")["suspendedWith"] == "unit")
             fake.whileSettling = { _ in }
             harness.close()

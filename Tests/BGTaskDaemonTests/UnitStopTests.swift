@@ -42,10 +42,7 @@ struct UnitStopTests {
             try harness.step(until: "the unit's state read") { fake.isStateReadPending(unit) }
             fake.answerUnitState(unit, .success(UnitStateReading(activeState: "active")))
             try harness.sendToBackground(launched.app)
-            try harness.step(until: "FreezeUnit") { fake.count(.freezeUnit(unit)) == 1 }
-            fake.answerFreeze(unit, .failure(FakeUnitManager.notSupported))
-            try harness.settle()
-            #expect(try launched.cgroup.cgroup.waitUntil(frozen: true, timeout: .seconds(5)))
+            #expect(try harness.freezeRefusedByManager(launched, through: fake))
             try harness.confirmFreezes()
             #expect(try harness.app("org.example.stopped")["state"] == "suspended")
 
@@ -84,10 +81,7 @@ struct UnitStopTests {
             let launched = try harness.launchUnitApp("org.example.managed", through: fake)
             let unit = launched.unit
             try harness.sendToBackground(launched.app)
-            try harness.step(until: "FreezeUnit") { fake.count(.freezeUnit(unit)) == 1 }
-            try launched.cgroup.cgroup.requestFreeze(true)
-            fake.answerFreeze(unit, .success(()))
-            try harness.confirmFreezes()
+            try harness.freezeByManager(launched, through: fake)
             #expect(try harness.app("org.example.managed")["suspendedWith"] == "unit")
             fake.changeActiveState(of: unit, to: "deactivating")
             try harness.step(until: "ThawUnit") { fake.count(.thawUnit(unit)) == 1 }
@@ -109,10 +103,7 @@ struct UnitStopTests {
             guard let entered = try harness.events(of: launched.app).first(where: { $0.kind == "didEnterBackground" })
             else { throw HarnessError("no didEnterBackground") }
             try harness.acknowledge(launched.app, entered.id)
-            try harness.step(until: "FreezeUnit") { fake.count(.freezeUnit(unit)) == 1 }
-            fake.answerFreeze(unit, .failure(FakeUnitManager.notSupported))
-            try harness.settle()
-            #expect(try launched.cgroup.cgroup.waitUntil(frozen: true, timeout: .seconds(5)))
+            #expect(try harness.freezeRefusedByManager(launched, through: fake))
             fake.answerUnitState(unit, .success(UnitStateReading(activeState: "deactivating")))
             try harness.settle()
             #expect(try launched.cgroup.cgroup.waitUntil(frozen: false, timeout: .seconds(5)))

@@ -249,13 +249,9 @@ final class ForkSupervisor: AppSupervisor {
     }
 
     private func armDeadlineTimer() {
-        guard let next = launches.values.lazy.filter({ !$0.attempt.isDecided }).map(\.attempt.deadline).min() else {
-            deadlineTimer?.disarm()
-            return
-        }
-        guard next != deadlineTimer?.deadline else { return }
         do {
-            try deadlineTimer?.rearm(at: next)
+            try deadlineTimer?.schedule(
+                at: launches.values.lazy.filter({ !$0.attempt.isDecided }).map(\.attempt.deadline).min())
         } catch {
             // Without it a child hung before exec keeps its place until the daemon stops; the bound still holds.
             logger.error("cannot schedule the deadline of launches: \(error)")

@@ -268,13 +268,8 @@ final class LaunchSlots {
     }
 
     private func armTimer() {
-        guard let next = queue.nextDeadline else {
-            timer?.disarm()
-            return
-        }
-        guard next != timer?.deadline else { return }
         do {
-            try timer?.rearm(at: next)
+            try timer?.schedule(at: queue.nextDeadline)
         } catch {
             // Without it a waiting launch waits until a slot frees rather than until its deadline; still bounded.
             logger.error("cannot schedule the deadlines of waiting launches: \(error)")

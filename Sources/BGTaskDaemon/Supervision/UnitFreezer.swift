@@ -253,13 +253,8 @@ final class UnitFreezer {
     }
 
     private func armTimer() {
-        guard let next = units.values.compactMap(\.thawDeadline).min() else {
-            timer?.disarm()
-            return
-        }
-        guard next != timer?.deadline else { return }
         do {
-            try timer?.rearm(at: next)
+            try timer?.schedule(at: units.values.compactMap(\.thawDeadline).min())
         } catch {
             logger.error("cannot schedule the thaws of units: \(error)")
         }

@@ -297,14 +297,8 @@ final class UnitSupervisor: AppSupervisor {
     }
 
     private func armTimer() {
-        let deadlines = launches.values.map(\.attempt.deadline) + watch.deadlines
-        guard let next = deadlines.min() else {
-            timer?.disarm()
-            return
-        }
-        guard next != timer?.deadline else { return }
         do {
-            try timer?.rearm(at: next)
+            try timer?.schedule(at: (launches.values.map(\.attempt.deadline) + watch.deadlines).min())
         } catch {
             logger.error("cannot schedule the deadlines of launches: \(error)")
         }
