@@ -122,7 +122,8 @@ extension BackgroundApplication {
     /// are claimed the same way, and one the daemon no longer lists is over: its expiration handler runs. Tasks begun
     /// while the link was down have their leases begun now; one the daemon refuses has its expiration handler
     /// run, since its work is not covered. A scheduled task completed while the daemon was away is completed again,
-    /// with the same outcome, if the daemon still lists it; one the app does not know is left to the daemon.
+    /// with the same outcome, if the daemon still lists it; one the app does not know is left to the daemon, which
+    /// tells it again after this reply (`runScheduledTask` once more for every scheduled task it runs).
     func carryLeasesOver(to registration: Registration) throws(ClientError) -> Bool {
         let kept = Set(registration.app.tasks.map(\.id))
         let completions = state.withLock { (state: inout State) in
@@ -151,9 +152,11 @@ extension BackgroundApplication {
                 }
             }
             state.expiringUnclaimed = []
-            // A scheduled task the app never heard of (its runScheduledTask lost with the daemon that sent it, or
+            state.heardScheduledTasks.formIntersection(kept)
+            // A scheduled task the app has not heard of (its runScheduledTask lost with the daemon that sent it, or
             // still to come) is left to the daemon: ended here it would be a failure not to retry, and its request
-            // gone without ever running. It runs on its own time, and the daemon ends it, keeping the request.
+            // gone without ever running. The daemon tells a re-attaching app its running tasks again, after this
+            // reply: it starts then, on what is left of its time. So is one heard and told to stop already.
             let unheard = registration.app.tasks.filter {
                 state.launchHandlers[$0.name] != nil && completions[$0.id] == nil
             }

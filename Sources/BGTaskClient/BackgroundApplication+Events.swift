@@ -78,6 +78,8 @@ extension BackgroundApplication {
                     if let handler = task.takeExpirationHandler() { handlers.append(handler) }
                     continue
                 }
+                // A scheduled task told to stop before, or completed: told again after a re-attach.
+                if state.heardScheduledTasks.contains(taskId) { continue }
                 guard let identifier = state.identifier(forTaskId: taskId) else {
                     // A lease whose BeginBackgroundTask reply is still on its way: its handler runs when it lands.
                     state.expiringUnclaimed.insert(taskId)

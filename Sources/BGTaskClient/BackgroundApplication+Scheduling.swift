@@ -165,21 +165,27 @@ extension BackgroundApplication {
     func startScheduledTask(identifier: String, taskId: Int?) {
         guard let taskId else { return }
         let task = ScheduledTask(identifier: identifier, taskId: taskId, application: self)
-        let handler = state.withLock { (state: inout State) -> (@Sendable (ScheduledTask) -> Void)? in
-            guard let handler = state.launchHandlers[identifier] else { return nil }
+        enum Start { case heardBefore, run(@Sendable (ScheduledTask) -> Void), noHandler }
+        let start = state.withLock { (state: inout State) -> Start in
+            // Told again after a re-attach: it started (and may have ended) when first heard.
+            guard state.noteHeard(scheduledTask: taskId) else { return .heardBefore }
+            guard let handler = state.launchHandlers[identifier] else { return .noHandler }
             state.scheduledTasks[taskId] = task
-            return handler
+            return .run(handler)
         }
-        guard let handler else {
+        switch start {
+        case .heardBefore:
+            return
+        case .run(let handler):
+            handler(task)
+        case .noHandler:
             notify(.noLaunchHandler(identifier: identifier))
             do throws(ClientError) {
                 try client.setTaskCompleted(app: name, taskId: taskId, success: false, retry: false)
             } catch {
                 notify(.requestFailed(method: SetTaskCompletedParameters.methodName, error))
             }
-            return
         }
-        handler(task)
     }
 
     /// Ends a scheduled task with its outcome; a task the daemon already ended (expired, or its request

@@ -60,6 +60,11 @@ struct State {
     var launchHandlers: [String: @Sendable (ScheduledTask) -> Void] = [:]
     /// The scheduled tasks running in the app, by the daemon's task id, until completed or ended.
     var scheduledTasks: [Int: ScheduledTask] = [:]
+    /// The task ids of every `runScheduledTask` heard that the daemon may still list: a re-attached registration is
+    /// told its running tasks again, and one heard before is not started twice. Kept to the tasks the daemon lists
+    /// at each re-attach (a completed one stays until then: the daemon may have told it again just before it heard
+    /// the completion), and to the newest `heardScheduledTasksMax` besides.
+    var heardScheduledTasks: Set<Int> = []
     /// Completions (`success`, `retry`) of scheduled tasks whose `SetTaskCompleted` found no daemon, by task id: sent
     /// again once the app re-attaches, if the daemon still holds the task.
     var pendingCompletions: [Int: (success: Bool, retry: Bool)] = [:]
@@ -86,6 +91,19 @@ struct State {
         nextObserverNumber += 1
         connectionObservers[token] = observer
         return token
+    }
+
+    /// At most this many heard task ids are kept: far more than can run at once (`ScheduledTasksMax`).
+    static let heardScheduledTasksMax = 1_024
+
+    /// Notes that `runScheduledTask` named `taskId`; false when it had been heard already. Task ids only grow, so
+    /// past the bound the oldest is forgotten.
+    mutating func noteHeard(scheduledTask taskId: Int) -> Bool {
+        guard heardScheduledTasks.insert(taskId).inserted else { return false }
+        if heardScheduledTasks.count > Self.heardScheduledTasksMax, let oldest = heardScheduledTasks.min() {
+            heardScheduledTasks.remove(oldest)
+        }
+        return true
     }
 
     func identifier(forTaskId taskId: Int) -> BackgroundTaskIdentifier? {

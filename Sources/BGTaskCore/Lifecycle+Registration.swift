@@ -89,6 +89,7 @@ extension Lifecycle {
             } else {
                 modify(existing) { $0.isRegistered = true }
                 audit(.reattached, existing, now: now, into: &actions) { $0.state = app.state }
+                retellTasks(of: existing, now: now, into: &actions)
             }
             armTimerIfDeadlineMoved(&actions, now: now)
             return RegistrationOutcome(app: existing, isReattached: app.state != .notRunning, actions: actions)
@@ -105,6 +106,36 @@ extension Lifecycle {
         noteAppChange(of: name)
         armTimerIfDeadlineMoved(&actions, now: now)
         return RegistrationOutcome(app: id, isReattached: false, actions: actions)
+    }
+
+    /// Tells a re-attaching app again what its open tasks ask of it, which it may have missed while it had no
+    /// stream: a restart takes with it the events held for an app that had not re-attached to that daemon yet, and a
+    /// stream that broke loses what was in flight on it. `runScheduledTask` for each scheduled task it runs, then one
+    /// `backgroundTaskExpiring` for every task already warned (a scheduled one, or a lease of a background stretch
+    /// whose warning was sent). Not audited: nothing changes. The app handles each task id once (the client library
+    /// does), so what it did hear is told again harmlessly.
+    private mutating func retellTasks(of id: AppID, now: MonotonicInstant, into actions: inout [Action]) {
+        let (tasks, isWarnedStretch) = read(id) { ($0.openTasks, $0.state == .background && $0.expirationWarned) }
+        var warned: [TaskID] = []
+        for task in tasks {
+            guard task.isScheduled == true else {
+                if isWarnedStretch { warned.append(task.id) }
+                continue
+            }
+            guard
+                let run = scheduling.requests.storage.values.lazy.compactMap(\.runningTask)
+                    .first(where: { $0.app == id && $0.task == task.id })
+            else { continue }
+            var event = makeEvent(.runScheduledTask)
+            event.name = task.name
+            event.taskIDs = [task.id]
+            deliver(event, to: id, behavior: .coalesce, now: now, into: &actions)
+            if run.isWarned { warned.append(task.id) }
+        }
+        guard !warned.isEmpty else { return }
+        var event = makeEvent(.backgroundTaskExpiring)
+        event.taskIDs = warned.sorted()
+        deliver(event, to: id, behavior: .coalesce, now: now, into: &actions)
     }
 
     /// The daemon launched a managed app's process under `name`; it must register within `LaunchTimeoutSec`.

@@ -225,10 +225,18 @@ extension Manager {
             sendStreamed(RegisterReply(app: info, event: nil), on: call.connection)
         }
         // Re-attached after a restart: what was sent to it meanwhile follows, in order.
-        for event in connectionServer.takeHeldEvents(of: app) {
+        let held = connectionServer.takeHeldEvents(of: app)
+        for event in held {
             sendStreamed(EventReply(event), on: call.connection)
         }
-        return CallOutcome(actions: registration.actions)
+        guard registration.isReattached, !held.isEmpty else { return CallOutcome(actions: registration.actions) }
+        // The core tells a re-attaching app its tasks again (what a restart may have taken with it); what this
+        // daemon held for it is on its way already.
+        let actions = registration.actions.filter { action in
+            guard case .send(let event, app) = action else { return true }
+            return !held.contains { $0.kind == event.kind && $0.taskIDs == event.taskIDs && $0.name == event.name }
+        }
+        return CallOutcome(actions: actions)
     }
 
     func beginBackgroundTask(_ parameters: BeginBackgroundTaskParameters, _ app: AppID, _ call: IncomingCall) throws

@@ -63,7 +63,8 @@ extension SoakChecker {
     /// running when external power goes off (and stays off past the reaction bound, so the daemon must have seen
     /// it) is told to stop, its app's expiration handler running, within the reaction bound, and ends within the
     /// bound plus `ExpirationWarningSec`. A daemon down at the flip (a restart under way) is judged from when it is
-    /// ready again.
+    /// ready again, and an app that had not re-attached to the daemon after a restart from when it did: the daemon
+    /// tells an app nothing before it has (and everything it must know once it has).
     static func checkConstraintRespected(_ evidence: SoakEvidence, _ criteria: SoakCriteria) -> InvariantResult {
         var log = ViolationLog(.constraintRespected, limit: criteria.counterExampleLimit)
         let scheduled = evidence.scheduled
@@ -86,6 +87,12 @@ extension SoakChecker {
         for receipt in scheduled.receipts where receipt.kind == .expiring {
             expiring[TaskKey(app: receipt.app, taskId: receipt.taskId), default: []].append(receipt.at)
         }
+        // When each app re-attached (its `reattached` entries): after a restart, the daemon can tell an app
+        // nothing until it has.
+        var reattachedAt: [String: [Duration]] = [:]
+        for observed in evidence.entries where observed.entry.kind == .reattached {
+            reattachedAt[observed.entry.app, default: []].append(observed.observedAt)
+        }
         let changes = scheduled.powerChanges
         for (index, change) in changes.enumerated() where !change.isOnline {
             // Power back on within the bound: the daemon may have read the adapter only once it was.
@@ -95,9 +102,16 @@ extension SoakChecker {
             where restart.stoppedAt <= change.at + bound + criteria.expirationWarning && restart.readyAt >= change.at {
                 base = max(base, restart.readyAt)
             }
+            // The daemon serving the app at the flip, or coming up within the bound: the app is told from its
+            // re-attach to it (from its readiness above, when the Watch stream missed the re-attach).
+            let serving = evidence.restarts.last { $0.stoppedAt <= change.at + bound }
             for run in runs where run.began < change.at && (run.ended.map { $0 > change.at } ?? true) {
                 log.checked()
-                let told = base + bound
+                var from = base
+                if let serving, let reattached = reattachedAt[run.key.app]?.first(where: { $0 >= serving.stoppedAt }) {
+                    from = max(from, reattached)
+                }
+                let told = from + bound
                 let wasTold =
                     (run.ended.map { $0 <= told } ?? false)
                     || expiring[TaskKey(app: run.key.app, taskId: run.taskId), default: []].contains { $0 <= told }

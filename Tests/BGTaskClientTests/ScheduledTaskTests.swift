@@ -2,10 +2,22 @@
 // the test's power_supply tree says the adapter is online, its expiration handler when it goes offline, and
 // setTaskCompleted.
 import BGTaskClient
+import BGTaskPOSIX
 import BGTaskTestSupport
 import Foundation
 import Synchronization
 import Testing
+
+/// Asks `probe` every 20 ms until it gives a value, for at most 20 s.
+@discardableResult
+private func poll<Value>(_ what: String, _ probe: () throws -> Value?) throws -> Value {
+    let deadline = MonotonicClock.now() + Duration.seconds(20).nanosecondCount
+    while true {
+        if let value = try probe() { return value }
+        guard MonotonicClock.now() < deadline else { throw HarnessError("no sign of \(what) within 20 s") }
+        usleep(20_000)
+    }
+}
 
 @Suite struct ScheduledTaskTests {
     @Test("register a launch handler, submit, run on external power, expire on battery, complete")
@@ -92,6 +104,83 @@ import Testing
             #expect(requests.map(\.identifier) == ["sync"], "\(requests)")
             #expect(requests.first?.failures == 1 && requests.first?.state == .pending, "\(requests)")
             _ = try second.stop()
+        }
+    }
+
+    /// Found by a soak seed on a busy machine: a daemon restarted by its watchdog began a scheduled task for an app
+    /// that had not re-attached yet (its `runScheduledTask` held for it), and was restarted again before the app
+    /// came back. The held event went with it: the app never started the task, never heard it was to stop, and the
+    /// daemon ran down its time for nothing.
+    @Test(
+        "a scheduled task begun and warned while its app had not re-attached reaches it from the next daemon; told again, it starts once"
+    )
+    func taskToldAgainAfterRestart() async throws {
+        try await offThePool {
+            let tree = try FakePowerSupplies()
+            try tree.set("AC", ["type": "Mains", "online": "0"])
+            let scratch = try ScratchDirectory(prefix: "client-scheduled-retold")
+            let socketPath = scratch.path + "/io.bgtask.Lifecycle"
+            // The task outlives the test: 10 minutes of time (ProcessingTaskSec), and 60 s after its warning.
+            let configuration = """
+                [Policy]
+                BackgroundTimeSec=120s
+                ExpirationWarningSec=60s
+
+                [Conditions]
+                PowerSupplyPath=\(tree.path)
+                """
+            let environment = ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=\(scratch.path)/no-bus"]
+            func start() throws -> DaemonHarness {
+                try DaemonHarness(
+                    configuration: configuration, arguments: ["--socket", socketPath], environment: environment)
+            }
+            var daemon = try start()
+            defer { _ = try? daemon.stop() }
+            try withChild(try fixtureCommand(socketPath: socketPath, lifetime: 120)) { app in
+                try app.run("register backup", expecting: "registered")
+                try app.run("handle nightly", expecting: "handling")
+                let submitter = try LifecycleClient(socketPath: socketPath, timeout: .seconds(10))
+                try submitter.submitRequest(
+                    app: "backup", identifier: "nightly", kind: .processing, requires: [.externalPower])
+                submitter.close()
+
+                // The app stops reading: the next daemon restores its registration, which it cannot re-attach.
+                try app.process.pidFD.sendSignal(.stop)
+                #expect(try daemon.stop() == .exited(0))
+                daemon = try start()
+                let control = try LifecycleClient(socketPath: socketPath, timeout: .seconds(10))
+                // Plugged, then unplugged: the task begins and is warned, both events held for the app...
+                try tree.set("AC", ["online": "1"])
+                let begun = try #require(
+                    try poll("the task's begin") { try control.getApp("backup").tasks.first?.id })
+                try tree.set("AC", ["online": "0"])
+                try poll("its warning") {
+                    try control.history().contains { $0.kind == .expirationWarning && $0.taskIds == [begun] }
+                        ? true : nil
+                }
+                control.close()
+                // ...and gone with the daemon that held them.
+                #expect(try daemon.stop() == .exited(0))
+                daemon = try start()
+                try app.process.pidFD.sendSignal(.continue)
+                // Re-attached, the app is told the task again: it starts it, then runs its expiration handler.
+                #expect(try app.waitForLine(startingWith: "launched nightly") == "launched nightly task=\(begun)")
+                try app.waitForLine(startingWith: "scheduled-expired \(begun)")
+
+                // Told again by the daemon after, the app starts nothing twice and stops nothing twice.
+                #expect(try daemon.stop() == .exited(0))
+                daemon = try start()
+                try app.waitForLine(startingWith: "connection reconnected")
+                try app.waitForLine { $0.hasPrefix("event backgroundTaskExpiring") && $0.hasSuffix("tasks=\(begun)") }
+                let transcript = app.transcript
+                #expect(transcript.count { $0.hasPrefix("event runScheduledTask") } == 2, "\(transcript)")
+                #expect(transcript.count { $0.hasPrefix("launched") } == 1, "\(transcript)")
+                #expect(transcript.count { $0.hasPrefix("scheduled-expired") } == 1, "\(transcript)")
+                // The task is still the daemon's: it runs on to the end of its warning.
+                let control2 = try LifecycleClient(socketPath: socketPath, timeout: .seconds(10))
+                defer { control2.close() }
+                #expect(try control2.getApp("backup").tasks.map(\.id) == [begun])
+            }
         }
     }
 }

@@ -364,13 +364,20 @@ private struct ModelRun {
     /// is held until the model removes it (cancel, completion, end) or it finishes, and nothing runnable waits.
     mutating func checkScheduling(_ newActions: ArraySlice<Action>) -> String? {
         let now = h.now
+        // Apps that re-attached in this step: told their running tasks again.
+        var reattached: Set<AppID> = []
         for action in newActions {
             switch action {
+            case .audit(let entry) where entry.kind == .reattached:
+                if let app = entry.app { reattached.insert(app) }
             case .send(let event, let app) where event.kind == .runScheduledTask:
                 guard let name = h.core.apps[app]?.name, let identifier = event.name, let task = event.taskIDs?.first
                 else { return "runScheduledTask without its app, identifier or task" }
                 let key = "\(name)/\(identifier)"
-                if let other = runningRequests[key] { return "\(key) runs as \(task) while it runs as \(other)" }
+                if let other = runningRequests[key] {
+                    if other == task && reattached.contains(app) { continue }
+                    return "\(key) runs as \(task) while it runs as \(other)"
+                }
                 runningRequests[key] = task
                 scheduledRuns += 1
             case .audit(let entry) where entry.kind == .taskEnded:

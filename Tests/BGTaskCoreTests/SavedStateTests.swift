@@ -222,4 +222,47 @@ struct SavedStateTests {
         }
         #expect(error != nil, "\(flaw) was restored")
     }
+
+    @Test("an app re-attaching after a restart is told again of its running scheduled task and of every warning sent")
+    func reattachRetellsTasks() throws {
+        var policy = CorePolicy()
+        policy.defaultAppPolicy.backgroundTime = .seconds(20)
+        let h = PolicyHarness(policy: policy)
+        h.setWallClockOffset(.seconds(1_800_000_000))
+        h.setConditions(Conditions(externalPower: true, network: true))
+        let mail = try h.register("mail")
+        try h.setState(mail, .background)
+        try h.acknowledgeLast(.didEnterBackground, of: mail)
+        _ = h.takeEffects()
+        let lease = try h.begin(mail, "upload")
+        try h.submit(
+            ScheduledRequest(
+                appName: "mail", identifier: "sync", kind: .processing, earliestBegin: .seconds(1_800_000_000),
+                constraints: [.externalPower]))
+        h.advance(by: .seconds(1))
+        guard case .running(_, let task) = try #require(h.core.scheduledRequests(app: "mail").first).state else {
+            Issue.record("the request did not run: \(h.core.scheduledRequests())")
+            return
+        }
+        // The lease's warning (the budget's last 5 s), then the scheduled task's (its power gone).
+        h.advance(by: .seconds(14))
+        h.setConditions(Conditions(externalPower: false, network: true))
+        let told = h.takeEffects().filter { $0.hasPrefix("mail ← ") }
+        #expect(
+            told == [
+                "mail ← runScheduledTask [\(task.rawValue)](sync)", "mail ← backgroundTaskExpiring [\(lease.rawValue)]",
+                "mail ← backgroundTaskExpiring [\(task.rawValue)]",
+            ])
+        try h.restart()
+        _ = h.takeEffects()
+        try h.register("mail")
+        let retold = h.takeEffects().filter { $0.hasPrefix("mail ← ") }
+        #expect(
+            retold == [
+                "mail ← runScheduledTask [\(task.rawValue)](sync)",
+                "mail ← backgroundTaskExpiring [\(lease.rawValue), \(task.rawValue)]",
+            ])
+        // Told again, nothing changed: no entry, the same deadlines.
+        #expect(h.core.scheduledRequests(app: "mail").first?.state == .running(app: mail, task: task))
+    }
 }

@@ -680,6 +680,29 @@ extension SoakCheckerTests {
         #expect(example.evidence.contains("had no backgroundTaskExpiring by t=25.000s"))
     }
 
+    @Test("after a restart an app is told from its re-attach: within the bound of it passes, later fails")
+    func scheduledTaskToldFromReattach() throws {
+        var scenario = SoakScenario()
+        var receipt = try #require(
+            scenario.evidence.scheduled.receipts.first { $0.taskId == 12 && $0.kind == .expiring })
+        scenario.evidence.scheduled.receipts.removeAll { $0.taskId == 12 && $0.kind == .expiring }
+        // The daemon restarted before the flip at t=24 (down at t=22, ready at t=22.5); clock re-attached at t=26.
+        scenario.evidence.restarts.append(
+            RestartEvidence(
+                cause: .killed, wasHangInjected: false, before: AppSnapshot(takenAt: at(21.9), apps: []),
+                stoppedAt: at(22), readyAt: at(22.5), after: AppSnapshot(takenAt: at(22.5), apps: [])))
+        scenario.receive(HistoryEntry(time: 0, app: "clock", kind: .reattached), at: at(26))
+        receipt.at = at(26.8)
+        scenario.evidence.scheduled.receipts.append(receipt)
+        #expect(SoakChecker.check(.constraintRespected, scenario.evidence, scenario.criteria).violationCount == 0)
+        // Told later than the bound after its re-attach: judged from it.
+        scenario.evidence.scheduled.receipts.removeAll { $0.taskId == 12 && $0.kind == .expiring }
+        receipt.at = at(27.5)
+        scenario.evidence.scheduled.receipts.append(receipt)
+        let example = try failure(of: scenario, .constraintRespected)
+        #expect(example.evidence.contains("had no backgroundTaskExpiring by t=27.000s"), "\(example)")
+    }
+
     @Test("a scheduled task still running past the bound plus ExpirationWarningSec after its power went fails")
     func scheduledTaskNotEndedAfterPowerLoss() throws {
         var scenario = SoakScenario()

@@ -79,6 +79,7 @@ final class Fixture: Sendable {
         case "begin": begin(arguments)
         case "end": end(arguments)
         case "remaining": remaining()
+        case "handle": handle(arguments)
         case "ack": acknowledge(arguments)
         case "on-expire": onExpire(arguments)
         case "on-terminate": onTerminate(arguments)
@@ -178,6 +179,18 @@ final class Fixture: Sendable {
         }
         app.endBackgroundTask(identifier)
         Output.line("ended \(number)")
+    }
+
+    /// A launch handler for a scheduled request identifier: it prints `launched IDENTIFIER task=ID` and leaves the
+    /// task running; its expiration handler prints `scheduled-expired ID`.
+    private func handle(_ arguments: [String]) {
+        guard let app = registeredApp(for: "handle") else { return }
+        guard let identifier = arguments.first else { return Output.line("error usage: handle IDENTIFIER") }
+        let isNew = app.register(forTaskWithIdentifier: identifier) { task in
+            Output.line("launched \(task.identifier) task=\(task.taskId)")
+            task.expirationHandler = { Output.line("scheduled-expired \(task.taskId)") }
+        }
+        Output.line(isNew ? "handling \(identifier)" : "error handle: \(identifier) has a handler already")
     }
 
     private func remaining() {

@@ -4,15 +4,17 @@
 //   --run COMMAND runs COMMAND at start, in order, exactly as if read from stdin (for a launched app, whose stdin
 //   is /dev/null); --stay keeps the process running once stdin closes, until --lifetime ends it.
 // Commands: register NAME [background] [exits-on-suspend] | unregister | begin [NAME] | end ID | remaining |
-//   ack auto|manual|never|EVENTID | on-expire end|keep | on-terminate exit|stay | on-warning free|keep |
-//   lock PATH | unlock | alloc MIB | state | ping | exit CODE
+//   handle IDENTIFIER | ack auto|manual|never|EVENTID | on-expire end|keep | on-terminate exit|stay |
+//   on-warning free|keep | lock PATH | unlock | alloc MIB | state | ping | exit CODE
 // Output: `ready pid=N` at start; `registered NAME state=S pid=N`, `began ID` (`began invalid` when refused),
-//   `ended ID`, `remaining SECONDS|unlimited`, `ack MODE`, `acked EVENTID`, `on-warning MODE`, `locked PATH`,
-//   `unlocked`, `allocated MIB total=MIB`, `state S`, `pong`; events as `event KIND id=N [tasks=..] [name=..
-//   payload=JSON count=N] [victim=RANK|safe]`; `freed MIB` after a memoryWarning with `on-warning free` (every
-//   allocation unmapped); `expired ID` (then `ended ID` unless `on-expire keep`) when an expiration handler runs;
-//   `connection lost|failed|reconnected|gave-up|request-failed ...`; `exiting stdin closed` or, with --stay,
-//   `staying stdin closed`; failures as `error ...`.
+//   `ended ID`, `remaining SECONDS|unlimited`, `handling IDENTIFIER`, `ack MODE`, `acked EVENTID`, `on-warning
+//   MODE`, `locked PATH`, `unlocked`, `allocated MIB total=MIB`, `state S`, `pong`; events as `event KIND id=N
+//   [tasks=..] [name=.. payload=JSON count=N] [victim=RANK|safe]`; `freed MIB` after a memoryWarning with
+//   `on-warning free` (every allocation unmapped); `expired ID` (then `ended ID` unless `on-expire keep`) when an
+//   expiration handler runs; `launched IDENTIFIER task=ID` when a scheduled task's launch handler runs, and
+//   `scheduled-expired ID` when its expiration handler does (the task is left running); `connection
+//   lost|failed|reconnected|gave-up|request-failed ...`; `exiting stdin closed` or, with --stay, `staying stdin
+//   closed`; failures as `error ...`.
 // The process exits by itself after --lifetime seconds (default 60) and, without --stay, when stdin closes, so a
 // test that loses track of it cannot leave it running.
 import BGTaskClient
