@@ -81,10 +81,16 @@ struct ManagerRestartTests {
             #expect(harness.log.contains("mail's background time is nearly used up"), "\(harness.log)")
             let (again, reply) = try harness.reattach(mail)
             #expect(reply.errorName == nil, "\(reply)")
-            #expect(try harness.events(of: again).map(\.kind) == ["backgroundTaskExpiring"])
-            // Held once: a second re-attach gets nothing again.
+            // The held warning, once: the core tells a re-attaching app its warned tasks again, and the manager
+            // leaves that out when it held the same.
+            let held = try harness.events(of: again)
+            #expect(held.map(\.kind) == ["backgroundTaskExpiring"], "\(held)")
+            // A second re-attach (its stream broke, say) is told the warning again, which it may have lost: a new
+            // event, not the held one twice.
             let (third, _) = try harness.reattach(again)
-            #expect(try harness.events(of: third).isEmpty)
+            let retold = try harness.events(of: third)
+            #expect(retold.map(\.kind) == ["backgroundTaskExpiring"], "\(retold)")
+            #expect(retold.map(\.id) != held.map(\.id), "\(retold) \(held)")
         }
     }
 
