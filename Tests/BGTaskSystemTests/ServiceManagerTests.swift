@@ -33,13 +33,7 @@ struct ServiceManagerTests {
             let loop = try EventLoop()
 
             // The probe finds the manager's private socket, and says so.
-            var probed: (ServiceManagerConnection?, ServiceManagerProbe)?
-            ServiceManagerConnection.probe(.user(runtimeDirectory: systemd.runtimeDirectory), loop: loop) {
-                probed = ($0, $1)
-            }
-            #expect(try turn(loop) { probed != nil })
-            let (found, probe) = try #require(probed)
-            let connection = try #require(found, "\(probe)")
+            let (connection, probe) = try probedConnection(to: systemd, on: loop)
             defer { connection.close() }
             print("ServiceManagerTests: \(probe)")
             let privateSocket = systemd.runtimeDirectory + "/systemd/private"
@@ -220,6 +214,21 @@ struct ServiceManagerTests {
     }
 }
 
+/// The contained manager's connection as the probe finds it (its private socket), with what the probe says.
+private func probedConnection(
+    to systemd: ContainedSystemd, on loop: EventLoop
+) throws -> (ServiceManagerConnection, ServiceManagerProbe) {
+    var probed: (ServiceManagerConnection?, ServiceManagerProbe)?
+    ServiceManagerConnection.probe(.user(runtimeDirectory: systemd.runtimeDirectory), loop: loop) {
+        probed = ($0, $1)
+    }
+    guard try turn(loop, until: { probed != nil }), let (found, probe) = probed else {
+        throw HarnessError("the probe of the contained manager never finished")
+    }
+    guard let connection = found else { throw HarnessError("no connection to the contained manager: \(probe)") }
+    return (connection, probe)
+}
+
 extension ServiceManagerTests {
     @Test(
         "a command not to be expanded reaches its program exactly: through ExecStartEx with no-env-expand, and through ExecStart with every $ doubled"
@@ -229,13 +238,7 @@ extension ServiceManagerTests {
             let systemd = try ContainedSystemd()
             defer { systemd.close() }
             let loop = try EventLoop()
-            var probed: (ServiceManagerConnection?, ServiceManagerProbe)?
-            ServiceManagerConnection.probe(.user(runtimeDirectory: systemd.runtimeDirectory), loop: loop) {
-                probed = ($0, $1)
-            }
-            #expect(try turn(loop) { probed != nil })
-            let (found, probe) = try #require(probed)
-            let connection = try #require(found, "\(probe)")
+            let (connection, _) = try probedConnection(to: systemd, on: loop)
             defer { connection.close() }
             let versionText = try connection.waitFor { connection.managerVersion(completion: $0) }
             let version = Int(versionText.prefix { $0.isNumber })
