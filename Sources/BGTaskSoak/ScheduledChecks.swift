@@ -15,6 +15,9 @@ struct ScheduledRunRecord {
     var ended: Duration?
     /// How it ended, as the entry says.
     var endCause: TaskEndCause?
+    /// Its `taskEnded` never came: it ended while no stream was followed, by `ended` at the latest (the first
+    /// listing of the apps after its begin without it).
+    var isEndInferred = false
 }
 
 extension SoakChecker {
@@ -55,6 +58,14 @@ extension SoakChecker {
                 continue
             }
         }
+        // A task whose end came while no stream was followed (a restart: `History()` keeps ends, but not always
+        // across a daemon's stop) is over by the first listing after its begin that does not hold it.
+        for (task, run) in runs where run.ended == nil {
+            if let listing = evidence.watchListings.first(where: { $0.takenAt > run.began && !$0.holds(task) }) {
+                runs[task]?.ended = listing.takenAt
+                runs[task]?.isEndInferred = true
+            }
+        }
         return runs
     }
 
@@ -64,7 +75,10 @@ extension SoakChecker {
     /// it) is told to stop, its app's expiration handler running, within the reaction bound, and ends within the
     /// bound plus `ExpirationWarningSec`. A daemon down at the flip (a restart under way) is judged from when it is
     /// ready again, and an app that had not re-attached to the daemon after a restart from when it did: the daemon
-    /// tells an app nothing before it has (and everything it must know once it has).
+    /// tells an app nothing before it has (and everything it must know once it has). A begin first seen while the
+    /// harness had the daemon hang (between the injection and the next daemon's readiness) is judged from the
+    /// hang's start: a stopped daemon delivers late what it decided before. A task whose `taskEnded` never came is
+    /// over by the first listing of the apps after its begin that does not hold it.
     static func checkConstraintRespected(_ evidence: SoakEvidence, _ criteria: SoakCriteria) -> InvariantResult {
         var log = ViolationLog(.constraintRespected, limit: criteria.counterExampleLimit)
         let scheduled = evidence.scheduled
@@ -75,7 +89,13 @@ extension SoakChecker {
             .sorted { ($0.began, $0.key, $0.taskId) < ($1.began, $1.key, $1.taskId) }
         for run in runs {
             log.checked()
-            let window = max(.zero, run.began - bound)...run.began
+            // A daemon made to hang delivers late what it decided before: a begin first seen between a hang's
+            // injection and the next daemon's readiness may have been decided when the hang began.
+            let decided =
+                evidence.restarts.last {
+                    $0.wasHangInjected && $0.stoppedAt <= run.began && run.began <= $0.readyAt
+                }?.stoppedAt ?? run.began
+            let window = max(.zero, decided - bound)...run.began
             guard !scheduled.wasOnline(during: window) else { continue }
             let since = scheduled.powerChanges.last { $0.at <= run.began }.map { moment($0.at) } ?? "the start"
             log.violated(
@@ -139,14 +159,26 @@ extension SoakChecker {
 
     /// No request (app and identifier) has two scheduled tasks open at once: at every `taskBegan` of a request, the
     /// task begun before it for the same request has ended (the entries come in the order the daemon recorded
-    /// them, on one stream).
+    /// them, on one stream), or a listing of the apps taken since no longer held it (it ended while no stream was
+    /// followed; counted).
     static func checkRequestRunsOnceAtATime(_ evidence: SoakEvidence, _ criteria: SoakCriteria) -> InvariantResult {
         var log = ViolationLog(.requestRunsOnceAtATime, limit: criteria.counterExampleLimit)
         let identifiers = evidence.scheduled.requirementsByIdentifier
         var open: [RequestKey: (taskId: Int, since: Duration)] = [:]
         var openKey: [TaskKey: RequestKey] = [:]
         var causes: [TaskEndCause: Int] = [:]
+        var endedUnseen = 0
+        var listings = evidence.watchListings.sorted { $0.takenAt < $1.takenAt }[...]
         for observed in evidence.entries {
+            // A listing of the apps shows which tasks ended while no stream was followed.
+            while let listing = listings.first, listing.takenAt <= observed.observedAt {
+                listings.removeFirst()
+                for (task, key) in openKey where !listing.holds(task) {
+                    openKey[task] = nil
+                    if open[key]?.taskId == task.taskId { open[key] = nil }
+                    endedUnseen += 1
+                }
+            }
             let entry = observed.entry
             guard let id = entry.taskId else { continue }
             let task = TaskKey(app: entry.app, taskId: id)
@@ -175,6 +207,8 @@ extension SoakChecker {
             log.measurements.append(
                 Measurement(name: "scheduled tasks ended \(cause.rawValue)", value: Double(causes[cause] ?? 0)))
         }
+        log.measurements.append(
+            Measurement(name: "scheduled tasks ended unseen (gone from a listing)", value: Double(endedUnseen)))
         return log.result
     }
 
@@ -255,5 +289,12 @@ extension SoakChecker {
             log.measurements.append(Measurement(name: name, value: Double(counts[name] ?? 0)))
         }
         return log.result
+    }
+}
+
+extension AppSnapshot {
+    /// Whether an app of the listing holds `task` open.
+    func holds(_ task: TaskKey) -> Bool {
+        apps.contains { $0.name == task.app && $0.tasks.contains { $0.id == task.taskId } }
     }
 }

@@ -670,6 +670,53 @@ extension SoakCheckerTests {
         #expect(SoakChecker.check(.constraintRespected, scenario.evidence, scenario.criteria).violationCount == 0)
     }
 
+    @Test("a begin first seen during an injected hang is judged from the hang's start: the daemon decided it before")
+    func scheduledTaskSeenLateThroughAHang() throws {
+        // Power on from t=18 to t=19 only, back at t=22: task 12, first seen at t=20.3, began with it off.
+        var scenario = SoakScenario()
+        scenario.evidence.scheduled.powerChanges[2].at = at(22)
+        scenario.evidence.scheduled.powerChanges.insert(
+            contentsOf: [
+                PowerChange(at: at(18), isOnline: true), PowerChange(at: at(19), isOnline: false),
+            ], at: 2)
+        let example = try failure(of: scenario, .constraintRespected)
+        #expect(example.evidence.contains("began at t=20.300s with external power off since t=19.000s"), "\(example)")
+        // The daemon was made to hang at t=19.2 (ready again at t=25): it may have begun the task at t=19.2, and
+        // delivered it late.
+        scenario.evidence.restarts.append(
+            RestartEvidence(
+                cause: .watchdog, wasHangInjected: true, before: AppSnapshot(takenAt: at(19.1), apps: []),
+                stoppedAt: at(19.2), readyAt: at(25), after: AppSnapshot(takenAt: at(25), apps: [])))
+        let result = SoakChecker.check(.constraintRespected, scenario.evidence, scenario.criteria)
+        #expect(!result.counterExamples.contains { $0.evidence.contains("began at") }, "\(result)")
+    }
+
+    @Test(
+        "a task whose end was never seen is over by the first listing without it: no power flip after is held against it"
+    )
+    func scheduledTaskEndedUnseen() throws {
+        var scenario = SoakScenario()
+        scenario.evidence.entries.removeAll { $0.entry.kind == .taskEnded && $0.entry.taskId == 12 }
+        let unended = SoakChecker.check(.constraintRespected, scenario.evidence, scenario.criteria)
+        let example = try #require(unended.counterExamples.first)
+        #expect(example.evidence.contains("task 12 of clock/scheduled-ac-1 (requires ac) never ended"), "\(example)")
+        let clock = AppInfo(name: "clock", state: .active, pid: 501, uid: 1000, managed: false)
+        // A listing that still holds it changes nothing.
+        var holding = clock
+        holding.tasks = [TaskInfo(id: 12, name: "scheduled-ac-1", ageSec: 5.7)]
+        scenario.evidence.watchListings = [AppSnapshot(takenAt: at(26), apps: [holding])]
+        #expect(SoakChecker.check(.constraintRespected, scenario.evidence, scenario.criteria).violationCount == 1)
+        // One without it: the task ended by t=26, within the bound plus ExpirationWarningSec of the flip.
+        scenario.evidence.watchListings.append(AppSnapshot(takenAt: at(26.5), apps: [clock]))
+        #expect(SoakChecker.check(.constraintRespected, scenario.evidence, scenario.criteria).violationCount == 0)
+        // And a later task of the same request does not run beside it.
+        scenario.receive(
+            HistoryEntry(time: 0, app: "clock", kind: .taskBegan, taskId: 15, taskName: "scheduled-ac-1"), at: at(40))
+        let once = SoakChecker.check(.requestRunsOnceAtATime, scenario.evidence, scenario.criteria)
+        #expect(once.violationCount == 0, "\(once)")
+        #expect(once.measurements.contains { $0.name.hasPrefix("scheduled tasks ended unseen") && $0.value == 1 })
+    }
+
     @Test("a scheduled task not told to stop within the reaction bound after its power went fails constraint-respected")
     func scheduledTaskNotWarned() throws {
         var scenario = SoakScenario()
