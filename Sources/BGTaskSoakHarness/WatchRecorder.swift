@@ -96,7 +96,7 @@ final class WatchRecorder: Sendable {
                     let now = clock.now()
                     if isFirstOfStream {
                         isFirstOfStream = false
-                        refill(before: entry, socketPath: socketPath)
+                        refill(socketPath: socketPath)
                     }
                     lastReceived = now
                     add([entry]) { _ in now }
@@ -111,25 +111,13 @@ final class WatchRecorder: Sendable {
         }
     }
 
-    /// Adds what `History()` holds unseen from before `first`, the new stream's first entry, stamped as a gap's
-    /// entries are. What came after `first` the stream brings, in its order (a `taskEnded` taken from `History()`
-    /// ahead of its `taskBegan`, which `History()` does not keep, would read as an end with no begin).
-    private func refill(before first: HistoryEntry, socketPath: String) {
+    /// Adds what `History()` holds unseen, stamped as a gap's entries are.
+    private func refill(socketPath: String) {
         guard let gap = try? LifecycleClient(socketPath: socketPath, timeout: .seconds(5)) else { return }
         defer { gap.close() }
         guard let history = try? gap.history() else { return }
-        let earlier =
-            history.firstIndex(of: first).map { history[..<$0] } ?? history.prefix { $0.time < first.time }
         let clock = clock
-        let count = state.withLock { $0.entries.count }
-        add(Array(earlier)) { clock.fromWallClock($0.time) }
-        // What it found was made while no stream was followed: the gap lasted until then.
-        state.withLock { state in
-            guard state.entries.count > count, let stamp = state.entries.last?.observedAt,
-                let index = state.gaps.indices.last, stamp > state.gaps[index].upperBound
-            else { return }
-            state.gaps[index] = state.gaps[index].lowerBound...stamp
-        }
+        add(history) { clock.fromWallClock($0.time) }
     }
 
     /// Stops following (within about a second).
