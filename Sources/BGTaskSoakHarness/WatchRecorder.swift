@@ -11,10 +11,7 @@ import Synchronization
 /// stream ends (the daemon went down), it connects again, subscribes, and fills the gap from `History()`: entries
 /// it has not seen are added first, stamped by their wall-clock time mapped onto the harness's clock (never earlier
 /// than the last entry received), then the daemon's listing of the apps, which tells what `History()` does not
-/// keep (state changes above all), then what the new stream brought. The subscription has no reply of its own, and
-/// the daemon may serve the `History()` call first: an entry made between the two would be in neither. So when the
-/// new stream's first entry arrives (the subscription was in force when it was made), `History()` is read again
-/// and what it holds unseen goes before that entry.
+/// keep (state changes above all), then what the new stream brought.
 final class WatchRecorder: Sendable {
     private struct State {
         var entries: [ObservedEntry] = []
@@ -89,15 +86,10 @@ final class WatchRecorder: Sendable {
                 if let listing { $0.listings.append(listing) }
             }
             isFirst = false
-            var isFirstOfStream = true
             while !stopping.load(ordering: .relaxed) {
                 do {
                     guard let entry = try stream.next(timeout: .milliseconds(500)) else { break }
                     let now = clock.now()
-                    if isFirstOfStream {
-                        isFirstOfStream = false
-                        refill(socketPath: socketPath)
-                    }
                     lastReceived = now
                     add([entry]) { _ in now }
                 } catch .timedOut {
@@ -109,15 +101,6 @@ final class WatchRecorder: Sendable {
             stream.close()
             client.close()
         }
-    }
-
-    /// Adds what `History()` holds unseen, stamped as a gap's entries are.
-    private func refill(socketPath: String) {
-        guard let gap = try? LifecycleClient(socketPath: socketPath, timeout: .seconds(5)) else { return }
-        defer { gap.close() }
-        guard let history = try? gap.history() else { return }
-        let clock = clock
-        add(history) { clock.fromWallClock($0.time) }
     }
 
     /// Stops following (within about a second).
