@@ -42,6 +42,10 @@ extension Lifecycle {
             $0.reason = finalReason
             $0.latency = sinceKill
         }
+        // A registration its name no longer leads to (the name registered again, or a later registration of it
+        // ended, while this process was still ending) is forgotten once its process is gone; kept, it would
+        // stay until `historySize` ended registrations came after it, reachable by nothing but its identity.
+        if endedNames[app.name] != id { forgetEnded(id) }
         evictEnded()
         armTimerIfDeadlineMoved(&actions, now: now)
         return actions
@@ -68,6 +72,9 @@ extension Lifecycle {
         }
         if liveNames[app.name] == id { setLiveName(app.name, to: nil) }
         if detachedNames[app.name] == id { detachedNames[app.name] = nil }
+        // The name's ended registration is this one now; the one before it is forgotten (its process gone), or
+        // when its process goes (`processExited`).
+        if let previous = endedNames[app.name], previous != id { forgetEnded(previous) }
         endedNames[app.name] = id
         endedOrder.append(id)
         isHistoryOrderChanged = true
@@ -94,8 +101,8 @@ extension Lifecycle {
         audit(.killed, id, now: now, into: &actions) { $0.reason = reason }
     }
 
-    /// Forgets an ended registration whose name registered again (its process may still be dying: then the
-    /// record stays until it is gone, reachable by identity only).
+    /// Forgets an ended registration its name no longer leads to (its process may still be dying: then the record
+    /// stays, reachable by identity only, until `processExited` forgets it).
     mutating func forgetEnded(_ id: AppID) {
         if let app = apps[id], app.isProcessGone, app.deadlines.isEmpty {
             apps.remove(id)

@@ -122,6 +122,8 @@ extension Manager: ProcessTableHost {
         let sinceKill = memoryMonitor?.victimExited(app)
         perform(core.processExited(app, how: how, exit: exit, sinceKill: sinceKill, now: now))
         connectionServer.detachEventStream(of: app)?.close(because: "the app's process exited")
+        // Held for a re-attach that can no longer come: a new process registers anew.
+        _ = connectionServer.takeHeldEvents(of: app)
     }
 
     func trackedProcessesChanged() {

@@ -149,6 +149,51 @@ struct BoundsTests {
         #expect(h.core.snapshot(of: apps[9], now: h.now)?.exitReason == .exited)
     }
 
+    @Test("an ended registration its name no longer leads to is forgotten once its process is gone")
+    func supersededEndedRegistrationsAreForgotten() throws {
+        // The default HistorySize (1000) is far above the rounds: only the rule under test can forget them.
+        let h = PolicyHarness()
+        var previous: AppID?
+        for round in 0..<50 {
+            let pid = Int32(1000 + round)
+            if let old = previous {
+                // The name registers again from a new process while the old one still runs its willTerminate
+                // grace; the old registration stays (its process may still need killing) until it is gone.
+                let app = try h.register("cycler", pid: pid)
+                #expect(h.state(old) == .terminated)
+                h.processExited(old)
+                #expect(h.state(old) == nil)
+                #expect(h.core.appID(named: "cycler") == app)
+                previous = app
+            } else {
+                previous = try h.register("cycler", pid: pid)
+            }
+            try h.terminate(previous!)
+        }
+        // The last one ended and its name has not registered again: it stays, as the name's ended registration.
+        h.processExited(previous!)
+        #expect(h.state(previous!) == .terminated)
+        #expect(h.core.snapshots(now: h.now, includeEnded: true).map(\.id) == [previous!])
+    }
+
+    @Test("a registration that ends after a newer one of its name leaves one ended registration for the name")
+    func olderRegistrationEndingLastReplacesTheNewer() throws {
+        let h = PolicyHarness()
+        // A process keeps running after its stream closed (detached); another registers the name and ends.
+        let detached = try h.register("mail", pid: 10)
+        h.closeRegistration(detached)
+        let newer = try h.register("mail", pid: 11)
+        try h.terminate(newer)
+        h.processExited(newer)
+        #expect(h.state(newer) == .terminated)
+        // The detached one's process ends last: it is the name's ended registration, and the newer is forgotten.
+        h.processExited(detached)
+        #expect(h.state(detached) == .terminated)
+        #expect(h.state(newer) == nil)
+        #expect(h.core.appID(named: "mail") == detached)
+        #expect(h.core.snapshots(now: h.now, includeEnded: true).map(\.id) == [detached])
+    }
+
     @Test("one name registered and closed again and again by one process keeps a bounded table")
     func sameNameCyclingIsBounded() throws {
         var policy = CorePolicy()

@@ -497,6 +497,10 @@ private struct ModelRun {
                 return "\(id) is stopped in state \(app.state)"
             }
             if app.state == .terminated && !app.openTasks.isEmpty { return "terminated \(id) holds tasks" }
+            // An ended registration whose process is gone is its name's; one no name leads to is forgotten.
+            if app.state == .terminated && app.isProcessGone && h.core.endedNames[app.name] != id {
+                return "ended \(id) (\(app.name)) is remembered though its name leads elsewhere"
+            }
             // An app exempted from suspension never is suspended again.
             if let exemption = app.suspensionExemption, app.state == .suspended {
                 return "\(id) is suspended though \(exemption)"
