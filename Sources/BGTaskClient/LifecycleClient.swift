@@ -148,11 +148,12 @@ public final class LifecycleClient: Sendable {
         try call(GetStatusParameters())
     }
 
-    /// Streams history entries as the daemon records them, on a connection of its own.
-    public func watch() throws(ClientError) -> WatchStream {
+    /// Streams history entries as the daemon records them, on a connection of its own; with `history`, the newest
+    /// `history` kept entries come first (`WatchStream.nextReply`: replayed), with no entry lost between the two.
+    public func watch(history: Int? = nil) throws(ClientError) -> WatchStream {
         let dedicated = try VarlinkConnection(socketPath: socketPath, maximumMessageSize: maximumMessageSize)
         do throws(ClientError) {
-            return WatchStream(stream: try dedicated.callStreaming(WatchParameters()))
+            return WatchStream(stream: try dedicated.callStreaming(WatchParameters(history: history)))
         } catch {
             dedicated.close()
             throw error
@@ -276,6 +277,12 @@ public final class WatchStream: Sendable {
     /// The next entry, waiting at most `timeout` (nil: no limit); nil when the daemon ended the stream.
     public func next(timeout: Duration? = nil) throws(ClientError) -> HistoryEntry? {
         try stream.next(timeout: timeout)?.entry
+    }
+
+    /// The next reply, waiting at most `timeout` (nil: no limit): its entry, and whether it is a kept entry sent
+    /// at the start (`watch(history:)`) rather than a new one; nil when the daemon ended the stream.
+    public func nextReply(timeout: Duration? = nil) throws(ClientError) -> (entry: HistoryEntry, isReplayed: Bool)? {
+        try stream.next(timeout: timeout).map { ($0.entry, $0.replayed ?? false) }
     }
 
     /// Ends the stream by closing its connection.

@@ -362,8 +362,25 @@ extension Manager {
         return CallOutcome(reply: HistoryReply(entries: entries))
     }
 
-    /// `Watch`: the connection streams audit entries from now on.
-    func watch(_ parameters: WatchParameters, _ call: IncomingCall) -> CallOutcome<WatchReply> {
+    /// `Watch`: the connection streams audit entries from now on, after the newest `history` kept entries the
+    /// caller may see (replayed). Both in one turn of the loop: no entry is recorded between them.
+    func watch(_ parameters: WatchParameters, _ call: IncomingCall) throws -> CallOutcome<WatchReply> {
+        if let history = parameters.history, history < 0 {
+            throw VarlinkError.invalidParameter(parameter: "history")
+        }
+        if let history = parameters.history, history > 0 {
+            let credentials = call.credentials
+            let isPrivileged = isPrivileged(call.connection)
+            let entries = trail.history(limit: history) { [core] entry in
+                isPrivileged || (entry.app.flatMap(core.uid(of:)) ?? entry.ownerUID) == credentials.uid
+            }
+            // Sent the way new entries are (held until the state they reflect is saved), so they keep their order.
+            for entry in entries {
+                let encoded = try codec.encodeReply(WatchReply(entry: entry, replayed: true), continues: true)
+                call.connection.streamOutputAllowance += encoded.count
+                transmit(encoded, on: call.connection)
+            }
+        }
         connectionServer.addWatcher(call.connection)
         return CallOutcome()
     }

@@ -215,6 +215,46 @@ func historyEntries(of app: String, daemon: DaemonHarness) throws -> [HistoryEnt
         }
     }
 
+    @Test("watch -n N shows the last N kept entries first, marked replayed in JSON, then what happens next")
+    func watchShowsKeptEntriesFirst() async throws {
+        try await offThePool {
+            let daemon = try DaemonHarness(configuration: roomyPolicy)
+            let before = try runBinary(["run", "--app", "e2e.before", "--", "true"], against: daemon)
+            #expect(before.status == .exited(0), "\(before.errors)")
+            // Its process's exit is recorded once the daemon sees it, maybe after `run` returns: wait for it, so
+            // that nothing is recorded between reading the history and the watch.
+            var kept: [HistoryEntry] = []
+            let deadline = MonotonicClock.now() + Duration.seconds(20).nanosecondCount
+            while !kept.contains(where: { $0.app == "e2e.before" && $0.kind == .processExited })
+                && MonotonicClock.now() < deadline
+            {
+                kept = try decode(HistoryReply.self, try runBinary(["history", "--json"], against: daemon).output)
+                    .entries
+            }
+            let watch = try BGTaskProcess(
+                ["watch", "-n", "1000", "--json"], environment: ["BGTASK_SOCKET": daemon.socketPath])
+            // The replay comes first, so the stream has started once its last entry shows: no retrying needed.
+            let last = try #require(kept.last)
+            try watch.waitForOutput(containing: #""kind":"\#(last.kind.rawValue)""#)
+            let after = try runBinary(["run", "--app", "e2e.after", "--", "true"], against: daemon)
+            #expect(after.status == .exited(0), "\(after.errors)")
+            try watch.waitForOutput(
+                containing: #""app":"e2e.after","band":null,"identifier":null,"kind":"processExited""#)
+            try watch.send(.interrupt)
+            let result = try watch.finish()
+            let replies = try result.output.split(separator: "\n").map {
+                try JSONDecoder().decode(WatchReply.self, from: Data($0.utf8))
+            }
+            let replayed = replies.prefix { $0.replayed == true }.map(\.entry)
+            #expect(replayed == kept, "every kept entry, oldest first, before anything new")
+            let new = replies.dropFirst(replayed.count)
+            #expect(new.allSatisfy { $0.replayed != true })
+            let first = try #require(new.first)
+            #expect(first.entry.app == "e2e.after" && first.entry.kind == .registered, "\(first)")
+            try daemon.stop()
+        }
+    }
+
     /// `--user` finds the daemon under `$XDG_RUNTIME_DIR/bgtaskd/`.
     @Test func userFlagFindsTheSocketUnderTheRuntimeDirectory() async throws {
         try await offThePool {

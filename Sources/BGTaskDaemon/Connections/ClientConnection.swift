@@ -117,6 +117,13 @@ final class ClientConnection {
     }
 
     private var bufferedOutput: Int { output.count - outputStart }
+    /// Bytes a stream began with (`Watch` replaying the kept history, bounded by `HistorySize`), not yet written:
+    /// allowed on top of `streamOutputLimit`, so a client reading its replay is not taken for one not reading.
+    var streamOutputAllowance = 0
+
+    private func noteWritten(_ count: Int) {
+        if streamOutputAllowance > 0 { streamOutputAllowance = max(0, streamOutputAllowance - count) }
+    }
     /// Bytes of replies and events for this client the manager holds until the state they reflect is saved
     /// (`Manager.transmit`): they count against the read pause like unsent output.
     var heldOutputBytes = 0
@@ -295,8 +302,10 @@ final class ClientConnection {
                 close(because: "write failed: \(error)")
                 return
             case .done(let written) where written == message.count:
+                noteWritten(written)
                 return
             case .done(let written):
+                noteWritten(written)
                 output.append(contentsOf: message.dropFirst(written))
             case .wouldBlock:
                 output.append(contentsOf: message)
@@ -304,7 +313,7 @@ final class ClientConnection {
         } else {
             output.append(contentsOf: message)
         }
-        if stream != nil && !wasEmpty && bufferedOutput > Self.streamOutputLimit {
+        if stream != nil && !wasEmpty && bufferedOutput > Self.streamOutputLimit + streamOutputAllowance {
             close(because: "the client is not reading its stream (\(bufferedOutput) bytes unsent)")
             return
         }
@@ -326,6 +335,7 @@ final class ClientConnection {
                 return
             case .done(let written):
                 outputStart += written
+                noteWritten(written)
             }
         }
         if outputStart > 0 && (bufferedOutput == 0 || outputStart > 1 << 20) {
