@@ -217,6 +217,21 @@ struct PlotTests {
         #expect(throughDots.slopePerHour < -40, "\(throughDots)")
     }
 
+    @Test("the summary over all series spans from the earliest point to the latest, whichever series holds them")
+    func overallSpanAcrossSeries() throws {
+        // A short soak's warnings: the first series' points all come after the second's (a `ClosedRange` from the
+        // first point joined to the last crashed the report).
+        let late = PlotSeries(
+            name: "budget", style: .points, points: [PlotPoint(time: 50, value: 2), PlotPoint(time: 55, value: 3)])
+        let early = PlotSeries(
+            name: "scheduled", style: .points, points: [PlotPoint(time: 10, value: 1), PlotPoint(time: 20, value: 4)])
+        let summary = Figure(
+            name: "n", title: "t", caption: "c", quantity: "q", unit: "ms", series: [late, early], duration: 60
+        ).summary
+        #expect(summary.overall.judgedSpan == 10...55)
+        #expect(summary.overall.count == 4)
+    }
+
     @Test("GetStatus failures split the line into segments: gaps, never zeros")
     func statusGaps() throws {
         var calls = (0..<120).map { StatusCall(at: .milliseconds(Int64($0) * 500), latency: .microseconds(400)) }

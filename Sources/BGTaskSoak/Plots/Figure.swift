@@ -122,13 +122,16 @@ public struct Figure: Hashable, Sendable {
     private func summarize(_ name: String, _ points: [PlotPoint], style: PlotStyle) -> SeriesSummary {
         let values = points.map(\.value)
         let judged = points.filter { isJudged($0.time) }
-        let span = (judged.last?.time ?? 0) - (judged.first?.time ?? 0)
+        // `all` joins the series one after another, so its points are in time order only within each.
+        let earliest = judged.lazy.map(\.time).min()
+        let latest = judged.lazy.map(\.time).max()
+        let span = (latest ?? 0) - (earliest ?? 0)
         let fitted = style == .points ? medianPerMinute(judged) : judged
         return SeriesSummary(
             name: name, count: points.count, median: quantile(values, 0.5), p99: quantile(values, 0.99),
             maximum: values.max(), judgedCount: judged.count,
             fit: judged.count >= 3 && span >= fitMinimumSpan ? LinearFit(fitted) : nil,
-            judgedSpan: judged.first.flatMap { first in judged.last.map { first.time...$0.time } })
+            judgedSpan: earliest.flatMap { earliest in latest.map { earliest...$0 } })
     }
 }
 
