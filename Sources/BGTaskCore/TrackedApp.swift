@@ -148,6 +148,9 @@ package struct TrackedApp: Sendable, Codable {
 package struct UsageLedger: Sendable, Codable {
     /// The rolling window of `BackgroundBudgetPerDaySec`.
     static let window: Duration = .seconds(24 * 60 * 60)
+    /// Stretches kept: past it the two oldest merge into one spanning both, which can only overcount (fail
+    /// closed), so an app moved in and out of background all day cannot grow it.
+    static let stretchesMax = 64
 
     /// One closed stretch of running in background.
     struct Stretch: Sendable, Codable {
@@ -165,6 +168,10 @@ package struct UsageLedger: Sendable, Codable {
         let horizon = end - Self.window
         if let first = stretches.firstIndex(where: { $0.end > horizon }), first > 0 {
             stretches.removeFirst(first)
+        }
+        while stretches.count > Self.stretchesMax {
+            let merged = Stretch(start: min(stretches[0].start, stretches[1].start), end: stretches[1].end)
+            stretches.replaceSubrange(0...1, with: [merged])
         }
     }
 

@@ -239,6 +239,29 @@ struct LeaseTimelineTests {
         #expect(try h.remaining(relaunched) == .seconds(600))
     }
 
+    @Test("an app moved in and out of background all day keeps a bounded ledger that never undercounts")
+    func dailyLedgerIsBounded() throws {
+        var policy = CorePolicy()
+        policy.defaultAppPolicy.backgroundBudgetPerDay = .seconds(3600)
+        let h = PolicyHarness(policy: policy)
+        let app = try h.register("flapper")
+        // 5,000 stretches of 100 ms in background, 1 s apart: 500 s used, well inside the day.
+        for _ in 0..<5_000 {
+            try h.setState(app, .background)
+            h.advance(by: .milliseconds(100))
+            try h.setState(app, .active)
+            h.advance(by: .milliseconds(900))
+        }
+        // What the policy holds stays small: the saved state (the ledger with it) is a few kilobytes, where 5,000
+        // stretches kept one by one took about 400 KiB.
+        let saved = try h.restart()
+        #expect(saved.count < 32 << 10, "\(saved.count) bytes saved")
+        // Merged stretches can only count more, never less: the app gets no time it did not have.
+        try h.setState(app, .background)
+        let remaining = try #require(try h.remaining(app))
+        #expect(remaining <= Duration.seconds(3600 - 500), "\(remaining)")
+    }
+
     @Test("an exhausted daily budget leaves no time: carried leases expire at once")
     func dailyBudgetExhausted() throws {
         var policy = CorePolicy()
