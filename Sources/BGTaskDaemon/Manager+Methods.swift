@@ -354,12 +354,18 @@ extension Manager {
     /// `History`: the entries the caller may see.
     func history(_ parameters: HistoryParameters, _ call: IncomingCall) throws -> CallOutcome<HistoryReply> {
         if let limit = parameters.limit, limit < 0 { throw VarlinkError.invalidParameter(parameter: "limit") }
+        let entries = trail.history(limit: parameters.limit, isVisible: historyVisibility(for: call))
+        return CallOutcome(reply: HistoryReply(entries: entries))
+    }
+
+    /// Which kept entries the caller of `History` or `Watch(history:)` may read: every one for a privileged
+    /// caller, else those about its own apps and requests.
+    private func historyVisibility(for call: IncomingCall) -> (AuditEntry) -> Bool {
         let credentials = call.credentials
         let isPrivileged = isPrivileged(call.connection)
-        let entries = trail.history(limit: parameters.limit) { [core] entry in
+        return { [core] entry in
             isPrivileged || (entry.app.flatMap(core.uid(of:)) ?? entry.ownerUID) == credentials.uid
         }
-        return CallOutcome(reply: HistoryReply(entries: entries))
     }
 
     /// `Watch`: the connection streams audit entries from now on, after the newest `history` kept entries the
@@ -369,11 +375,7 @@ extension Manager {
             throw VarlinkError.invalidParameter(parameter: "history")
         }
         if let history = parameters.history, history > 0 {
-            let credentials = call.credentials
-            let isPrivileged = isPrivileged(call.connection)
-            let entries = trail.history(limit: history) { [core] entry in
-                isPrivileged || (entry.app.flatMap(core.uid(of:)) ?? entry.ownerUID) == credentials.uid
-            }
+            let entries = trail.history(limit: history, isVisible: historyVisibility(for: call))
             // Sent the way new entries are (held until the state they reflect is saved), so they keep their order.
             for entry in entries {
                 let encoded = try codec.encodeReply(WatchReply(entry: entry, replayed: true), continues: true)
