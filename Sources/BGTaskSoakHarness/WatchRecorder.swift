@@ -1,5 +1,4 @@
-// The daemon's audit trail as the harness receives it: `Watch()` stamped on arrival, its replayed history filling
-// gaps.
+// The daemon's audit trail as the harness receives it: `Watch()` stamped on arrival, `History()` filling gaps.
 
 import BGTaskClient
 import BGTaskPOSIX
@@ -8,12 +7,11 @@ import BGTaskSoak
 import Glibc
 import Synchronization
 
-/// Follows `Watch()` on a thread of its own, stamping each entry with the harness's clock as it arrives. Each
-/// subscription asks for the kept history first (`Watch(history:)`), so when the stream ends (the daemon went down)
-/// and it subscribes again, the gap is filled from the same stream, with no entry lost between the two: kept
-/// entries it has not seen are added, stamped by their wall-clock time mapped onto the harness's clock (never
-/// earlier than the last entry received); then the daemon's listing of the apps, taken once the subscription is
-/// in effect, tells what the history does not keep (state changes above all); then come the new entries.
+/// Follows `Watch()` on a thread of its own, stamping each entry with the harness's clock as it arrives. When the
+/// stream ends (the daemon went down), it connects again, subscribes, and fills the gap from `History()`: entries
+/// it has not seen are added first, stamped by their wall-clock time mapped onto the harness's clock (never earlier
+/// than the last entry received), then the daemon's listing of the apps, which tells what `History()` does not
+/// keep (state changes above all), then what the new stream brought.
 final class WatchRecorder: Sendable {
     private struct State {
         var entries: [ObservedEntry] = []
@@ -41,7 +39,7 @@ final class WatchRecorder: Sendable {
     var entries: [ObservedEntry] { state.withLock { $0.entries } }
 
     /// When no stream was followed: from the last entry received before a stream ended (or the start) until a new
-    /// one was subscribed (its first reply received) and the apps listed.
+    /// one was subscribed and the gap filled from `History()`.
     var gaps: [ClosedRange<Duration>] { state.withLock { $0.gaps } }
 
     /// The daemon's listings of the apps, each taken right after a stream was subscribed and its gap filled.
@@ -60,50 +58,24 @@ final class WatchRecorder: Sendable {
         }
     }
 
-    /// Kept entries asked for at each subscription: more than any `HistorySize` the harness configures.
-    static let replayedEntries = 1 << 20
-
     private func follow(socketPath: String) {
         var isFirst = true
         var lastReceived = Duration.zero
-        let clock = clock
-        // A kept entry the subscription replayed is stamped by its wall-clock time; a new one on arrival.
-        func receive(_ reply: (entry: HistoryEntry, isReplayed: Bool)) {
-            if reply.isReplayed {
-                add([reply.entry]) { clock.fromWallClock($0.time) }
-            } else {
-                let now = clock.now()
-                lastReceived = now
-                add([reply.entry]) { _ in now }
-            }
-        }
         while !stopping.load(ordering: .relaxed) {
             guard let client = try? LifecycleClient(socketPath: socketPath, timeout: .seconds(5)),
-                let stream = try? client.watch(history: Self.replayedEntries)
+                let stream = try? client.watch()
             else {
                 usleep(100_000)
                 continue
             }
             if !isFirst { state.withLock { $0.reconnects += 1 } }
-            // The first reply shows the subscription in effect; the kept entries it replays fill the gap, with
-            // nothing lost between them and the new ones (the daemon starts both in one step).
-            var first: (entry: HistoryEntry, isReplayed: Bool)?
-            var isOpen = true
-            while first == nil && isOpen && !stopping.load(ordering: .relaxed) {
-                do {
-                    first = try stream.nextReply(timeout: .milliseconds(500))
-                    if first == nil { isOpen = false }
-                } catch .timedOut {
-                    continue
-                } catch {
-                    isOpen = false
-                }
-            }
-            if let first { receive(first) }
-            // Taken after the subscription: whatever changes after it, the new stream brings. It tells what the
-            // history does not keep (state changes above all).
             var listing: AppSnapshot?
-            if isOpen, let gap = try? LifecycleClient(socketPath: socketPath, timeout: .seconds(5)) {
+            if let gap = try? LifecycleClient(socketPath: socketPath, timeout: .seconds(5)) {
+                if let history = try? gap.history() {
+                    let clock = clock
+                    add(history) { clock.fromWallClock($0.time) }
+                }
+                // Taken after the subscription: whatever changes after it, the new stream brings.
                 let asked = clock.now()
                 listing = (try? gap.listApps()).map { AppSnapshot(takenAt: asked, apps: $0) }
                 gap.close()
@@ -114,10 +86,12 @@ final class WatchRecorder: Sendable {
                 if let listing { $0.listings.append(listing) }
             }
             isFirst = false
-            while isOpen && !stopping.load(ordering: .relaxed) {
+            while !stopping.load(ordering: .relaxed) {
                 do {
-                    guard let reply = try stream.nextReply(timeout: .milliseconds(500)) else { break }
-                    receive(reply)
+                    guard let entry = try stream.next(timeout: .milliseconds(500)) else { break }
+                    let now = clock.now()
+                    lastReceived = now
+                    add([entry]) { _ in now }
                 } catch .timedOut {
                     continue
                 } catch {
