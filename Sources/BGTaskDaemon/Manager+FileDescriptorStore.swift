@@ -43,8 +43,9 @@ extension Manager {
 
     /// Takes back the event streams the last daemon kept in the fd store, each only for a restored app whose
     /// process was adopted and is the stream's peer (same pid and uid); the others are shut and dropped from the
-    /// store. Called while restoring, before the policy catches up, so events of deadlines that passed meanwhile
-    /// reach the apps.
+    /// store. Called while restoring, before the policy is given any input (each one catches it up), so events of
+    /// deadlines that passed meanwhile reach the apps: one sent to a restored app without a stream is held for its
+    /// `Register`, and an app whose stream was kept never registers again.
     func adoptStoredStreams() {
         let stored = streamStore.takeHandedOver()
         var kept = 0

@@ -127,14 +127,16 @@ extension Manager {
             supervisor?.adopted(process)
             adopted += 1
         }
+        // The streams come back before the policy is given any input: every input catches it up (an app that
+        // ended meanwhile below warns another whose deadline passed), and what it sends must reach the apps
+        // whose streams the fd store kept, which never register again to be handed what was held for them.
+        adoptStoredStreams()
         // A registration the policy watches a process for that no saved process names: nothing vouches for it.
         exitedApps += core.appsWatchingProcesses.filter { processOfApp[$0] == nil && !exitedApps.contains($0) }
         for app in exitedApps {
             logger.notice("\(appName(app))'s process ended while bgtaskd was not running", [.app(appName(app))])
             perform(core.processExited(app, how: .exited, now: now))
         }
-        // The streams come back before the policy catches up: what it sends now reaches the apps.
-        adoptStoredStreams()
         perform(core.restarted(now: now))
         // A process the last daemon left stopped whose apps are no longer all suspended must run.
         for process in processes.values where process.isStopped {

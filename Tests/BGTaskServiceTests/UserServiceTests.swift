@@ -114,6 +114,47 @@ struct UserServiceTests {
         var testDescription: String { rawValue }
     }
 
+    /// A scheduled task's warning that falls due while no daemon runs is sent by the next one as it restores, and
+    /// reaches the app through the event stream the fd store kept. The new daemon's first input to the policy is
+    /// the end of an app that died meanwhile, and that catches the scheduled work up: the warning used to be
+    /// decided before the kept streams were taken back, held for a registration that never came (the app kept its
+    /// stream and had no reason to register again), and never sent. The hour-long soak under systemd counted 46
+    /// such warnings, every one at a restart.
+    @Test("a scheduled task warned as the daemon restores, after another app's end, hears it on its kept stream")
+    func scheduledWarningAfterRestore() async throws {
+        try await offThePool {
+            // The new daemon comes back 4 s after the kill (ExecStartPre=): past the task's warning, 2 s after its
+            // begin, and before its end, 8 s after it.
+            let service = try InstalledUserService(
+                configuration: "[Policy]\nExpirationWarningSec=6s\n[Scheduling]\nRefreshTaskSec=8s\n",
+                serviceSettings: "ExecStartPre=/bin/sleep 4")
+            defer { service.close() }
+            let worker = try service.app("worker")
+            let doomed = try service.app("doomed")
+            defer { for app in [worker, doomed] { app.terminate() } }
+            #expect(try worker.run("handle fetch", "handling") == "handling fetch")
+            let control = try service.connect()
+            let submitted = try control.lifecycle("SubmitRequest", ["app": "worker", "identifier": "fetch"])
+            #expect(submitted.parameters["request"]?["state"] == "running", "\(submitted)")
+            let launched = try worker.waitForLine { $0.hasPrefix("launched fetch") }
+            let taskId = try #require(launched.split(separator: "=").last.map(String.init))
+            control.close()
+            let oldPID = try #require(try service.mainPID())
+            let restarts = try service.service(["NRestarts"])["NRestarts"].flatMap(Int.init) ?? 0
+            let oldDaemon = try PidFD.open(pid: oldPID)
+            defer { try? oldDaemon.close() }
+            try oldDaemon.sendSignal(.kill)
+            try doomed.process.pidFD.sendSignal(.kill)
+            try service.waitForNewDaemon(replacing: oldPID, restarts: restarts)
+            #expect(service.log.contains("doomed's process ended while bgtaskd was not running"), "\(service.log)")
+            #expect(service.log.contains("apps' event streams back from the fd store"), "\(service.log)")
+            let heard = try worker.waitForLine {
+                $0.hasPrefix("scheduled-expired") || $0.hasPrefix("connection")
+            }
+            #expect(heard == "scheduled-expired \(taskId)", "worker was not warned: \(heard); \(service.log)")
+        }
+    }
+
     /// Leases and remaining time kept, suspended apps suspended again, dead apps exited, passed deadlines acted on;
     /// stopping the service for good leaves nothing stopped.
     @Test("scheduled requests go to the unit's StateDirectory, and come back from it when the runtime state is lost")
@@ -226,6 +267,13 @@ struct UserServiceTests {
                     $0.objectValue?["app"] == "deadline" && $0.objectValue?["kind"] == "terminated"
                         && $0.objectValue?["reason"] == "task-expired"
                 }, "no expiry of the deadline app; the daemon logged:\n\(service.log)")
+            // And the app was warned first, though its warning fell due while no daemon ran and was sent as the new
+            // one caught up with the app that died meanwhile: before its stream came back from the fd store, that
+            // warning was held for a registration that never came (the app kept its stream), and never sent.
+            let warned = try deadline.waitForLine {
+                $0.hasPrefix("event backgroundTaskExpiring") || $0.hasPrefix("event willTerminate")
+            }
+            #expect(warned.hasPrefix("event backgroundTaskExpiring"), "deadline was not warned: \(warned)")
 
             // After a crash or a watchdog abort the apps' event streams came back from the fd store: worker never
             // saw the daemon go. (A `systemctl restart` stops the service, and systemd 252 empties the fd store
