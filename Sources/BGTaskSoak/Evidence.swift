@@ -7,8 +7,8 @@ import BGTaskProtocol
 
 /// Everything a soak run observed, judged by `SoakChecker`.
 public struct SoakEvidence: Hashable, Sendable {
-    /// The `Watch()` stream (with `History()` filling any gap across a restart), each entry once, in the order
-    /// received.
+    /// The `Watch()` stream (with the kept history it replays at each subscription filling any gap across a
+    /// restart), each entry once, in the order received.
     public var entries: [ObservedEntry]
     /// The harness's samples of the apps' processes, with the state the daemon reported about then.
     public var processSamples: [ProcessSample]

@@ -58,8 +58,8 @@ extension SoakChecker {
                 continue
             }
         }
-        // A task whose end came while no stream was followed (a restart: `History()` keeps ends, but not always
-        // across a daemon's stop) is over by the first listing after its begin that does not hold it.
+        // A task whose end came while no stream was followed, and which the kept history replayed at the next
+        // subscription did not bring either, is over by the first listing after its begin that does not hold it.
         for (task, run) in runs where run.ended == nil {
             if let listing = evidence.watchListings.first(where: { $0.takenAt > run.began && !$0.holds(task) }) {
                 runs[task]?.ended = listing.takenAt

@@ -1,4 +1,5 @@
-// The daemon's audit trail as the harness receives it: `Watch()` stamped on arrival, `History()` filling gaps.
+// The daemon's audit trail as the harness receives it: `Watch()` stamped on arrival, its replayed history filling
+// gaps.
 
 import BGTaskClient
 import BGTaskPOSIX
@@ -7,11 +8,12 @@ import BGTaskSoak
 import Glibc
 import Synchronization
 
-/// Follows `Watch()` on a thread of its own, stamping each entry with the harness's clock as it arrives. When the
-/// stream ends (the daemon went down), it connects again, subscribes, and fills the gap from `History()`: entries
-/// it has not seen are added first, stamped by their wall-clock time mapped onto the harness's clock (never earlier
-/// than the last entry received), then the daemon's listing of the apps, which tells what `History()` does not
-/// keep (state changes above all), then what the new stream brought.
+/// Follows `Watch()` on a thread of its own, stamping each entry with the harness's clock as it arrives. Each
+/// subscription asks for the kept history first (`Watch(history:)`), so when the stream ends (the daemon went down)
+/// and it subscribes again, the gap is filled from the same stream, with no entry lost between the two: kept
+/// entries it has not seen are added, stamped by their wall-clock time mapped onto the harness's clock (never
+/// earlier than the last entry received); then the daemon's listing of the apps, taken once the subscription is
+/// in effect, tells what the history does not keep (state changes above all); then come the new entries.
 final class WatchRecorder: Sendable {
     private struct State {
         var entries: [ObservedEntry] = []
@@ -39,7 +41,7 @@ final class WatchRecorder: Sendable {
     var entries: [ObservedEntry] { state.withLock { $0.entries } }
 
     /// When no stream was followed: from the last entry received before a stream ended (or the start) until a new
-    /// one was subscribed and the gap filled from `History()`.
+    /// one was subscribed (its first reply received) and the apps listed.
     var gaps: [ClosedRange<Duration>] { state.withLock { $0.gaps } }
 
     /// The daemon's listings of the apps, each taken right after a stream was subscribed and its gap filled.
@@ -58,24 +60,50 @@ final class WatchRecorder: Sendable {
         }
     }
 
+    /// Kept entries asked for at each subscription: more than any `HistorySize` the harness configures.
+    static let replayedEntries = 1 << 20
+
     private func follow(socketPath: String) {
         var isFirst = true
         var lastReceived = Duration.zero
+        let clock = clock
+        // A kept entry the subscription replayed is stamped by its wall-clock time; a new one on arrival.
+        func receive(_ reply: (entry: HistoryEntry, isReplayed: Bool)) {
+            if reply.isReplayed {
+                add([reply.entry]) { clock.fromWallClock($0.time) }
+            } else {
+                let now = clock.now()
+                lastReceived = now
+                add([reply.entry]) { _ in now }
+            }
+        }
         while !stopping.load(ordering: .relaxed) {
             guard let client = try? LifecycleClient(socketPath: socketPath, timeout: .seconds(5)),
-                let stream = try? client.watch()
+                let stream = try? client.watch(history: Self.replayedEntries)
             else {
                 usleep(100_000)
                 continue
             }
             if !isFirst { state.withLock { $0.reconnects += 1 } }
-            var listing: AppSnapshot?
-            if let gap = try? LifecycleClient(socketPath: socketPath, timeout: .seconds(5)) {
-                if let history = try? gap.history() {
-                    let clock = clock
-                    add(history) { clock.fromWallClock($0.time) }
+            // The first reply shows the subscription in effect; the kept entries it replays fill the gap, with
+            // nothing lost between them and the new ones (the daemon starts both in one step).
+            var first: (entry: HistoryEntry, isReplayed: Bool)?
+            var isOpen = true
+            while first == nil && isOpen && !stopping.load(ordering: .relaxed) {
+                do {
+                    first = try stream.nextReply(timeout: .milliseconds(500))
+                    if first == nil { isOpen = false }
+                } catch .timedOut {
+                    continue
+                } catch {
+                    isOpen = false
                 }
-                // Taken after the subscription: whatever changes after it, the new stream brings.
+            }
+            if let first { receive(first) }
+            // Taken after the subscription: whatever changes after it, the new stream brings. It tells what the
+            // history does not keep (state changes above all).
+            var listing: AppSnapshot?
+            if isOpen, let gap = try? LifecycleClient(socketPath: socketPath, timeout: .seconds(5)) {
                 let asked = clock.now()
                 listing = (try? gap.listApps()).map { AppSnapshot(takenAt: asked, apps: $0) }
                 gap.close()
@@ -86,12 +114,10 @@ final class WatchRecorder: Sendable {
                 if let listing { $0.listings.append(listing) }
             }
             isFirst = false
-            while !stopping.load(ordering: .relaxed) {
+            while isOpen && !stopping.load(ordering: .relaxed) {
                 do {
-                    guard let entry = try stream.next(timeout: .milliseconds(500)) else { break }
-                    let now = clock.now()
-                    lastReceived = now
-                    add([entry]) { _ in now }
+                    guard let reply = try stream.nextReply(timeout: .milliseconds(500)) else { break }
+                    receive(reply)
                 } catch .timedOut {
                     continue
                 } catch {
