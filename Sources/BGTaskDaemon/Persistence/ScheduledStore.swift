@@ -16,26 +16,31 @@ import Glibc
 ///
 /// Written when the requests changed, at most once per `writeInterval`, by a worker thread (a write ends with
 /// `fsync` of the file and its directory, which a slow disk can stretch to seconds: never on the loop). Only the
-/// latest encoding waits to be written. At stop the last one is written before the daemon exits.
+/// latest requests wait to be written; the worker encodes them too. At stop the last ones are written before the
+/// daemon exits.
 final class ScheduledStore {
     /// The file.
     let path: String
     /// How often at most the file is written while requests keep changing. One second: a power cut loses at most
     /// the last second's submits, and a peer submitting in a loop costs one write a second.
     static let writeInterval: Duration = .seconds(1)
+    /// An encoding at least this large is followed by a trim of the heap (`Heap.trim()`): it peaks the heap at
+    /// several times its size and frees it all, which would otherwise stay resident; smaller ones peak it by less
+    /// than a trim is worth.
+    static let trimAfterEncodingBytes = 64 << 10
     /// The largest file read back: 4096 requests (`ScheduledRequestsMax`) take well under 4 MiB.
     static let readLimit = 16 << 20
 
     private let logger: Logger
     private let loop: EventLoop
     private let clock: ManagerClock
-    private var worker: BackgroundWorker<[UInt8], String?>?
+    private var worker: BackgroundWorker<SavedScheduling, String?>?
     private var outcomeSource: IOSource?
     private var timer: ManagerTimer?
     /// The revision of the requests last handed to the worker.
     private var handedRevision: UInt64?
-    /// An encoding waiting for the worker to finish the one before.
-    private var waiting: [UInt8]?
+    /// Requests waiting for the worker to finish writing the ones before.
+    private var waiting: SavedScheduling?
     /// Whether a write is running.
     private var isWriting = false
     private var lastHanded: MonotonicInstant?
@@ -106,8 +111,8 @@ final class ScheduledStore {
             }
         }
         do {
-            let worker = try BackgroundWorker<[UInt8], String?>(name: "bgtask-schedule", capacity: 1) {
-                [path] bytes in Self.write(bytes, to: path)
+            let worker = try BackgroundWorker<SavedScheduling, String?>(name: "bgtask-schedule", capacity: 1) {
+                [path] scheduling in Self.encodeAndWrite(scheduling, to: path)
             }
             self.worker = worker
             outcomeSource = try loop.addIO(fd: worker.outcomesReady, events: .readable, name: "scheduled-written") {
@@ -133,28 +138,23 @@ final class ScheduledStore {
             if timer?.deadline == nil { try? timer?.rearm(at: last + Self.writeInterval) }
             return
         }
-        let bytes: [UInt8]
-        do {
-            bytes = try Self.encode(scheduling())
-        } catch {
-            report("cannot encode the scheduled requests: \(error)")
-            return
-        }
         handedRevision = revision
         lastHanded = now
-        hand(bytes)
+        hand(scheduling())
     }
 
-    private func hand(_ bytes: [UInt8]) {
+    /// The requests go to the worker, which encodes and writes them: with a day's ledgers the file is a megabyte,
+    /// whose encoding took the loop a tenth of a second, every second that requests changed.
+    private func hand(_ scheduling: SavedScheduling) {
         guard let worker else { return }
         if isWriting {
-            waiting = bytes
+            waiting = scheduling
             return
         }
-        if worker.submit(bytes) {
+        if worker.submit(scheduling) {
             isWriting = true
         } else {
-            waiting = bytes
+            waiting = scheduling
         }
     }
 
@@ -211,6 +211,19 @@ final class ScheduledStore {
                 SavedScheduledFile(
                     format: SavedScheduledFile.formatName, version: SavedScheduledFile.currentVersion,
                     scheduling: scheduling)))
+    }
+
+    /// Encodes `scheduling` and writes it in place of the file (`write`), then trims the heap after a large
+    /// encoding. Returns why it failed, or nil. Runs on the worker thread.
+    static func encodeAndWrite(_ scheduling: SavedScheduling, to path: String) -> String? {
+        let bytes: [UInt8]
+        do {
+            bytes = try encode(scheduling)
+        } catch {
+            return "cannot encode the scheduled requests: \(error)"
+        }
+        defer { if bytes.count >= trimAfterEncodingBytes { Heap.trim() } }
+        return write(bytes, to: path)
     }
 
     /// Writes `bytes` in place of the file, durably (`FileReplacement`, with `fsync` of the file and its

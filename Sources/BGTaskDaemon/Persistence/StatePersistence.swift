@@ -303,6 +303,10 @@ final class StatePersistence {
                 if let generation = outcome.journal { store.removeJournals(before: generation) }
             }
         }
+        // The snapshot's encoding, on the writer's arena, and (the first one, at start) the parse of the state
+        // restored before it, each peak the heap for a moment and free it all: freed, it stays resident until
+        // trimmed, and a daemon restarted with a larger state would show a larger RSS for as long as it runs.
+        Heap.trim()
         // A save that waited for the snapshot (no journal) goes now.
         if journal == nil, isDirty { saveState() }
     }
