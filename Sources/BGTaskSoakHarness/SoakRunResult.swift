@@ -29,6 +29,11 @@ public struct SoakRunResult: Sendable {
     /// Entries received from the daemon, and process samples taken.
     public var entryCount: Int
     public var processSampleCount: Int
+    /// How many times the harness subscribed to `Watch()` (once at the start, then after each stream's end).
+    public var watchSubscriptions: Int
+    /// For each entry received live, how long after the daemon recorded it (its wall-clock time) the harness
+    /// received it, in seconds, sorted: how far behind the daemon the stream, and so each stamp, ran.
+    public var watchLags: [Double]
     /// The checker's verdicts.
     public var report: SoakReport
     /// How many times the harness lowered `AppsMemoryMax` under the apps' total.
@@ -56,12 +61,24 @@ public struct SoakRunResult: Sendable {
         resources = evidence.resourceSamples
         entryCount = evidence.entries.count
         processSampleCount = evidence.processSamples.count
+        watchSubscriptions = evidence.watchGaps.count
+        watchLags = evidence.entries.map { ($0.observedAt - run.clock.fromWallClock($0.entry.time)).secondsValue }
+            .sorted()
         memoryPressurePhases = evidence.memoryLimitChanges.filter { $0.appsMemoryMax < run.appsMemoryMaxBytes }.count
         self.report = report
     }
 
     /// Whether every invariant held and every requested fault was injected.
     public var isPassing: Bool { report.isPassing && faults.values.allSatisfy { $0 > 0 } }
+
+    /// The lag of the Watch stream as its quantiles, in milliseconds.
+    var watchLagSummary: String {
+        guard !watchLags.isEmpty else { return "none received" }
+        func quantile(_ q: Double) -> String {
+            format(watchLags[min(watchLags.count - 1, Int((Double(watchLags.count - 1) * q).rounded()))] * 1000, 1)
+        }
+        return "p50 \(quantile(0.5)) ms, p99 \(quantile(0.99)) ms, max \(quantile(1)) ms"
+    }
 
     /// The `q` quantile of the lease latencies in milliseconds; nil without samples.
     public func leaseLatencyMilliseconds(_ q: Double) -> Double? {
@@ -82,7 +99,9 @@ public struct SoakRunResult: Sendable {
             "- seed: \(seed) (schedule \(scheduleDigest))",
             "- apps: \(apps), duration: \(format(durationSeconds, 0)) s, daemon run by "
                 + (usesSystemd ? "a contained systemd manager" : "the harness"),
-            "- entries watched: \(entryCount), process samples: \(processSampleCount)", "",
+            "- entries watched: \(entryCount), process samples: \(processSampleCount)",
+            "- Watch subscriptions: \(watchSubscriptions); entries received after the daemon recorded them: "
+                + watchLagSummary, "",
             "## Invariants", "",
         ]
         lines += report.markdown.split(separator: "\n", omittingEmptySubsequences: false).dropFirst(2).map(String.init)
