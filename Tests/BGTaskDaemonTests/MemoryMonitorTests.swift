@@ -80,8 +80,12 @@ private final class FakeMemoryHost: MemoryMonitorHost {
         return true
     }
 
+    /// Run on the core after each input the monitor feeds it: what the daemon does in consequence.
+    var afterInput: ((inout Lifecycle) -> Void)?
+
     func feedMemoryInput<Failure: Error>(_ input: (inout Lifecycle) throws(Failure) -> [Action]) throws(Failure) {
         performed += try input(&core)
+        afterInput?(&core)
     }
 
     var appsPressureFile: String? { nil }
@@ -155,6 +159,35 @@ struct MemoryMonitorTests {
         #expect(monitor.victimExited(heavy) == .milliseconds(30))
         #expect(monitor.victimExited(light) == nil, "light was never a victim")
         #expect(host.log.contains("reclaiming"))
+    }
+
+    @Test("an app moved to a later band by a kill's consequences in mid-round is passed over for the earlier band")
+    func roundFollowsBandsAsTheyAre() throws {
+        let host = try FakeMemoryHost()
+        let first = try host.addApp("first", serial: 1)
+        let woken = try host.addApp("woken", serial: 2)
+        let idle = try host.addApp("idle", serial: 3)
+        let busy = try host.addApp("busy", serial: 4)
+        _ = try host.core.beginBackgroundTask(busy, name: "upload", now: host.clock.now)
+        let monitor = makeMonitor(host)
+        monitor.appsChanged()
+        host.clock.advance(to: host.clock.now)
+        // 145 MiB against 100: about 55 MiB to free, so two victims of the three idle ones, heaviest first.
+        let readings: [Int: UInt64] = [1: 45 * mebibyte, 2: 44 * mebibyte, 3: 40 * mebibyte, 4: 16 * mebibyte]
+        monitor.sampleArrived(sample(readings))
+        #expect(host.reclaimed.isEmpty, "warned first")
+        // The first kill has the daemon begin work in the next in line (as a scheduled task begun in an app it
+        // woke): from then on it is in background with a task, after every idle app.
+        host.afterInput = { core in
+            guard core.reclamationBand(of: first) == nil, core.reclamationBand(of: woken) == .backgroundIdle else {
+                return
+            }
+            _ = try? core.beginBackgroundTask(woken, name: "scheduled", now: host.clock.now)
+        }
+        host.clock.advance(to: host.clock.now + .seconds(1))
+        monitor.sampleArrived(sample(readings))
+        #expect(host.core.reclamationBand(of: woken) == .backgroundWithTasks)
+        #expect(host.reclaimed == [first, idle], "reclaimed \(host.reclaimed) of first \(first), idle \(idle)")
     }
 
     @Test("an app registered while a sample is out is weighed before anyone is reclaimed, and dies first if heaviest")

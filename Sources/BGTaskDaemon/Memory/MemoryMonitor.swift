@@ -356,7 +356,18 @@ final class MemoryMonitor {
         logger.notice(
             "reclaiming \(bytesToFree) bytes (\(trigger)); apps in reclamation order: "
                 + shown.joined(separator: ", ") + more)
-        for victim in chosen {
+        // Each victim is the first of the order as the apps are at its kill, not as they were at the round's start:
+        // a kill's consequences can move another app between bands (its end frees a scheduled-work slot, and a
+        // suspended app woken to run a scheduled task is then in background with a task). Ranked once, such an app
+        // died from its new band before the suspended apps ranked after it (the --systemd soak hour: soak-19, woken
+        // for a scheduled task 30 ms into a round, was killed 14th of 108 while suspended apps were left).
+        var taken: Set<AppID> = []
+        var freed: UInt64 = 0
+        while freed < bytesToFree {
+            let current = host.core.reclamationOrder(readings: readings.filter { !taken.contains($0.key) })
+            guard let victim = current.first else { return }
+            taken.insert(victim.app)
+            freed = freed.addingReportingOverflow(victim.memoryBytes).overflow ? .max : freed + victim.memoryBytes
             // Re-check just before each kill: memory may have come back since the sample, and a victim already
             // chosen no longer counts (it is being terminated).
             let core = host.core
