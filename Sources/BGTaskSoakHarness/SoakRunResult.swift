@@ -31,9 +31,10 @@ public struct SoakRunResult: Sendable {
     public var processSampleCount: Int
     /// How many times the harness subscribed to `Watch()` (once at the start, then after each stream's end).
     public var watchSubscriptions: Int
-    /// For each entry received live, how long after the daemon recorded it (its wall-clock time) the harness
-    /// received it, in seconds, sorted: how far behind the daemon the stream, and so each stamp, ran.
-    public var watchLags: [Double]
+    /// How long after the daemon recorded each entry (its wall-clock time) the harness received it: the median,
+    /// 99th percentile and largest, in milliseconds; nil without entries. How far behind the daemon the stream, and
+    /// so each stamp, ran.
+    public var watchLagMilliseconds: (p50: Double, p99: Double, max: Double)?
     /// The checker's verdicts.
     public var report: SoakReport
     /// How many times the harness lowered `AppsMemoryMax` under the apps' total.
@@ -62,8 +63,10 @@ public struct SoakRunResult: Sendable {
         entryCount = evidence.entries.count
         processSampleCount = evidence.processSamples.count
         watchSubscriptions = evidence.watchGaps.count
-        watchLags = evidence.entries.map { ($0.observedAt - run.clock.fromWallClock($0.entry.time)).secondsValue }
+        let lags = evidence.entries.map { ($0.observedAt - run.clock.fromWallClock($0.entry.time)).secondsValue * 1000 }
             .sorted()
+        func nearestRank(_ q: Double) -> Double { lags[min(lags.count - 1, Int((Double(lags.count - 1) * q).rounded()))] }
+        watchLagMilliseconds = lags.isEmpty ? nil : (nearestRank(0.5), nearestRank(0.99), lags[lags.count - 1])
         memoryPressurePhases = evidence.memoryLimitChanges.filter { $0.appsMemoryMax < run.appsMemoryMaxBytes }.count
         self.report = report
     }
@@ -73,11 +76,8 @@ public struct SoakRunResult: Sendable {
 
     /// The lag of the Watch stream as its quantiles, in milliseconds.
     var watchLagSummary: String {
-        guard !watchLags.isEmpty else { return "none received" }
-        func quantile(_ q: Double) -> String {
-            format(watchLags[min(watchLags.count - 1, Int((Double(watchLags.count - 1) * q).rounded()))] * 1000, 1)
-        }
-        return "p50 \(quantile(0.5)) ms, p99 \(quantile(0.99)) ms, max \(quantile(1)) ms"
+        guard let lag = watchLagMilliseconds else { return "none received" }
+        return "p50 \(format(lag.p50, 1)) ms, p99 \(format(lag.p99, 1)) ms, max \(format(lag.max, 1)) ms"
     }
 
     /// The `q` quantile of the lease latencies in milliseconds; nil without samples.

@@ -336,8 +336,7 @@ final class MemoryMonitor {
         host: any MemoryMonitorHost
     ) {
         let order = host.core.reclamationOrder(readings: readings)
-        let chosen = Reclamation.victims(in: order, toFree: bytesToFree)
-        guard !chosen.isEmpty else {
+        guard bytesToFree > 0, !order.isEmpty else {
             if !reportedNothingToReclaim {
                 logger.warning(
                     "memory is short (\(trigger)) but no app can be reclaimed"

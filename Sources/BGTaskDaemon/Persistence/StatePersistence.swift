@@ -263,6 +263,11 @@ final class StatePersistence {
 
     /// Does a snapshot write and what comes of it, on the writer thread.
     static func perform(_ write: StateWrite) -> StateWriteOutcome {
+        // A snapshot's encoding and (the first one, at start) the parse of the state restored before it each peak
+        // the heap for a moment and free it all: freed, it stays resident until trimmed, and a daemon restarted
+        // with a larger state would show a larger RSS for as long as it runs. Trimmed here, off the loop (the trim
+        // covers every arena, the loop's too).
+        defer { Heap.trim() }
         do {
             try write.store.save(write.state)
             return StateWriteOutcome(journal: write.state.journal, failure: nil)
@@ -303,10 +308,6 @@ final class StatePersistence {
                 if let generation = outcome.journal { store.removeJournals(before: generation) }
             }
         }
-        // The snapshot's encoding, on the writer's arena, and (the first one, at start) the parse of the state
-        // restored before it, each peak the heap for a moment and free it all: freed, it stays resident until
-        // trimmed, and a daemon restarted with a larger state would show a larger RSS for as long as it runs.
-        Heap.trim()
         // A save that waited for the snapshot (no journal) goes now.
         if journal == nil, isDirty { saveState() }
     }
